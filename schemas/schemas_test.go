@@ -1,0 +1,109 @@
+package schemas_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/schemas"
+)
+
+func TestMigrationsAreNumberedAndSplit(t *testing.T) {
+	ms, err := schemas.Migrations()
+	require.NoError(t, err)
+	require.NotEmpty(t, ms)
+	for i, m := range ms {
+		require.Equal(t, i+1, m.Version, "migrations are numbered 1, 2, 3 without gaps")
+		require.NotEmpty(t, m.Statements, m.Name)
+		for _, s := range m.Statements {
+			require.NotContains(t, s, "--", "comments are stripped")
+			require.False(t, strings.HasSuffix(s, ";"))
+		}
+	}
+	require.Len(t, ms[0].Statements, 6, "0001 creates the six tables of DESIGN.md")
+	for _, table := range []string{"gpu_samples", "requests", "quality_items", "stage_results", "scores", "round_steps"} {
+		found := false
+		for _, s := range ms[0].Statements {
+			found = found || strings.Contains(s, "CREATE TABLE IF NOT EXISTS "+table+" ")
+		}
+		require.True(t, found, table)
+	}
+}
+
+func TestMigrationDDLKeepsToWhatClickHouse18Takes(t *testing.T) {
+	ms, err := schemas.Migrations()
+	require.NoError(t, err)
+	for _, m := range ms {
+		for _, s := range m.Statements {
+			for _, banned := range []string{"DateTime64", "Map(", "Bool", " TTL ", "CODEC", "JSON", "LowCardinality"} {
+				require.NotContains(t, s, banned, "%s: ClickHouse 18.16 does not take %s", m.Name, banned)
+			}
+		}
+	}
+}
+
+func TestFixtureRecordsMatchTheRecordSchema(t *testing.T) {
+	v, err := schemas.Default()
+	require.NoError(t, err)
+	files, err := filepath.Glob("testdata/lowbarena/submission_*.json")
+	require.NoError(t, err)
+	require.Len(t, files, 2)
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.NoError(t, v.ValidateRecord(raw), f)
+	}
+}
+
+func TestRecordSchemaRefusesBrokenRecords(t *testing.T) {
+	v, err := schemas.Default()
+	require.NoError(t, err)
+	raw, err := os.ReadFile("testdata/lowbarena/submission_qwen3-8b_b0c4e95f426f48e2.json")
+	require.NoError(t, err)
+	good := string(raw)
+	cases := []struct{ name, from, to, want string }{
+		{"unknown status", `"status": "done"`, `"status": "finished"`, "/status"},
+		{"stage out of order", `"name": "build"`, `"name": "score"`, "/stages/0/name"},
+		{"bad tier", `"tier": "fail"`, `"tier": "C"`, "/result/dev_quality/tier"},
+		{"bad precision label", `"precision": "W8A8KV4"`, `"precision": "8-bit"`, "/solution/precision"},
+		{"bad time", `"created_at": "2026-10-13T05:46:19Z"`, `"created_at": "yesterday"`, "/created_at"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := strings.Replace(good, tc.from, tc.to, 1)
+			require.NotEqual(t, good, bad, "the case must change the record")
+			err := v.ValidateRecord([]byte(bad))
+			require.ErrorIs(t, err, schemas.ErrInvalid)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestEventValidation(t *testing.T) {
+	v, err := schemas.Default()
+	require.NoError(t, err)
+	require.Len(t, v.EventTypes(), 26)
+
+	ok := `{"submission_id":"b0c4e95f426f48e2","stage":"build","reason":"bundle_invalid","message":"submission.json is missing"}`
+	require.NoError(t, v.Validate("dev.lowbarena.build.failed.v1", []byte(ok)))
+
+	cases := []struct{ name, typ, data, want string }{
+		{"missing field", "dev.lowbarena.build.failed.v1", `{"submission_id":"x","stage":"build","reason":"r"}`, "message"},
+		{"wrong stage", "dev.lowbarena.build.failed.v1", `{"submission_id":"x","stage":"score","reason":"r","message":"m"}`, "/stage"},
+		{"reason not a code", "dev.lowbarena.build.failed.v1", `{"submission_id":"x","stage":"build","reason":"Bad Reason","message":"m"}`, "/reason"},
+		{"extra field", "dev.lowbarena.build.started.v1", `{"submission_id":"x","stage":"build","attempt":1,"x":1}`, "x"},
+		{"subject with a dot", "dev.lowbarena.build.started.v1", `{"submission_id":"a.b","stage":"build","attempt":1}`, "/submission_id"},
+		{"not json", "dev.lowbarena.build.started.v1", `{"submission_id":`, "not JSON"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := v.Validate(tc.typ, []byte(tc.data))
+			require.ErrorIs(t, err, schemas.ErrInvalid)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	require.ErrorIs(t, v.Validate("dev.lowbarena.nope.v1", []byte(`{}`)), schemas.ErrUnknownType)
+}
