@@ -1,0 +1,181 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/ce"
+	"github.com/lowbarena/lowbarena/observability"
+	"github.com/lowbarena/lowbarena/schemas"
+)
+
+const instrumentation = "github.com/lowbarena/lowbarena/events/bus"
+
+// Bus publishes and consumes the arena's events on one NATS connection.
+type Bus struct {
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	validator *schemas.Validator
+	log       *slog.Logger
+	tracer    trace.Tracer
+	prop      propagation.TextMapPropagator
+
+	published    metric.Int64Counter
+	consumed     metric.Int64Counter
+	deadLettered metric.Int64Counter
+	handlerTime  metric.Float64Histogram
+}
+
+// Option configures a Bus.
+type Option func(*options)
+
+type options struct {
+	log *slog.Logger
+	mp  metric.MeterProvider
+	tp  trace.TracerProvider
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithMeterProvider sets the meter provider (default the otel global).
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.mp = mp } }
+
+// WithTracerProvider sets the tracer provider (default the otel global).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tp = tp } }
+
+// New returns a Bus over nc. It compiles the event schemas once.
+func New(nc *nats.Conn, opts ...Option) (*Bus, error) {
+	if nc == nil {
+		return nil, errors.New("bus: nil NATS connection")
+	}
+	o := options{log: slog.Default(), mp: otel.GetMeterProvider(), tp: otel.GetTracerProvider()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	v, err := schemas.Default()
+	if err != nil {
+		return nil, err
+	}
+	m := o.mp.Meter(instrumentation)
+	b := &Bus{nc: nc, js: js, validator: v, log: o.log, tracer: o.tp.Tracer(instrumentation), prop: observability.Propagator()}
+	if b.published, err = m.Int64Counter("lowbarena.events.published", metric.WithUnit("{event}"),
+		metric.WithDescription("Events published, by type.")); err != nil {
+		return nil, err
+	}
+	if b.consumed, err = m.Int64Counter("lowbarena.events.consumed", metric.WithUnit("{event}"),
+		metric.WithDescription("Messages handled, by consumer, type and outcome.")); err != nil {
+		return nil, err
+	}
+	if b.deadLettered, err = m.Int64Counter("lowbarena.events.dead_lettered", metric.WithUnit("{event}"),
+		metric.WithDescription("Messages sent to the dead-letter stream, by consumer and reason.")); err != nil {
+		return nil, err
+	}
+	if b.handlerTime, err = m.Float64Histogram("lowbarena.events.handler.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time handlers took, by consumer and outcome.")); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// JetStream returns the JetStream context of the bus.
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// Conn returns the NATS connection of the bus.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// Validator returns the schema validator the bus uses.
+func (b *Bus) Validator() *schemas.Validator { return b.validator }
+
+// Errors of Publish.
+var (
+	ErrUnknownType = errors.New("bus: unknown event type")
+	ErrTooLarge    = errors.New("bus: event data exceeds the size limit")
+)
+
+// SubjectOf returns the NATS subject an event is published to.
+func SubjectOf(e event.Event) (string, error) {
+	spec, ok := events.Lookup(events.Type(e.Type()))
+	if !ok {
+		return "", fmt.Errorf("%w %q", ErrUnknownType, e.Type())
+	}
+	if spec.Stream == events.StreamRunnerJobs {
+		var job struct {
+			Kind string `json:"kind"`
+		}
+		if err := json.Unmarshal(e.Data(), &job); err != nil {
+			return "", fmt.Errorf("bus: job kind of %s: %w", e.ID(), err)
+		}
+		return events.JobSubject(job.Kind, e.Subject())
+	}
+	return events.Subject(spec.Type, e.Subject())
+}
+
+// Publish validates e (CloudEvents attributes, size, and data against the
+// type's JSON Schema), injects the caller's trace context, and publishes it
+// with Nats-Msg-Id = e.ID(). A publish of an id the stream has seen within
+// its duplicate window is acknowledged with Duplicate set and stores
+// nothing: that is what makes handler retries safe.
+func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, error) {
+	spec, ok := events.Lookup(events.Type(e.Type()))
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, e.Type())
+	}
+	if n := len(e.Data()); n > MaxEventBytes {
+		return nil, fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrTooLarge, e.Type(), n, MaxEventBytes)
+	}
+	if err := b.validator.Validate(e.Type(), e.Data()); err != nil {
+		return nil, fmt.Errorf("bus: publish %s %s: %w", e.Type(), e.ID(), err)
+	}
+	subject, err := SubjectOf(e)
+	if err != nil {
+		return nil, err
+	}
+	ctx, span := b.tracer.Start(ctx, "publish "+e.Type(), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(subject),
+			semconv.MessagingMessageID(e.ID()), attribute.String("cloudevents.event_subject", e.Subject())))
+	defer span.End()
+	msg, err := ce.Encode(e)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return nil, err
+	}
+	msg.Subject = subject
+	b.prop.Inject(ctx, observability.HeaderCarrier(msg.Header))
+	ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(spec.Stream))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return nil, fmt.Errorf("bus: publish %s to %s: %w", e.Type(), subject, err)
+	}
+	span.SetAttributes(attribute.Bool("lowbarena.duplicate", ack.Duplicate), attribute.Int64("lowbarena.stream_seq", int64(ack.Sequence)))
+	b.published.Add(ctx, 1, metric.WithAttributes(attribute.String("type", e.Type()), attribute.Bool("duplicate", ack.Duplicate)))
+	return ack, nil
+}
+
+// PublishNew builds an event with events.NewEvent and publishes it.
+func (b *Bus) PublishNew(ctx context.Context, id string, t events.Type, source, subject string, data any) (*jetstream.PubAck, error) {
+	e, err := events.NewEvent(id, t, source, subject, data)
+	if err != nil {
+		return nil, err
+	}
+	return b.Publish(ctx, e)
+}

@@ -1,0 +1,429 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/ce"
+	"github.com/lowbarena/lowbarena/observability"
+	"github.com/lowbarena/lowbarena/schemas"
+)
+
+// Reason codes for dead-lettered messages, beyond ce.ReasonMalformed and
+// ce.ReasonMissingAttribute. They are stable: operators match on them.
+const (
+	ReasonUnknownType   = "unknown_type"
+	ReasonSchemaInvalid = "schema_invalid"
+	ReasonOversized     = "oversized"
+	ReasonMaxDeliver    = "max_deliver_exceeded"
+)
+
+// Dead-letter headers, added to the original headers of a poison message.
+const (
+	HeaderDLQReason     = "Lowbarena-Dlq-Reason"
+	HeaderDLQError      = "Lowbarena-Dlq-Error"
+	HeaderDLQConsumer   = "Lowbarena-Dlq-Consumer"
+	HeaderDLQStream     = "Lowbarena-Dlq-Stream"
+	HeaderDLQSubject    = "Lowbarena-Dlq-Subject"
+	HeaderDLQSequence   = "Lowbarena-Dlq-Sequence"
+	HeaderDLQDeliveries = "Lowbarena-Dlq-Deliveries"
+	HeaderDLQTime       = "Lowbarena-Dlq-Time"
+)
+
+type outcomeKind int
+
+const (
+	kindAck outcomeKind = iota
+	kindRetry
+	kindPoison
+)
+
+// Outcome is what a handler decided about a message.
+type Outcome struct {
+	kind   outcomeKind
+	delay  time.Duration
+	reason string
+	err    error
+}
+
+// Ack means the message is handled: its outputs are published.
+func Ack() Outcome { return Outcome{kind: kindAck} }
+
+// Retry means the message could not be handled now (a dependency is down);
+// it is redelivered after delay (zero: an exponential backoff by delivery
+// count), and dead-lettered once it has been delivered MaxDeliver times.
+func Retry(delay time.Duration, err error) Outcome {
+	return Outcome{kind: kindRetry, delay: delay, err: err}
+}
+
+// Poison means the message can never be handled; it is dead-lettered at
+// once with reason, a stable snake_case code.
+func Poison(reason string, err error) Outcome {
+	return Outcome{kind: kindPoison, reason: reason, err: err}
+}
+
+func (o Outcome) String() string {
+	switch o.kind {
+	case kindAck:
+		return "ack"
+	case kindRetry:
+		return "retry"
+	default:
+		return "poison"
+	}
+}
+
+// Delivery is one decoded, schema-valid event handed to a handler.
+type Delivery struct {
+	// Event is the CloudEvent.
+	Event event.Event
+	// Subject is the NATS subject it arrived on.
+	Subject string
+	// NumDelivered counts deliveries of this message, 1 the first time.
+	NumDelivered uint64
+	// StreamSeq is the message's sequence in its stream.
+	StreamSeq uint64
+
+	msg jetstream.Msg
+}
+
+// Decode unmarshals the event data into v.
+func (d *Delivery) Decode(v any) error {
+	if err := json.Unmarshal(d.Event.Data(), v); err != nil {
+		return fmt.Errorf("bus: decode %s data: %w", d.Event.Type(), err)
+	}
+	return nil
+}
+
+// InProgress tells the server the handler is still working, resetting the
+// ack timer. The consume loop already sends it every AckWait/3 while the
+// handler runs; long handlers may send more.
+func (d *Delivery) InProgress() error { return d.msg.InProgress() }
+
+// Handler handles one delivery. It must be idempotent: the same event may
+// arrive twice (after a crash between publishing outputs and acking), and
+// handling it twice must yield the same outputs (same event ids) and rows.
+type Handler func(ctx context.Context, d *Delivery) Outcome
+
+// ConsumerConfig describes a durable pull consumer.
+type ConsumerConfig struct {
+	// Name is the durable name (one per service and role); instances of a
+	// service bind to the same durable to share its work.
+	Name string
+	// Stream is the stream consumed; default ARENA.
+	Stream string
+	// Subjects filters the stream; empty means every subject.
+	Subjects []string
+	// AckWait is how long the server waits for an ack before redelivering;
+	// default 30 s. The loop heartbeats with InProgress every AckWait/3.
+	AckWait time.Duration
+	// MaxDeliver is how many deliveries a message gets before it is
+	// dead-lettered with max_deliver_exceeded; default 5.
+	MaxDeliver int
+	// Prefetch is how many messages are pulled ahead of the handler;
+	// default 16. Use 1 for long handlers (GPU jobs), so that messages do
+	// not wait in a buffer while their ack timer runs.
+	Prefetch int
+	// DeliverNew starts a new durable at the end of the stream instead of
+	// its beginning.
+	DeliverNew bool
+}
+
+func (c ConsumerConfig) withDefaults() ConsumerConfig {
+	if c.Stream == "" {
+		c.Stream = events.StreamArena
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver <= 0 {
+		c.MaxDeliver = 5
+	}
+	if c.Prefetch <= 0 {
+		c.Prefetch = 16
+	}
+	return c
+}
+
+// jsConfig is the server-side consumer configuration.
+//
+// The server's MaxDeliver is one more than ours: the loop dead-letters a
+// message on the delivery numbered MaxDeliver when the handler still asks
+// for a retry, and before calling the handler at all on a later delivery
+// (a handler that crashes its process every time). The extra delivery is
+// that last chance; after it the server stops, so nothing loops forever.
+func (c ConsumerConfig) jsConfig() jetstream.ConsumerConfig {
+	cc := jetstream.ConsumerConfig{
+		Durable:       c.Name,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    c.MaxDeliver + 1,
+		MaxAckPending: max(c.Prefetch*4, 64),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if c.DeliverNew {
+		cc.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
+	switch len(c.Subjects) {
+	case 0:
+	case 1:
+		cc.FilterSubject = c.Subjects[0]
+	default:
+		cc.FilterSubjects = c.Subjects
+	}
+	return cc
+}
+
+// EnsureConsumer creates the durable consumer, or updates its editable
+// settings.
+func (b *Bus) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream.Consumer, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Name == "" {
+		return nil, errors.New("bus: consumer needs a durable name")
+	}
+	c, err := b.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cfg.jsConfig())
+	if err != nil {
+		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cfg.Name, cfg.Stream, err)
+	}
+	return c, nil
+}
+
+// Consume runs handler on every message of the durable consumer until ctx
+// is cancelled, then drains: messages already pulled are handled (their
+// handlers see the cancelled context and usually ask for a retry, which
+// returns them to the server at once), and Consume returns after the last.
+//
+// Ack semantics, per message:
+//   - oversized data, a message that is not a valid CloudEvent, an unknown
+//     type or data that fails its schema: dead-lettered at once (Term), the
+//     handler never runs;
+//   - handler Ack: acknowledged with DoubleAck (the server confirmed it);
+//   - handler Retry: NakWithDelay, until the delivery numbered MaxDeliver,
+//     which is dead-lettered with max_deliver_exceeded and the last error;
+//   - handler Poison: dead-lettered with the handler's reason;
+//   - a handler panic counts as a Retry with the panic as the error.
+//
+// A message is Termed only after its dead-letter copy is stored; when the
+// dead-letter publish fails, the message is Nak'ed instead, so nothing is
+// lost.
+func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) error {
+	cfg = cfg.withDefaults()
+	cons, err := b.EnsureConsumer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	log := b.log.With("consumer", cfg.Name)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		b.handle(ctx, cfg, m, handler)
+	}, jetstream.PullMaxMessages(cfg.Prefetch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		// Missing heartbeats and reconnects are not terminal: the library
+		// keeps pulling. Log them so an operator sees a sick consumer.
+		if ctx.Err() == nil {
+			log.Warn("consume error", "err", err)
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("bus: consume %s: %w", cfg.Name, err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
+	return nil
+}
+
+// ackTimeout bounds acks, naks and dead-letter publishes; they run on a
+// context that outlives the consumer's, so a shutdown still settles the
+// message in hand.
+const ackTimeout = 10 * time.Second
+
+func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handler Handler) {
+	start := time.Now()
+	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	meta, err := m.Metadata()
+	if err != nil {
+		// Not a JetStream message; nothing to settle.
+		b.log.Error("message without JetStream metadata", "consumer", cfg.Name, "subject", m.Subject(), "err", err)
+		return
+	}
+	typ := m.Headers().Get(ce.HeaderType)
+	record := func(outcome string) {
+		attrs := metric.WithAttributes(attribute.String("consumer", cfg.Name), attribute.String("type", typ), attribute.String("outcome", outcome))
+		b.consumed.Add(settle, 1, attrs)
+		b.handlerTime.Record(settle, time.Since(start).Seconds(), attrs)
+	}
+	poison := func(reason string, cause error) {
+		b.deadLetter(settle, cfg, m, meta, reason, cause)
+		record("dead_lettered")
+	}
+
+	if n := len(m.Data()); n > MaxEventBytes {
+		poison(ReasonOversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
+		return
+	}
+	ev, err := ce.Decode(m.Headers(), m.Data())
+	if err != nil {
+		var de *ce.DecodeError
+		reason := ce.ReasonMalformed
+		if errors.As(err, &de) {
+			reason = de.Reason
+		}
+		poison(reason, err)
+		return
+	}
+	if _, ok := events.Lookup(events.Type(ev.Type())); !ok {
+		poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
+		return
+	}
+	if err := b.validator.Validate(ev.Type(), ev.Data()); err != nil {
+		if errors.Is(err, schemas.ErrUnknownType) {
+			poison(ReasonUnknownType, err)
+		} else {
+			poison(ReasonSchemaInvalid, err)
+		}
+		return
+	}
+	if meta.NumDelivered > uint64(cfg.MaxDeliver) {
+		poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
+		return
+	}
+
+	hctx := b.prop.Extract(ctx, observability.HeaderCarrier(m.Headers()))
+	hctx, span := b.tracer.Start(hctx, "process "+ev.Type(), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(m.Subject()),
+			semconv.MessagingMessageID(ev.ID()), semconv.MessagingConsumerGroupName(cfg.Name),
+			attribute.Int64("lowbarena.deliveries", int64(meta.NumDelivered))))
+	defer span.End()
+
+	// Heartbeat: while the handler runs, tell the server every AckWait/3
+	// that the message is in progress, so long work is not redelivered.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if err := m.InProgress(); err != nil {
+					b.log.Warn("in-progress heartbeat failed", "consumer", cfg.Name, "err", err)
+				}
+			}
+		}
+	}()
+	out := b.run(hctx, handler, &Delivery{Event: ev, Subject: m.Subject(), NumDelivered: meta.NumDelivered, StreamSeq: meta.Sequence.Stream, msg: m})
+	close(stop)
+	<-done
+
+	switch out.kind {
+	case kindAck:
+		if err := m.DoubleAck(settle); err != nil {
+			// The server will redeliver after AckWait; the handler is
+			// idempotent, so the second run publishes nothing new.
+			b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+		}
+		record("ack")
+	case kindRetry:
+		if out.err != nil {
+			span.RecordError(out.err)
+		}
+		if ctx.Err() != nil {
+			// Shutting down: hand the message back at once.
+			_ = m.Nak()
+			record("shutdown")
+			return
+		}
+		if meta.NumDelivered >= uint64(cfg.MaxDeliver) {
+			span.SetStatus(codes.Error, "max deliver exceeded")
+			poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", meta.NumDelivered, out.err))
+			return
+		}
+		delay := out.delay
+		if delay <= 0 {
+			delay = backoff(meta.NumDelivered)
+		}
+		b.log.Info("retry", "consumer", cfg.Name, "id", ev.ID(), "type", ev.Type(), "delivery", meta.NumDelivered, "delay", delay, "err", out.err)
+		if err := m.NakWithDelay(delay); err != nil {
+			b.log.Warn("nak failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+		}
+		record("retry")
+	case kindPoison:
+		span.SetStatus(codes.Error, out.reason)
+		poison(out.reason, out.err)
+	}
+}
+
+// run calls the handler, turning a panic into a Retry.
+func (b *Bus) run(ctx context.Context, h Handler, d *Delivery) (out Outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			b.log.Error("handler panicked", "id", d.Event.ID(), "type", d.Event.Type(), "panic", r, "stack", string(debug.Stack()))
+			out = Retry(0, fmt.Errorf("handler panicked: %v", r))
+		}
+	}()
+	return h(ctx, d)
+}
+
+// backoff is 1 s, 2 s, 4 s ... capped at 1 min.
+func backoff(delivered uint64) time.Duration {
+	d := time.Second << min(delivered-1, 6)
+	return min(d, time.Minute)
+}
+
+// deadLetter copies m with its headers to dlq.<consumer> with the reason,
+// then Terms m. Its Nats-Msg-Id is derived from the stream and sequence, so
+// a dead-letter repeated after a crash is stored once.
+func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error) {
+	msg := nats.NewMsg(events.SubjectRootDLQ + "." + cfg.Name)
+	for k, vs := range m.Headers() {
+		if k == ce.HeaderMsgID {
+			continue
+		}
+		msg.Header[k] = append([]string(nil), vs...)
+	}
+	errText := ""
+	if cause != nil {
+		errText = cause.Error()
+		if len(errText) > 2048 {
+			errText = errText[:2048] + "..."
+		}
+	}
+	msg.Header.Set(HeaderDLQReason, reason)
+	msg.Header.Set(HeaderDLQError, errText)
+	msg.Header.Set(HeaderDLQConsumer, cfg.Name)
+	msg.Header.Set(HeaderDLQStream, meta.Stream)
+	msg.Header.Set(HeaderDLQSubject, m.Subject())
+	msg.Header.Set(HeaderDLQSequence, strconv.FormatUint(meta.Sequence.Stream, 10))
+	msg.Header.Set(HeaderDLQDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
+	msg.Header.Set(HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
+	msg.Header.Set(ce.HeaderMsgID, "dlq:"+cfg.Name+":"+meta.Stream+":"+strconv.FormatUint(meta.Sequence.Stream, 10))
+	msg.Data = m.Data()
+	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(events.StreamDLQ)); err != nil {
+		b.log.Error("dead-letter publish failed; message returned to the server", "consumer", cfg.Name, "reason", reason, "err", err)
+		_ = m.NakWithDelay(5 * time.Second)
+		return
+	}
+	b.deadLettered.Add(ctx, 1, metric.WithAttributes(attribute.String("consumer", cfg.Name), attribute.String("reason", reason)))
+	b.log.Warn("dead-lettered", "consumer", cfg.Name, "reason", reason, "subject", m.Subject(), "seq", meta.Sequence.Stream, "err", errText)
+	if err := m.TermWithReason(reason); err != nil {
+		b.log.Warn("term failed", "consumer", cfg.Name, "err", err)
+	}
+}

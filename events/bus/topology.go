@@ -1,0 +1,141 @@
+// Package bus carries the arena's events on NATS JetStream: it provisions
+// the streams, KV buckets and object stores, publishes validated CloudEvents
+// with trace context and deterministic message ids, and runs the consume
+// loop in which handlers return an outcome (ack, retry or poison).
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lowbarena/lowbarena/events"
+)
+
+// Buckets and object stores of the arena.
+const (
+	// BucketSubmissions holds each submission record as it grows (the JSON
+	// of the fixtures), keyed by submission id.
+	BucketSubmissions = "submissions"
+	// BucketRounds holds round state, keyed by round id.
+	BucketRounds = "rounds"
+	// ObjectUploads holds bundles as participants upload them.
+	ObjectUploads = "uploads"
+	// ObjectArtifacts holds bundles the build stage accepted.
+	ObjectArtifacts = "artifacts"
+)
+
+// MaxEventBytes bounds the data of one event. The server's max_payload is
+// larger (1 MiB), so an oversized event still reaches consumers, which
+// dead-letter it rather than choke on it.
+const MaxEventBytes = 512 << 10
+
+// Topology sizes the streams.
+type Topology struct {
+	// Replicas is 1 on one machine and 3 on a cluster.
+	Replicas int
+	// Duplicates is the deduplication window of the pipeline streams: a
+	// retried publish within it is dropped by id. Zero means 24 h.
+	Duplicates time.Duration
+	// DLQMaxAge bounds how long poison messages are kept. Zero means 30 days.
+	DLQMaxAge time.Duration
+}
+
+func (t Topology) withDefaults() Topology {
+	if t.Replicas <= 0 {
+		t.Replicas = 1
+	}
+	if t.Duplicates <= 0 {
+		t.Duplicates = 24 * time.Hour
+	}
+	if t.DLQMaxAge <= 0 {
+		t.DLQMaxAge = 30 * 24 * time.Hour
+	}
+	return t
+}
+
+// StreamConfigs returns the three streams of the arena.
+func (t Topology) StreamConfigs() []jetstream.StreamConfig {
+	t = t.withDefaults()
+	return []jetstream.StreamConfig{
+		{
+			Name:        events.StreamArena,
+			Description: "lowbarena pipeline facts: the event log",
+			Subjects:    []string{events.SubjectRootArena + ".>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    t.Replicas,
+			Duplicates:  t.Duplicates,
+			MaxMsgSize:  1 << 20,
+		},
+		{
+			Name:        events.StreamRunnerJobs,
+			Description: "lowbarena GPU jobs: a work queue, one runner per job",
+			Subjects:    []string{events.SubjectRootJobs + ".>"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    t.Replicas,
+			Duplicates:  t.Duplicates,
+			MaxMsgSize:  1 << 20,
+		},
+		{
+			Name:        events.StreamDLQ,
+			Description: "lowbarena poison messages, with their reason",
+			Subjects:    []string{events.SubjectRootDLQ + ".>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    t.Replicas,
+			MaxAge:      t.DLQMaxAge,
+			Duplicates:  time.Hour,
+			MaxMsgSize:  2 << 20,
+		},
+	}
+}
+
+// Provision creates or updates the streams, KV buckets and object stores. It
+// is idempotent: every service calls it at start, and a second call changes
+// nothing.
+func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
+	t = t.withDefaults()
+	for _, sc := range t.StreamConfigs() {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("bus: provision stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, kv := range []jetstream.KeyValueConfig{
+		{Bucket: BucketSubmissions, Description: "submission records", History: 8, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketRounds, Description: "round state", History: 8, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+	} {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
+			return fmt.Errorf("bus: provision KV bucket %s: %w", kv.Bucket, err)
+		}
+	}
+	for _, os := range []jetstream.ObjectStoreConfig{
+		{Bucket: ObjectUploads, Description: "bundles as uploaded", Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: ObjectArtifacts, Description: "bundles the build stage accepted", Storage: jetstream.FileStorage, Replicas: t.Replicas},
+	} {
+		if _, err := js.CreateOrUpdateObjectStore(ctx, os); err != nil {
+			return fmt.Errorf("bus: provision object store %s: %w", os.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// ErrNotProvisioned is returned when the arena's streams are missing: the
+// arena is not running, or was never started against this NATS.
+var ErrNotProvisioned = errors.New("bus: the arena's streams do not exist on this NATS server")
+
+// CheckProvisioned reports ErrNotProvisioned when the ARENA stream is
+// missing.
+func CheckProvisioned(ctx context.Context, js jetstream.JetStream) error {
+	if _, err := js.Stream(ctx, events.StreamArena); err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return ErrNotProvisioned
+		}
+		return fmt.Errorf("bus: look up stream %s: %w", events.StreamArena, err)
+	}
+	return nil
+}

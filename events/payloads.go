@@ -1,0 +1,256 @@
+package events
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/lowbarena/lowbarena/events/record"
+)
+
+// SubmissionReceivedData is the payload of submission.received: a
+// participant's bundle has been uploaded and the pipeline may start.
+type SubmissionReceivedData struct {
+	SubmissionID string `json:"submission_id"`
+	Participant  string `json:"participant"`
+	Agent        string `json:"agent,omitempty"`
+	TaskID       string `json:"task_id"`
+	// Split is dev (shown to the participant, never ranked) or ranked.
+	Split string `json:"split"`
+	Track string `json:"track"`
+	// Solution is what the participant declares.
+	Solution DeclaredSolution `json:"solution"`
+	// Bundle is where the uploaded bundle lies.
+	Bundle      BundleRef `json:"bundle"`
+	SubmittedAt time.Time `json:"submitted_at"`
+}
+
+// DeclaredSolution is the participant's description of the checkpoint.
+type DeclaredSolution struct {
+	Checkpoint string `json:"checkpoint"`
+	Method     string `json:"method"`
+	// Precision is the declared label W{w}A{a}KV{kv}, or "" when none was
+	// declared.
+	Precision string `json:"precision,omitempty"`
+}
+
+// BundleRef points at a stored bundle: an archive in an object store.
+type BundleRef struct {
+	// Store is the kind of store: "jetstream" (the JetStream object store).
+	Store  string `json:"store"`
+	Bucket string `json:"bucket"`
+	Object string `json:"object"`
+	// Size is the archive's size in bytes and SHA256 its digest, so the
+	// reader can check what it fetched.
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Files is the count of files in the archive.
+	Files int `json:"files"`
+}
+
+// StageStartedData is the payload of <stage>.started.
+type StageStartedData struct {
+	SubmissionID string `json:"submission_id"`
+	Stage        string `json:"stage"`
+	// Attempt is the delivery attempt of the input event (1 first).
+	Attempt int `json:"attempt"`
+}
+
+// StageFailedData is the payload of <stage>.failed: a classified reason with
+// a stable code and a sentence the participant can act on.
+type StageFailedData struct {
+	SubmissionID string `json:"submission_id"`
+	Stage        string `json:"stage"`
+	// Reason is a stable code (snake_case), for machines.
+	Reason string `json:"reason"`
+	// Message is a sentence, for people.
+	Message string `json:"message"`
+	// Detail carries structured context (the contract block of a refused
+	// contract, an engine's log tail).
+	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// StageSkippedData is the payload of <stage>.skipped.
+type StageSkippedData struct {
+	SubmissionID string `json:"submission_id"`
+	Stage        string `json:"stage"`
+	Reason       string `json:"reason"`
+	Message      string `json:"message"`
+}
+
+// FileDigest is one file of a bundle.
+type FileDigest struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// BuildCompletedData is the payload of build.completed: the bundle is valid
+// and stored as an artifact.
+type BuildCompletedData struct {
+	SubmissionID string `json:"submission_id"`
+	// BundleDigest is the sha256 over the sorted manifest (path, size,
+	// digest of each file): the same bundle always has the same digest.
+	BundleDigest string       `json:"bundle_digest"`
+	Files        []FileDigest `json:"files"`
+	Bytes        int64        `json:"bytes"`
+	Artifact     BundleRef    `json:"artifact"`
+	// DuplicateOf is the first submission with the same bundle digest.
+	DuplicateOf string `json:"duplicate_of,omitempty"`
+}
+
+// ContractCompletedData is the payload of contract.completed.
+type ContractCompletedData struct {
+	SubmissionID      string          `json:"submission_id"`
+	Contract          record.Contract `json:"contract"`
+	DetectedPrecision string          `json:"detected_precision"`
+}
+
+// QualityCompletedData is the payload of quality.completed.
+type QualityCompletedData struct {
+	SubmissionID string         `json:"submission_id"`
+	DevQuality   record.Quality `json:"dev_quality"`
+	KL           *record.KL     `json:"kl,omitempty"`
+	Simulated    bool           `json:"simulated"`
+}
+
+// EfficiencyCompletedData is the payload of efficiency.completed.
+type EfficiencyCompletedData struct {
+	SubmissionID     string                       `json:"submission_id"`
+	Efficiency       map[string]float64           `json:"efficiency"`
+	AnchorEfficiency map[string]float64           `json:"anchor_efficiency"`
+	PeakMemory       map[string]record.PeakMemory `json:"peak_memory"`
+	AnchorPeakMemory map[string]record.PeakMemory `json:"anchor_peak_memory"`
+	Engine           record.Engine                `json:"engine"`
+	Workload         record.Workload              `json:"workload"`
+	GPUHours         float64                      `json:"gpu_hours"`
+	GPU              string                       `json:"gpu"`
+	Simulated        bool                         `json:"simulated"`
+}
+
+// ScoreCompletedData is the payload of score.completed.
+type ScoreCompletedData struct {
+	SubmissionID string       `json:"submission_id"`
+	Policy       string       `json:"policy"`
+	DevScore     record.Score `json:"dev_score"`
+	Ranked       bool         `json:"ranked"`
+}
+
+// RunnerJobRequestedData is the payload of runner.job.requested, a GPU job on
+// the RUNNER_JOBS work queue.
+type RunnerJobRequestedData struct {
+	JobID        string `json:"job_id"`
+	Kind         string `json:"kind"`
+	SubmissionID string `json:"submission_id,omitempty"`
+	RoundID      string `json:"round_id,omitempty"`
+	Pod          string `json:"pod,omitempty"`
+	// Engine is the command template of the engine, with placeholders
+	// {{.Checkpoint}} {{.Port}} {{.KVCacheDType}} {{.MaxNumSeqs}}
+	// {{.GPUMemoryGiB}}.
+	Engine     string          `json:"engine"`
+	Checkpoint BundleRef       `json:"checkpoint"`
+	Params     json.RawMessage `json:"params,omitempty"`
+}
+
+// RunnerJobStartedData is the payload of runner.job.started.
+type RunnerJobStartedData struct {
+	JobID        string `json:"job_id"`
+	Kind         string `json:"kind"`
+	SubmissionID string `json:"submission_id,omitempty"`
+	RoundID      string `json:"round_id,omitempty"`
+	Runner       string `json:"runner"`
+	GPU          string `json:"gpu"`
+	Simulated    bool   `json:"simulated"`
+}
+
+// RunnerJobProgressData is the payload of runner.job.progress.
+type RunnerJobProgressData struct {
+	JobID        string `json:"job_id"`
+	Kind         string `json:"kind"`
+	SubmissionID string `json:"submission_id,omitempty"`
+	RoundID      string `json:"round_id,omitempty"`
+	Phase        string `json:"phase"`
+	Done         int    `json:"done"`
+	Total        int    `json:"total"`
+}
+
+// RunnerJobCompletedData is the payload of runner.job.completed.
+type RunnerJobCompletedData struct {
+	JobID        string          `json:"job_id"`
+	Kind         string          `json:"kind"`
+	SubmissionID string          `json:"submission_id,omitempty"`
+	RoundID      string          `json:"round_id,omitempty"`
+	Runner       string          `json:"runner"`
+	GPUHours     float64         `json:"gpu_hours"`
+	Result       json.RawMessage `json:"result"`
+}
+
+// RunnerJobFailedData is the payload of runner.job.failed: a classified
+// engine or job failure.
+type RunnerJobFailedData struct {
+	JobID        string  `json:"job_id"`
+	Kind         string  `json:"kind"`
+	SubmissionID string  `json:"submission_id,omitempty"`
+	RoundID      string  `json:"round_id,omitempty"`
+	Runner       string  `json:"runner"`
+	Reason       string  `json:"reason"`
+	Message      string  `json:"message"`
+	LogTail      string  `json:"log_tail,omitempty"`
+	GPUHours     float64 `json:"gpu_hours"`
+}
+
+// RoundStartedData is the payload of round.started.
+type RoundStartedData struct {
+	RoundID    string   `json:"round_id"`
+	Campaign   string   `json:"campaign"`
+	Pod        string   `json:"pod"`
+	Incumbent  string   `json:"incumbent,omitempty"`
+	Candidates []string `json:"candidates"`
+	Steps      int      `json:"steps"`
+}
+
+// RoundStepData is the payload of round.step: one step of the round plan
+// with its real start and end.
+type RoundStepData struct {
+	RoundID    string     `json:"round_id"`
+	Step       int        `json:"step"`
+	Of         int        `json:"of"`
+	Group      string     `json:"group"`
+	Name       string     `json:"name"`
+	Phase      string     `json:"phase"`
+	Role       string     `json:"role,omitempty"`
+	EntryID    string     `json:"entry_id,omitempty"`
+	Status     string     `json:"status"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Detail     string     `json:"detail,omitempty"`
+}
+
+// RoundEntry is one entry of a round's result.
+type RoundEntry struct {
+	EntryID string   `json:"entry_id"`
+	Role    string   `json:"role"`
+	Status  string   `json:"status"`
+	Score   *float64 `json:"score"`
+	Reason  string   `json:"reason,omitempty"`
+}
+
+// RoundCompletedData is the payload of round.completed.
+type RoundCompletedData struct {
+	RoundID         string       `json:"round_id"`
+	Campaign        string       `json:"campaign"`
+	Entries         []RoundEntry `json:"entries"`
+	TopScore        *float64     `json:"top_score"`
+	Leader          string       `json:"leader"`
+	LeaderChanged   bool         `json:"leader_changed"`
+	PreviousLeader  string       `json:"previous_leader,omitempty"`
+	DurationSeconds float64      `json:"duration_seconds"`
+	GPUHours        float64      `json:"gpu_hours"`
+	Drift           *float64     `json:"drift,omitempty"`
+}
+
+// RoundFailedData is the payload of round.failed.
+type RoundFailedData struct {
+	RoundID string `json:"round_id"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}

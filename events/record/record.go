@@ -1,0 +1,359 @@
+// Package record is the submission record: the JSON document the arena keeps
+// for every submission as it moves through the pipeline, in the layout of the
+// arena records in shared/fixtures/lowbarena (field for field, same names,
+// nesting and units), and the pure function that folds pipeline events into
+// it.
+package record
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status values of a record and of its stages.
+const (
+	StatusPending = "pending"
+	StatusRunning = "running"
+	StatusDone    = "done"
+	StatusFailed  = "failed"
+	StatusSkipped = "skipped"
+)
+
+// Submission is the record of one submission.
+type Submission struct {
+	Agent       string    `json:"agent"`
+	CreatedAt   time.Time `json:"created_at"`
+	Error       *Error    `json:"error"`
+	ID          string    `json:"id"`
+	Participant string    `json:"participant"`
+	Partition   string    `json:"partition"`
+	Result      Result    `json:"result"`
+	Runner      string    `json:"runner"`
+	Solution    Solution  `json:"solution"`
+	Split       string    `json:"split"`
+	Stages      []Stage   `json:"stages"`
+	// Status is running until every stage has ended; then done, or failed
+	// when a stage failed.
+	Status    string    `json:"status"`
+	TaskID    string    `json:"task_id"`
+	Track     string    `json:"track"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Bundle is the digest of the submitted bundle once the build stage has
+	// computed it. It is not in the fixtures' records (they predate it).
+	Bundle *Bundle `json:"bundle,omitempty"`
+	// Events counts the pipeline events folded into the record.
+	Events int `json:"events,omitempty"`
+}
+
+// Error says why a submission failed: the stage, a stable reason code and a
+// sentence the participant can act on.
+type Error struct {
+	Stage   string `json:"stage"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Bundle identifies the stored bundle of a submission.
+type Bundle struct {
+	Digest      string `json:"digest"`
+	Bytes       int64  `json:"bytes"`
+	Files       int    `json:"files"`
+	DuplicateOf string `json:"duplicate_of,omitempty"`
+}
+
+// Stage is one pipeline stage of a record.
+type Stage struct {
+	Name       string     `json:"name"`
+	Status     string     `json:"status"`
+	Reason     string     `json:"reason,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// Solution is what the participant declared, and what the arena detected.
+type Solution struct {
+	Checkpoint string `json:"checkpoint"`
+	// DeclaredPrecision reports whether the participant declared a precision
+	// label (Precision).
+	DeclaredPrecision bool `json:"declared_precision"`
+	// DetectedPrecision is the label the contract stage read off the
+	// checkpoint and the running engine, W{w}A{a}KV{kv}.
+	DetectedPrecision string `json:"detected_precision,omitempty"`
+	Method            string `json:"method"`
+	// Precision is the declared label, W{w}A{a}KV{kv}.
+	Precision string `json:"precision"`
+}
+
+// Result holds the blocks each stage adds.
+type Result struct {
+	AnchorEfficiency map[string]float64    `json:"anchor_efficiency,omitempty"`
+	AnchorPeakMemory map[string]PeakMemory `json:"anchor_peak_memory,omitempty"`
+	Contract         *Contract             `json:"contract,omitempty"`
+	DevQuality       *Quality              `json:"dev_quality,omitempty"`
+	DevScore         *Score                `json:"dev_score,omitempty"`
+	Efficiency       map[string]float64    `json:"efficiency,omitempty"`
+	Engine           *Engine               `json:"engine,omitempty"`
+	GPUHours         *float64              `json:"gpu_hours,omitempty"`
+	KL               *KL                   `json:"kl,omitempty"`
+	PeakMemory       map[string]PeakMemory `json:"peak_memory,omitempty"`
+	Split            string                `json:"split,omitempty"`
+	Workload         *Workload             `json:"workload,omitempty"`
+	// Simulated is true when any figure of the result came from the
+	// simulated engine or a simulated GPU; GPU names the GPU model measured
+	// or simulated.
+	Simulated bool   `json:"simulated,omitempty"`
+	GPU       string `json:"gpu,omitempty"`
+}
+
+// Contract is what the checkpoint really is, read from its safetensors
+// headers and config.json.
+type Contract struct {
+	ActivationBits     int            `json:"activation_bits"`
+	BitsPerWeight      float64        `json:"bits_per_weight"`
+	ForeignTensors     ForeignTensors `json:"foreign_tensors"`
+	Format             string         `json:"format"`
+	KVBits             *int           `json:"kv_bits"`
+	ModelBitsPerWeight float64        `json:"model_bits_per_weight"`
+	OK                 bool           `json:"ok"`
+	Quantization       Quantization   `json:"quantization"`
+	RopeArtifact       Rope           `json:"rope_artifact"`
+	RopeSource         Rope           `json:"rope_source"`
+	SafetensorBytes    int64          `json:"safetensor_bytes"`
+	Sparse             bool           `json:"sparse"`
+	Violations         []Violation    `json:"violations"`
+	WeightBits         int            `json:"weight_bits"`
+	// DeclaredPrecision and DetectedPrecision are the labels side by side.
+	DeclaredPrecision string `json:"declared_precision,omitempty"`
+	DetectedPrecision string `json:"detected_precision,omitempty"`
+}
+
+// ForeignTensors counts tensors that are neither in the source model nor its
+// allowed quantization companions.
+type ForeignTensors struct {
+	Bytes   int64           `json:"bytes"`
+	Count   int             `json:"count"`
+	Largest []ForeignTensor `json:"largest"`
+	Share   float64         `json:"share"`
+}
+
+// ForeignTensor is one foreign tensor.
+type ForeignTensor struct {
+	Name  string  `json:"name"`
+	Bytes int64   `json:"bytes"`
+	DType string  `json:"dtype"`
+	Shape []int64 `json:"shape"`
+}
+
+// Violation is one broken contract rule.
+type Violation struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Quantization is the checkpoint's quantization_config as the contract reads
+// it.
+type Quantization struct {
+	Activations *QuantArgs `json:"activations"`
+	Format      string     `json:"format"`
+	Ignore      []string   `json:"ignore,omitempty"`
+	KVQuantized bool       `json:"kv_quantized"`
+	Sparse      bool       `json:"sparse"`
+	Weights     QuantArgs  `json:"weights"`
+}
+
+// QuantArgs is a compressed-tensors quantization scheme of weights or
+// activations. A scheme the contract did not recognise is the empty object.
+type QuantArgs struct {
+	ActOrder       any            `json:"actorder"`
+	BlockStructure any            `json:"block_structure"`
+	Dynamic        bool           `json:"dynamic"`
+	GroupSize      *int           `json:"group_size"`
+	NumBits        int            `json:"num_bits"`
+	Observer       *string        `json:"observer"`
+	ObserverKwargs map[string]any `json:"observer_kwargs"`
+	Strategy       *string        `json:"strategy"`
+	Symmetric      bool           `json:"symmetric"`
+	Type           *string        `json:"type"`
+}
+
+// IsZero reports whether no scheme was recognised.
+func (q QuantArgs) IsZero() bool {
+	return q.ActOrder == nil && q.BlockStructure == nil && !q.Dynamic && q.GroupSize == nil &&
+		q.NumBits == 0 && q.Observer == nil && q.ObserverKwargs == nil && q.Strategy == nil &&
+		!q.Symmetric && q.Type == nil
+}
+
+type quantArgsJSON QuantArgs
+
+// MarshalJSON writes an unrecognised scheme as {}, as the arena's records
+// do, and a recognised one with every field.
+func (q QuantArgs) MarshalJSON() ([]byte, error) {
+	if q.IsZero() {
+		return []byte("{}"), nil
+	}
+	return json.Marshal(quantArgsJSON(q))
+}
+
+// Rope is the rotary-embedding configuration of a model.
+type Rope struct {
+	RopeTheta   float64 `json:"rope_theta"`
+	RopeType    string  `json:"rope_type"`
+	RopeScaling any     `json:"rope_scaling,omitempty"`
+}
+
+// Quality is the dev_quality block: paired per-domain statistics against the
+// BF16 reference and their aggregates over the valid domains.
+type Quality struct {
+	Domains       map[string]Domain `json:"domains"`
+	Evaluations   int               `json:"evaluations"`
+	FirstQuality  json.RawMessage   `json:"first_quality"`
+	Length        Length            `json:"length"`
+	Recovery      float64           `json:"recovery"`
+	RecoverySE    float64           `json:"recovery_se"`
+	ReferenceRows string            `json:"reference_rows"`
+	Tier          string            `json:"tier"`
+	ValidDomains  int               `json:"valid_domains"`
+	WorstDomain   string            `json:"worst_domain"`
+	WorstDrop     float64           `json:"worst_drop"`
+	WorstUpper    float64           `json:"worst_upper"`
+}
+
+// Domain is the paired statistics of one eval domain.
+type Domain struct {
+	BF16           float64         `json:"bf16"`
+	BF16SE         float64         `json:"bf16_se"`
+	CandidateLost  float64         `json:"candidate_lost"`
+	Chance         float64         `json:"chance"`
+	Drop           float64         `json:"drop"`
+	FormatContract *FormatContract `json:"format_contract,omitempty"`
+	Headroom       float64         `json:"headroom"`
+	Items          int             `json:"items"`
+	Quantized      float64         `json:"quantized"`
+	Recovery       float64         `json:"recovery"`
+	RecoverySE     float64         `json:"recovery_se"`
+	SE             float64         `json:"se"`
+	Status         string          `json:"status"`
+	Upper          float64         `json:"upper"`
+}
+
+// FormatContract is the share of answers in the required format.
+type FormatContract struct {
+	BF16      float64 `json:"bf16"`
+	Quantized float64 `json:"quantized"`
+}
+
+// Length compares generation lengths with the BF16 reference.
+type Length struct {
+	LengthGenerations int     `json:"length_generations"`
+	LengthShift       float64 `json:"length_shift"`
+	LengthShiftSE     float64 `json:"length_shift_se"`
+	LengthTokens      float64 `json:"length_tokens"`
+	LengthTokensBF16  float64 `json:"length_tokens_bf16"`
+}
+
+// KL is the divergence of the candidate's top-k logprobs from BF16's on
+// shared sequences.
+type KL struct {
+	KL         float64 `json:"kl"`
+	KLMedian   float64 `json:"kl_median"`
+	KLPerToken float64 `json:"kl_per_token"`
+	KLSE       float64 `json:"kl_se"`
+	Sequences  int     `json:"sequences"`
+	Tokens     int     `json:"tokens"`
+}
+
+// Score is the dev_score block. Ratio fields are null when the entry was not
+// scored (disqualified before efficiency could be compared).
+type Score struct {
+	BF16PeakGiB    *float64           `json:"bf16_peak_gib"`
+	Drift          *float64           `json:"drift"`
+	EfficiencyGain *float64           `json:"efficiency_gain"`
+	MeanDrop       *float64           `json:"mean_drop"`
+	Memories       map[string]float64 `json:"memories"`
+	Memory         *float64           `json:"memory"`
+	MemorySaved    *float64           `json:"memory_saved"`
+	PeakGiB        *float64           `json:"peak_gib"`
+	Precision      Precision          `json:"precision"`
+	Qualified      bool               `json:"qualified"`
+	Reason         *string            `json:"reason"`
+	Score          float64            `json:"score"`
+	Speed          *float64           `json:"speed"`
+	Speeds         map[string]float64 `json:"speeds"`
+	// Policy is the scoring policy version that computed the score.
+	Policy string `json:"policy,omitempty"`
+}
+
+// Precision is the detected precision and the average stored bits per weight.
+type Precision struct {
+	Activations    int     `json:"activations"`
+	KV             int     `json:"kv"`
+	Label          string  `json:"label"`
+	Weights        int     `json:"weights"`
+	WeightsAverage float64 `json:"weights_average"`
+}
+
+// PeakMemory is the memory an engine held at the peak of one workload, in
+// GiB; peak_gib = weights_gib + kv_gib + other_gib.
+type PeakMemory struct {
+	DevicePeakGiB   float64 `json:"device_peak_gib"`
+	KVBytesPerToken float64 `json:"kv_bytes_per_token"`
+	KVGiB           float64 `json:"kv_gib"`
+	KVUsage         float64 `json:"kv_usage"`
+	OtherGiB        float64 `json:"other_gib"`
+	PeakGiB         float64 `json:"peak_gib"`
+	WeightsGiB      float64 `json:"weights_gib"`
+}
+
+// Engine is what the engine reported at start-up and the budget replay.
+type Engine struct {
+	Audit     json.RawMessage   `json:"audit"`
+	Budget    map[string]Budget `json:"budget"`
+	HardCap   bool              `json:"hard_cap"`
+	Startup   Startup           `json:"startup"`
+	StoredGiB float64           `json:"stored_gib"`
+}
+
+// Budget is one workload replayed under a memory cap of its own peak plus a
+// factor.
+type Budget struct {
+	BudgetGiB   float64  `json:"budget_gib"`
+	CapGiB      float64  `json:"cap_gib"`
+	Factor      float64  `json:"factor"`
+	FullRunning float64  `json:"full_running"`
+	Healthy     bool     `json:"healthy"`
+	Running     float64  `json:"running"`
+	Value       *float64 `json:"value"`
+}
+
+// Startup is the engine's start-up report.
+type Startup struct {
+	CUDAGraphGiB      float64        `json:"cuda_graph_gib"`
+	EngineInitSeconds float64        `json:"engine_init_seconds"`
+	KVBytesPerToken   float64        `json:"kv_bytes_per_token"`
+	KVCacheDType      string         `json:"kv_cache_dtype"`
+	KVCacheGiB        float64        `json:"kv_cache_gib"`
+	KVCacheTokens     float64        `json:"kv_cache_tokens"`
+	LoadSeconds       float64        `json:"load_seconds"`
+	MaxConcurrency    MaxConcurrency `json:"max_concurrency"`
+	SpeculativeConfig string         `json:"speculative_config"`
+	VLLMVersion       string         `json:"vllm_version"`
+	WeightsGiB        float64        `json:"weights_gib"`
+}
+
+// MaxConcurrency is how many sequences of a given length fit in the KV pool.
+type MaxConcurrency struct {
+	Sequences        float64 `json:"sequences"`
+	TokensPerRequest int     `json:"tokens_per_request"`
+}
+
+// Workload is the first workload (serve) of the submission beside BF16's.
+type Workload struct {
+	BF16       WorkloadFigures `json:"bf16"`
+	Submission WorkloadFigures `json:"submission"`
+}
+
+// WorkloadFigures is a peak and a rate.
+type WorkloadFigures struct {
+	PeakGiB float64 `json:"peak_gib"`
+	Rate    float64 `json:"rate"`
+}
