@@ -1,0 +1,562 @@
+//go:build !nochdb
+
+// Package chdbstore is the embedded store back-end: chDB, the ClickHouse
+// engine in-process, through github.com/chdb-io/chdb-go. Importing it
+// registers the URL scheme "chdb":
+//
+//	import _ "github.com/lowbarena/lowbarena/services/store/chdb"
+//	st, err := store.Open(ctx, "chdb:///var/lib/lowbarena/chdb?database=lowbarena")
+//
+// The path must be absolute; the folder is created when missing. The
+// optional database parameter names the database the store reads and writes
+// (default "lowbarena"); it is created when missing.
+//
+// chDB has one session per process. Every Open with the same path shares
+// it, each store with its own database; an Open with another path while one
+// is open is refused (ErrOtherPath); the session closes with the last store
+// that uses it, and a later Open starts a new one.
+//
+// Importing this package needs libchdb.so at run time: the package libchdb
+// finds it before chdb-go would panic, or exits with a message saying how to
+// install it (status 3). A binary built with -tags nochdb links neither; the
+// "chdb" scheme then answers ErrNotBuilt.
+package chdbstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	chdbpurego "github.com/chdb-io/chdb-go/chdb-purego"
+
+	"github.com/lowbarena/lowbarena/services/store"
+	"github.com/lowbarena/lowbarena/services/store/chdb/libchdb"
+	"github.com/lowbarena/lowbarena/services/store/internal/rowscan"
+)
+
+// Scheme is the URL scheme this adapter registers.
+const Scheme = "chdb"
+
+// DefaultDatabase is the database used when the URL names none.
+const DefaultDatabase = "lowbarena"
+
+var (
+	// ErrOtherPath is returned by Open while the process's one chDB session
+	// is open on another path.
+	ErrOtherPath = errors.New("store: chdb: this process already has a chDB session on another path (chDB allows one session per process)")
+	// ErrClosed is returned by the methods of a closed store.
+	ErrClosed = errors.New("store: chdb: store is closed")
+)
+
+func init() {
+	store.Register(Scheme, func(ctx context.Context, u *url.URL) (store.Store, error) {
+		return Open(ctx, u)
+	})
+}
+
+// startupSettings are passed to the engine when the session starts. With
+// them, 64-bit integers come unquoted in JSON output and NaN and infinities
+// come as the strings "nan", "inf" and "-inf" (instead of null, which then
+// only ever means NULL).
+const startupSettings = "output_format_json_quote_64bit_integers=0&output_format_json_quote_denormals=1"
+
+// session is the process's one chDB session.
+//
+// Lock order: sessionMu, then session.mu; never the other way round.
+type session struct {
+	mu      sync.Mutex // serializes every query; guards the fields below and Store.closed
+	conn    chdbpurego.ChdbConn
+	path    string
+	refs    int    // open stores sharing the session
+	current string // the database the session last switched to with USE; "" unknown
+	version string
+}
+
+var (
+	sessionMu sync.Mutex // guards current
+	current   *session
+)
+
+// Store is a chDB store. It is safe for concurrent use; its statements run
+// one at a time, in the order they take the session's lock.
+type Store struct {
+	s      *session
+	db     string
+	closed bool // guarded by s.mu
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens a store on u, a URL of the form chdb:///abs/path[?database=name].
+// It does not apply migrations; store.Open does.
+func Open(ctx context.Context, u *url.URL) (*Store, error) {
+	path, db, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("store: chdb: open %s: %w", path, err)
+	}
+	sessionMu.Lock()
+	defer sessionMu.Unlock()
+	if current != nil && current.path != path {
+		return nil, fmt.Errorf("%w: open on %s, asked for %s; close the stores on %s first", ErrOtherPath, current.path, path, current.path)
+	}
+	s := current
+	if s == nil {
+		if s, err = connect(path); err != nil {
+			return nil, err
+		}
+		current = s
+	}
+	st := &Store{s: s, db: db}
+	s.mu.Lock()
+	s.refs++
+	s.mu.Unlock()
+	if err := st.run("CREATE DATABASE IF NOT EXISTS "+db, "TabSeparated", nil); err != nil {
+		st.closeLocked()
+		return nil, err
+	}
+	return st, nil
+}
+
+// parseURL returns the absolute, clean data path and the database of a
+// chdb URL.
+func parseURL(u *url.URL) (path, db string, err error) {
+	const form = "want chdb:///absolute/path[?database=name]"
+	if u.Scheme != Scheme {
+		return "", "", fmt.Errorf("store: chdb: scheme %q: %s", u.Scheme, form)
+	}
+	if u.Opaque != "" || u.Host != "" {
+		return "", "", fmt.Errorf("store: chdb: %q: the path must be absolute (%s)", u.String(), form)
+	}
+	if !filepath.IsAbs(u.Path) {
+		return "", "", fmt.Errorf("store: chdb: %q: the path must be absolute (%s)", u.String(), form)
+	}
+	path = filepath.Clean(u.Path)
+	if strings.ContainsAny(path, "?&\x00") {
+		return "", "", fmt.Errorf("store: chdb: path %q: '?', '&' and NUL are not allowed in a chDB path", path)
+	}
+	q := u.Query()
+	db = DefaultDatabase
+	for k, v := range q {
+		switch k {
+		case "database":
+			db = v[len(v)-1]
+		default:
+			return "", "", fmt.Errorf("store: chdb: unknown URL parameter %q (known: database)", k)
+		}
+	}
+	if err := store.CheckIdent(db, false); err != nil {
+		return "", "", fmt.Errorf("store: chdb: database: %w", err)
+	}
+	return path, db, nil
+}
+
+// connect starts the process's chDB session on path. sessionMu is held.
+func connect(path string) (*session, error) {
+	conn, err := chdbpurego.NewConnectionFromConnString("file:" + path + "?" + startupSettings)
+	if err != nil {
+		return nil, fmt.Errorf("store: chdb: start a session on %s (library %s): %w", path, libchdb.Path(), err)
+	}
+	s := &session{conn: conn, path: path}
+	res, err := conn.Query("SELECT version()", "TabSeparated")
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("store: chdb: session on %s: read version: %w", path, err)
+	}
+	s.version = strings.TrimSpace(res.String())
+	res.Free()
+	return s, nil
+}
+
+// run executes one statement on the session, in the store's database, with
+// the output in format, and hands the output to read (when not nil) while
+// the result is alive: read must copy what it keeps.
+func (st *Store) run(query, format string, read func([]byte) error) error {
+	s := st.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.closed {
+		return ErrClosed
+	}
+	if s.current != st.db {
+		if err := s.exec("USE "+st.db, "TabSeparated", nil); err != nil {
+			return err
+		}
+		s.current = st.db
+	}
+	if isUse(query) {
+		// The store's database is the current one for every statement it
+		// runs; a USE in a statement lasts for that statement only.
+		s.current = ""
+	}
+	return s.exec(query, format, read)
+}
+
+// exec runs a statement. s.mu is held.
+func (s *session) exec(query, format string, read func([]byte) error) error {
+	res, err := s.conn.Query(query, format)
+	if err != nil {
+		return fmt.Errorf("store: chdb: %w (statement: %s)", err, head(query))
+	}
+	defer res.Free()
+	if err := res.Error(); err != nil {
+		return fmt.Errorf("store: chdb: %w (statement: %s)", err, head(query))
+	}
+	if read == nil {
+		return nil
+	}
+	if err := read(res.Buf()); err != nil {
+		return fmt.Errorf("store: chdb: %w (statement: %s)", err, head(query))
+	}
+	return nil
+}
+
+func isUse(q string) bool {
+	q = strings.TrimSpace(q)
+	return len(q) > 4 && strings.EqualFold(q[:3], "use") && (q[3] == ' ' || q[3] == '\t' || q[3] == '\n')
+}
+
+// head returns the first 200 bytes of a statement, for error messages.
+func head(q string) string {
+	const n = 200
+	if len(q) <= n {
+		return q
+	}
+	return q[:n] + "..."
+}
+
+// Exec implements store.Store. chDB cannot interrupt a running statement,
+// so ctx is checked before it starts only.
+func (st *Store) Exec(ctx context.Context, query string, args ...any) error {
+	q, err := store.Bind(query, args...)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: chdb: %w", err)
+	}
+	return st.run(q, "TabSeparated", nil)
+}
+
+// Append implements store.Store. The rows go in one INSERT statement in the
+// JSONCompactEachRow format.
+func (st *Store) Append(ctx context.Context, table string, columns []string, rows [][]any) error {
+	if err := store.CheckAppend(table, columns, rows); err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	q, err := insertStatement(table, columns, rows)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: chdb: %w", err)
+	}
+	return st.run(q, "TabSeparated", nil)
+}
+
+// Select implements store.Store. The result is read in the
+// JSONCompactEachRowWithNames format.
+func (st *Store) Select(ctx context.Context, dest any, query string, args ...any) error {
+	d, err := rowscan.New(dest)
+	if err != nil {
+		return err
+	}
+	q, err := store.Bind(query, args...)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: chdb: %w", err)
+	}
+	if err := st.run(q, "JSONCompactEachRowWithNames", func(out []byte) error { return decode(d, out) }); err != nil {
+		return err
+	}
+	d.Finish()
+	return nil
+}
+
+// Engine implements store.Store: "chdb " and the engine's version.
+func (st *Store) Engine() string { return "chdb " + st.s.version }
+
+// Database returns the name of the store's database.
+func (st *Store) Database() string { return st.db }
+
+// Path returns the folder the session keeps its data in.
+func (st *Store) Path() string { return st.s.path }
+
+// Close implements store.Store. It closes the session when no other store
+// uses it. Closing twice is a no-op.
+func (st *Store) Close() error {
+	sessionMu.Lock()
+	defer sessionMu.Unlock()
+	st.closeLocked()
+	return nil
+}
+
+// closeLocked closes st. sessionMu is held.
+func (st *Store) closeLocked() {
+	s := st.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.closed {
+		return
+	}
+	st.closed = true
+	s.refs--
+	if s.refs == 0 {
+		s.conn.Close()
+		if current == s {
+			current = nil
+		}
+	}
+}
+
+// insertStatement builds INSERT INTO table (columns) FORMAT
+// JSONCompactEachRow with one JSON array per row. Strings are written byte
+// for byte (see appendJSONString), so what goes in comes out, valid UTF-8 or
+// not.
+func insertStatement(table string, columns []string, rows [][]any) (string, error) {
+	b := make([]byte, 0, 64+len(rows)*len(columns)*12)
+	b = append(b, "INSERT INTO "...)
+	b = append(b, table...)
+	b = append(b, " ("...)
+	for i, c := range columns {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, c...)
+	}
+	b = append(b, ") FORMAT JSONCompactEachRow\n"...)
+	var err error
+	for i, row := range rows {
+		b = append(b, '[')
+		for j, v := range row {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			if b, err = appendJSON(b, v); err != nil {
+				return "", fmt.Errorf("store: chdb: %s: row %d column %s: %w", table, i, columns[j], err)
+			}
+		}
+		b = append(b, "]\n"...)
+	}
+	return string(b), nil
+}
+
+// appendJSON appends the JSON of one value; bools are written as 1 and 0
+// (UInt8 columns) and time.Time as unix milliseconds (UInt64 columns), as in
+// store.Bind.
+func appendJSON(b []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case string:
+		return appendJSONString(b, x), nil
+	case uint64:
+		return strconv.AppendUint(b, x, 10), nil
+	case uint32:
+		return strconv.AppendUint(b, uint64(x), 10), nil
+	case uint8:
+		return strconv.AppendUint(b, uint64(x), 10), nil
+	case float64:
+		return appendJSONFloat(b, x, 64)
+	case int:
+		return strconv.AppendInt(b, int64(x), 10), nil
+	case int64:
+		return strconv.AppendInt(b, x, 10), nil
+	case bool:
+		if x {
+			return append(b, '1'), nil
+		}
+		return append(b, '0'), nil
+	case time.Time:
+		ms := x.UnixMilli()
+		if ms < 0 {
+			return b, fmt.Errorf("time %s is before 1970", x.Format(time.RFC3339))
+		}
+		return strconv.AppendInt(b, ms, 10), nil
+	case nil:
+		return append(b, "null"...), nil
+	case []byte:
+		return appendJSONString(b, string(x)), nil
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.String:
+		return appendJSONString(b, rv.String()), nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.AppendInt(b, rv.Int(), 10), nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return strconv.AppendUint(b, rv.Uint(), 10), nil
+	case reflect.Float32:
+		return appendJSONFloat(b, rv.Float(), 32)
+	case reflect.Float64:
+		return appendJSONFloat(b, rv.Float(), 64)
+	case reflect.Bool:
+		return appendJSON(b, rv.Bool())
+	case reflect.Slice, reflect.Array:
+		b = append(b, '[')
+		for i := 0; i < rv.Len(); i++ {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendJSON(b, rv.Index(i).Interface()); err != nil {
+				return b, fmt.Errorf("element %d: %w", i, err)
+			}
+		}
+		return append(b, ']'), nil
+	}
+	return b, fmt.Errorf("unsupported type %T", v)
+}
+
+func appendJSONFloat(b []byte, f float64, bits int) ([]byte, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return b, fmt.Errorf("%v is not a storable float", f)
+	}
+	return strconv.AppendFloat(b, f, 'g', -1, bits), nil
+}
+
+// appendJSONString appends s as a JSON string: '"', '\' and the control
+// characters are escaped; every other byte is copied as it is. ClickHouse
+// reads the bytes back unchanged (it does not require valid UTF-8), and no
+// raw NUL reaches chDB's C-string query.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"':
+			b = append(b, '\\', '"')
+		case '\\':
+			b = append(b, '\\', '\\')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigit[c>>4], hexDigit[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+const hexDigit = "0123456789abcdef"
+
+// decode reads JSONCompactEachRowWithNames output (a line with the column
+// names, then one JSON array per row) into d.
+func decode(d *rowscan.Dest, out []byte) error {
+	if len(bytes.TrimSpace(out)) == 0 {
+		return nil
+	}
+	nl := bytes.IndexByte(out, '\n')
+	if nl < 0 {
+		nl = len(out)
+	}
+	var names []string
+	if err := json.Unmarshal(out[:nl], &names); err != nil {
+		return fmt.Errorf("decode column names: %w", err)
+	}
+	plan := d.Plan(names)
+	d.Grow(bytes.Count(out, []byte{'\n'}) - 1)
+	var cells []json.RawMessage
+	for n, rest := 1, out[min(nl+1, len(out)):]; len(rest) > 0; n++ {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		if len(line) == 0 {
+			continue
+		}
+		cells = cells[:0]
+		if err := json.Unmarshal(line, &cells); err != nil {
+			return fmt.Errorf("decode row %d: %w", n, err)
+		}
+		if len(cells) != len(names) {
+			return fmt.Errorf("decode row %d: %d values for %d columns", n, len(cells), len(names))
+		}
+		row := d.Next()
+		for i, fi := range plan {
+			if fi < 0 {
+				continue
+			}
+			if err := setJSON(row.Field(fi), cells[i]); err != nil {
+				return fmt.Errorf("decode row %d column %s: %w", n, names[i], err)
+			}
+		}
+	}
+	return nil
+}
+
+// setJSON assigns one JSON value of chDB's output to a field.
+func setJSON(f reflect.Value, raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return errors.New("empty value")
+	}
+	switch c := raw[0]; {
+	case c == 'n': // null: a NULL leaves the zero value
+		return nil
+	case c == '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return err
+		}
+		if f.Kind() == reflect.String {
+			f.SetString(s)
+			return nil
+		}
+		return rowscan.ParseInto(f, s) // a quoted number, "nan", "inf"
+	case c == '[':
+		if f.Kind() != reflect.Slice {
+			if f.Kind() == reflect.String {
+				f.SetString(string(raw))
+				return nil
+			}
+			return fmt.Errorf("cannot put an array into a %s field", f.Type())
+		}
+		var elems []json.RawMessage
+		if err := json.Unmarshal(raw, &elems); err != nil {
+			return err
+		}
+		out := reflect.MakeSlice(f.Type(), len(elems), len(elems))
+		for i, e := range elems {
+			if err := setJSON(out.Index(i), e); err != nil {
+				return fmt.Errorf("element %d: %w", i, err)
+			}
+		}
+		f.Set(out)
+		return nil
+	case c == '{':
+		if f.Kind() == reflect.String {
+			f.SetString(string(raw))
+			return nil
+		}
+		return fmt.Errorf("cannot put an object into a %s field", f.Type())
+	default: // a number, true or false
+		return rowscan.ParseInto(f, string(raw))
+	}
+}
