@@ -1,0 +1,3 @@
+module github.com/lowbarena/lowbarena/tools/arena
+
+go 1.26.0
