@@ -1,0 +1,62 @@
+# lowbarena: make run (the arena on the embedded default), make test, make bench.
+#
+# Everything the tests need is installed from here: Debian's clickhouse-server
+# (the contract suite runs the clickhouse-go adapter against a real server on
+# loopback) and the chDB engine library from npm (the embedded default).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+CHDB_VERSION ?= 26.7.3-stable.1
+DEPS         := $(CURDIR)/.deps
+CHDB_DIR     := $(DEPS)/chdb
+export CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
+export GOFLAGS ?= -mod=mod
+
+MODULES := events schemas observability services/store services/runtime services/gateway tools/arena
+BIN     := $(CURDIR)/bin
+DATA    ?= $(CURDIR)/.data/arena
+
+.PHONY: all deps deps-chdb deps-clickhouse build vet test bench run clean
+
+all: build
+
+deps: deps-chdb deps-clickhouse
+
+deps-chdb: $(CHDB_LIB_PATH)
+
+$(CHDB_LIB_PATH):
+	@echo "installing the chDB engine (@chdb/lib-linux-x64-gnu@$(CHDB_VERSION)) into $(CHDB_DIR)"
+	mkdir -p $(CHDB_DIR)
+	cd $(CHDB_DIR) && npm install --no-audit --no-fund --loglevel=error @chdb/lib-linux-x64-gnu@$(CHDB_VERSION)
+	test -s $(CHDB_LIB_PATH)
+
+deps-clickhouse:
+	@if command -v clickhouse-server >/dev/null 2>&1 || [ -x /usr/sbin/clickhouse-server ]; then \
+		echo "clickhouse-server present"; \
+	else \
+		echo "installing Debian's clickhouse-server"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clickhouse-server >/dev/null; \
+	fi
+
+build: deps-chdb
+	mkdir -p $(BIN)
+	cd tools/arena && go build -o $(BIN)/arena .
+
+vet:
+	@for m in $(MODULES); do echo "go vet $$m"; (cd $$m && go vet ./...); done
+
+# The clickhouse-go adapter must be tested against a real server on every run:
+# LOWBARENA_REQUIRE_CLICKHOUSE=1 turns a missing server into a failure.
+test: deps vet
+	@for m in $(MODULES); do echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 go test -count=1 -timeout 15m ./...); done
+
+bench: deps
+	@for m in events services/store; do (cd $$m && go test -run '^$$' -bench . -benchmem ./...); done
+
+run: build
+	$(BIN)/arena demo --data $(DATA) examples/submissions/*
+
+clean:
+	rm -rf $(BIN) $(CURDIR)/.data

@@ -1,0 +1,274 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/observability"
+	"github.com/lowbarena/lowbarena/services/store"
+)
+
+// Runtime holds what a service's actors use: the logger, the NATS
+// connection and its bus (with the arena's streams provisioned), and the
+// store when the configuration names one.
+type Runtime struct {
+	Config Config
+	Log    *slog.Logger
+	NC     *nats.Conn
+	Bus    *bus.Bus
+	// Store is nil when Config.Store is empty.
+	Store store.Store
+
+	providers *observability.Providers
+	closeOnce sync.Once
+}
+
+// Option adjusts Start.
+type Option func(*startOptions)
+
+type startOptions struct {
+	logOut    io.Writer
+	telemetry bool
+	log       *slog.Logger
+}
+
+// WithLogOutput sends the log to w instead of standard error.
+func WithLogOutput(w io.Writer) Option { return func(o *startOptions) { o.logOut = w } }
+
+// WithLogger uses l (with a service attribute added) instead of building a
+// logger from the configuration.
+func WithLogger(l *slog.Logger) Option { return func(o *startOptions) { o.log = l } }
+
+// WithoutTelemetry leaves the OpenTelemetry globals alone: for a process
+// that runs several services and sets telemetry up once itself.
+func WithoutTelemetry() Option { return func(o *startOptions) { o.telemetry = false } }
+
+// Start validates cfg, sets up telemetry and logging, connects to NATS,
+// provisions the arena's streams, buckets and object stores, and opens the
+// store (applying its migrations). On error nothing stays open.
+func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := startOptions{logOut: os.Stderr, telemetry: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	rt := &Runtime{Config: cfg}
+	defer func() {
+		if err != nil {
+			rt.Close()
+		}
+	}()
+	if o.log != nil {
+		rt.Log = o.log.With("service", cfg.Service)
+	} else if rt.Log, err = observability.NewLogger(o.logOut, cfg.Service, cfg.LogLevel, cfg.LogFormat); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if o.telemetry {
+		exp, _ := observability.ParseExporter(cfg.OTel) // validated above
+		if rt.providers, err = observability.Setup(ctx, observability.Config{Service: cfg.Service, Version: cfg.Version, Exporter: exp}); err != nil {
+			return nil, fmt.Errorf("runtime: telemetry: %w", err)
+		}
+	}
+	if rt.NC, err = Connect(cfg.NATSURL, "lowbarena-"+cfg.Service, rt.Log); err != nil {
+		return nil, err
+	}
+	if rt.Bus, err = bus.New(rt.NC, bus.WithLogger(rt.Log)); err != nil {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err = bus.Provision(pctx, rt.Bus.JetStream(), bus.Topology{Replicas: cfg.Replicas}); err != nil {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	if cfg.Store != "" {
+		if rt.Store, err = store.Open(ctx, cfg.Store); err != nil {
+			return nil, fmt.Errorf("runtime: open store: %w", err)
+		}
+		rt.Log.Info("store open", "engine", rt.Store.Engine())
+	}
+	return rt, nil
+}
+
+// ErrNATSUnreachable is returned by Connect when no NATS server answers.
+var ErrNATSUnreachable = errors.New("no NATS server answers")
+
+// Connect opens a NATS connection that reconnects forever once it has been
+// up, and fails fast (with ErrNATSUnreachable) when no server answers at
+// first.
+func Connect(urls, name string, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.Timeout(3 * time.Second),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500 * time.Millisecond),
+	}
+	if log != nil {
+		opts = append(opts,
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err != nil {
+					log.Warn("NATS disconnected", "err", err)
+				}
+			}),
+			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
+		)
+	}
+	nc, err := nats.Connect(urls, opts...)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoServers) {
+			return nil, fmt.Errorf("%w at %s: %w", ErrNATSUnreachable, urls, err)
+		}
+		return nil, fmt.Errorf("runtime: connect to NATS at %s: %w", urls, err)
+	}
+	return nc, nil
+}
+
+// Close drains the NATS connection (pending publishes are flushed and
+// subscriptions finish the messages in hand), closes the store and flushes
+// telemetry. It is safe to call more than once.
+func (rt *Runtime) Close() {
+	rt.closeOnce.Do(func() {
+		timeout := rt.Config.ShutdownTimeout
+		if timeout <= 0 {
+			timeout = 30 * time.Second
+		}
+		if rt.NC != nil {
+			if err := drain(rt.NC, timeout); err != nil && rt.Log != nil {
+				rt.Log.Warn("NATS drain", "err", err)
+			}
+		}
+		if rt.Store != nil {
+			if err := rt.Store.Close(); err != nil && rt.Log != nil {
+				rt.Log.Warn("store close", "err", err)
+			}
+		}
+		if rt.providers != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := rt.providers.Shutdown(ctx); err != nil && rt.Log != nil {
+				rt.Log.Warn("telemetry shutdown", "err", err)
+			}
+		}
+	})
+}
+
+func drain(nc *nats.Conn, timeout time.Duration) error {
+	if nc.IsClosed() {
+		return nil
+	}
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return err
+	}
+	select {
+	case <-closed:
+		return nil
+	case <-time.After(timeout):
+		nc.Close()
+		return fmt.Errorf("drain did not finish in %s", timeout)
+	}
+}
+
+// Actor is one long-running part of a service: a consumer loop, an HTTP
+// server. Run blocks until ctx is cancelled (returning nil, after finishing
+// the work in hand) or until it fails.
+type Actor struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// RunActors runs every actor under one context. The first actor to fail
+// cancels the others; RunActors returns when all have returned, with the
+// first failure (nil when they stopped because ctx was cancelled).
+func RunActors(ctx context.Context, log *slog.Logger, actors ...Actor) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for _, a := range actors {
+		wg.Go(func() {
+			err := a.Run(ctx)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				err = fmt.Errorf("%s: %w", a.Name, err)
+				once.Do(func() { first = err })
+				cancel(err)
+				return
+			}
+			if ctx.Err() == nil {
+				// An actor that stops on its own while the others run is
+				// a failure too: the service would be half alive.
+				err := fmt.Errorf("%s stopped unexpectedly", a.Name)
+				once.Do(func() { first = err })
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil && log != nil {
+		log.Error("service stopping", "err", first)
+	}
+	return first
+}
+
+// Build returns the actors of a service once its runtime is up.
+type Build func(ctx context.Context, rt *Runtime) ([]Actor, error)
+
+// Main is the whole life of a service process: parse args into fs (on which
+// cfg.RegisterFlags was called), validate, start the runtime, build and run
+// the actors until SIGINT or SIGTERM, then drain and close. It exits the
+// process: 0 after a clean stop, 2 for a configuration error, 1 otherwise.
+func Main(cfg *Config, fs *flag.FlagSet, args []string, build Build) {
+	os.Exit(run(cfg, fs, args, build))
+}
+
+func run(cfg *Config, fs *flag.FlagSet, args []string, build Build) int {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "%s: unexpected arguments: %s\n", cfg.Service, strings.Join(fs.Args(), " "))
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rt, err := Start(ctx, *cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", cfg.Service, err)
+		if errors.Is(err, ErrConfig) {
+			return 2
+		}
+		return 1
+	}
+	defer rt.Close()
+	actors, err := build(ctx, rt)
+	if err != nil {
+		rt.Log.Error("start", "err", err)
+		return 1
+	}
+	rt.Log.Info("started", "nats", rt.NC.ConnectedUrlRedacted(), "actors", len(actors))
+	if err := RunActors(ctx, rt.Log, actors...); err != nil {
+		return 1
+	}
+	rt.Log.Info("stopped")
+	return 0
+}
