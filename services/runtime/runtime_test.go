@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -127,4 +130,22 @@ func TestStartRejectsBadConfigBeforeConnecting(t *testing.T) {
 	_, err := Start(context.Background(), cfg, WithoutTelemetry())
 	require.ErrorIs(t, err, ErrConfig)
 	require.NotErrorIs(t, err, ErrNATSUnreachable)
+}
+
+func TestHTTPActorServesUntilCancelled(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	a := HTTPActor("api", ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("pong")) }), time.Second)
+	go func() { done <- a.Run(ctx) }()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, "pong", string(body))
+	cancel()
+	require.NoError(t, <-done)
+	_, err = http.Get("http://" + ln.Addr().String() + "/")
+	require.Error(t, err, "the listener must be closed after shutdown")
 }
