@@ -13,7 +13,7 @@ import (
 // id should come from DeriveID, so that a retry builds the same event.
 func NewEvent(id string, t Type, source, subject string, data any) (event.Event, error) {
 	if _, ok := Lookup(t); !ok {
-		return event.Event{}, fmt.Errorf("events: unknown type %q", t)
+		return event.Event{}, fmt.Errorf("%w %q", ErrUnknownType, t)
 	}
 	raw, err := json.Marshal(data)
 	if err != nil {
@@ -36,7 +36,7 @@ func NewEvent(id string, t Type, source, subject string, data any) (event.Event,
 func DecodeData(e event.Event) (any, error) {
 	s, ok := Lookup(Type(e.Type()))
 	if !ok {
-		return nil, fmt.Errorf("events: unknown type %q", e.Type())
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, e.Type())
 	}
 	v := s.New()
 	if err := json.Unmarshal(e.Data(), v); err != nil {

@@ -254,3 +254,38 @@ type RoundFailedData struct {
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
 }
+
+// The schemas want arrays where Go has slices, and a nil slice marshals as
+// null. The payloads below write a nil slice as [] so that a producer that
+// builds a payload with nothing in a list (no candidates, no entries) still
+// publishes valid data.
+
+type buildCompletedJSON BuildCompletedData
+
+// MarshalJSON writes nil Files as [].
+func (d BuildCompletedData) MarshalJSON() ([]byte, error) {
+	if d.Files == nil {
+		d.Files = []FileDigest{}
+	}
+	return json.Marshal(buildCompletedJSON(d))
+}
+
+type roundStartedJSON RoundStartedData
+
+// MarshalJSON writes nil Candidates as [].
+func (d RoundStartedData) MarshalJSON() ([]byte, error) {
+	if d.Candidates == nil {
+		d.Candidates = []string{}
+	}
+	return json.Marshal(roundStartedJSON(d))
+}
+
+type roundCompletedJSON RoundCompletedData
+
+// MarshalJSON writes nil Entries as [].
+func (d RoundCompletedData) MarshalJSON() ([]byte, error) {
+	if d.Entries == nil {
+		d.Entries = []RoundEntry{}
+	}
+	return json.Marshal(roundCompletedJSON(d))
+}

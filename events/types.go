@@ -14,6 +14,7 @@ package events
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -142,6 +143,9 @@ var byType = func() map[Type]Spec {
 	return m
 }()
 
+// ErrUnknownType is returned for an event type outside the catalogue.
+var ErrUnknownType = errors.New("events: unknown event type")
+
 // Lookup returns the spec of a type, and false for a type the arena does not
 // know.
 func Lookup(t Type) (Spec, bool) {
@@ -175,7 +179,7 @@ func ValidID(id string) bool { return subjectToken.MatchString(id) }
 func Subject(t Type, id string) (string, error) {
 	s, ok := byType[t]
 	if !ok {
-		return "", fmt.Errorf("events: unknown type %q", t)
+		return "", fmt.Errorf("%w %q", ErrUnknownType, t)
 	}
 	if !ValidID(id) {
 		return "", fmt.Errorf("events: subject id %q is not a valid subject token", id)
@@ -196,8 +200,14 @@ func JobSubject(kind, id string) (string, error) {
 }
 
 // FilterFor returns the subject filter that matches every event of type t.
+// It panics on a type outside the catalogue: types are constants, so that is
+// a programming error, and a filter built from an empty spec ("arena...*")
+// is not a valid subject.
 func FilterFor(t Type) string {
-	s := byType[t]
+	s, ok := byType[t]
+	if !ok {
+		panic(fmt.Sprintf("events: FilterFor of unknown type %q", t))
+	}
 	if s.Stream == StreamRunnerJobs {
 		return SubjectRootJobs + ".>"
 	}

@@ -108,7 +108,9 @@ func (b *Bus) Validator() *schemas.Validator { return b.validator }
 
 // Errors of Publish.
 var (
-	ErrUnknownType = errors.New("bus: unknown event type")
+	// ErrUnknownType is events.ErrUnknownType, so either matches a type
+	// outside the catalogue whichever call refused it.
+	ErrUnknownType = events.ErrUnknownType
 	ErrTooLarge    = errors.New("bus: event data exceeds the size limit")
 )
 

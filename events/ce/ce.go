@@ -33,7 +33,7 @@ const (
 	HeaderDataSchema  = "ce-dataschema"
 	HeaderContentType = "ce-datacontenttype"
 	// HeaderMsgID is JetStream's deduplication header; it always equals the
-	// event id, so a republished event is dropped within the stream's
+	// (percent-encoded) event id, so a republished event is dropped within the stream's
 	// duplicate window.
 	HeaderMsgID = "Nats-Msg-Id"
 )
@@ -84,32 +84,51 @@ func Encode(e event.Event) (*nats.Msg, error) {
 	for name, v := range e.Extensions() {
 		h.Set(HeaderPrefix+name, escape(fmt.Sprint(v)))
 	}
-	h.Set(HeaderMsgID, e.ID())
+	// The id is escaped like ce-id, so that an id with a line break cannot
+	// forge a header; the same id always gives the same Nats-Msg-Id.
+	h.Set(HeaderMsgID, escape(e.ID()))
 	return &nats.Msg{Header: h, Data: e.Data()}, nil
 }
 
 // Decode reads a binary-mode CloudEvent from NATS headers and data.
+//
+// Header names are matched without regard to case (the binding's names are
+// case-insensitive, while nats.Header.Get is not), so a ce-ID written by
+// another client is read; two headers that differ only in case are
+// malformed. A required attribute that is absent or empty is
+// missing_attribute; one that is present but does not parse (a source that
+// is not a URI reference) is malformed_event.
 func Decode(h nats.Header, data []byte) (event.Event, error) {
-	get := func(name string) (string, error) {
-		v := h.Get(name)
-		if v == "" {
-			return "", nil
+	attrs := make(map[string]string, len(h))
+	for name, vs := range h {
+		lower := strings.ToLower(name)
+		if !strings.HasPrefix(lower, HeaderPrefix) || len(vs) == 0 {
+			continue
 		}
-		s, err := unescape(v)
+		if _, dup := attrs[lower]; dup || len(vs) > 1 {
+			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s appears more than once", lower)}
+		}
+		v, err := unescape(vs[0])
 		if err != nil {
-			return "", &DecodeError{ReasonMalformed, fmt.Errorf("header %s: %w", name, err)}
+			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s: %w", lower, err)}
 		}
-		return s, nil
+		attrs[lower] = v
 	}
-	sv, err := get(HeaderSpecVersion)
-	if err != nil {
-		return event.Event{}, err
-	}
+	sv := attrs[HeaderSpecVersion]
 	if sv == "" {
 		return event.Event{}, &DecodeError{ReasonMalformed, errors.New("no ce-specversion header: not a binary-mode CloudEvent")}
 	}
 	if sv != event.CloudEventsVersionV1 {
 		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("spec version %q is not supported (want 1.0)", sv)}
+	}
+	var missing []string
+	for _, a := range []struct{ name, header string }{{"id", HeaderID}, {"source", HeaderSource}, {"type", HeaderType}} {
+		if attrs[a.header] == "" {
+			missing = append(missing, a.name)
+		}
+	}
+	if len(missing) > 0 {
+		return event.Event{}, &DecodeError{ReasonMissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
 	}
 	e := event.New(event.CloudEventsVersionV1)
 	for _, a := range []struct {
@@ -119,48 +138,25 @@ func Decode(h nats.Header, data []byte) (event.Event, error) {
 		{HeaderID, e.SetID}, {HeaderSource, e.SetSource}, {HeaderType, e.SetType},
 		{HeaderSubject, e.SetSubject}, {HeaderDataSchema, e.SetDataSchema},
 	} {
-		v, err := get(a.header)
-		if err != nil {
-			return event.Event{}, err
-		}
-		if v != "" {
+		if v := attrs[a.header]; v != "" {
 			a.set(v)
 		}
 	}
-	var missing []string
-	for _, a := range []struct{ name, v string }{{"id", e.ID()}, {"source", e.Source()}, {"type", e.Type()}} {
-		if a.v == "" {
-			missing = append(missing, a.name)
-		}
-	}
-	if len(missing) > 0 {
-		return event.Event{}, &DecodeError{ReasonMissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
-	}
-	if v, err := get(HeaderTime); err != nil {
-		return event.Event{}, err
-	} else if v != "" {
+	if v := attrs[HeaderTime]; v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
 			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("ce-time %q: %w", v, err)}
 		}
 		e.SetTime(t)
 	}
-	ct, err := get(HeaderContentType)
-	if err != nil {
-		return event.Event{}, err
-	}
-	for name := range h {
-		if !strings.HasPrefix(name, HeaderPrefix) {
-			continue
-		}
+	ct := attrs[HeaderContentType]
+	for name, v := range attrs {
 		switch name {
 		case HeaderSpecVersion, HeaderID, HeaderSource, HeaderType, HeaderSubject, HeaderTime, HeaderDataSchema, HeaderContentType:
 			continue
 		}
-		v, err := get(name)
-		if err != nil {
-			return event.Event{}, err
-		}
+		// An invalid extension name is recorded by the SDK and reported
+		// by Validate below.
 		e.SetExtension(strings.TrimPrefix(name, HeaderPrefix), v)
 	}
 	if len(data) > 0 || ct != "" {
@@ -173,7 +169,7 @@ func Decode(h nats.Header, data []byte) (event.Event, error) {
 		}
 	}
 	if err := e.Validate(); err != nil {
-		return event.Event{}, &DecodeError{ReasonMalformed, err}
+		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("invalid attributes: %s", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))}
 	}
 	return e, nil
 }
