@@ -153,6 +153,13 @@ func appendLiteral(b *strings.Builder, v any) error {
 // appendValue writes the literal of a scalar, or of a slice of scalars when
 // top is true (arrays of arrays are not bound).
 func appendValue(b *strings.Builder, v reflect.Value, top bool) error {
+	if v.Kind() == reflect.Interface { // an element of a []any
+		if v.IsNil() {
+			b.WriteString("NULL")
+			return nil
+		}
+		v = v.Elem()
+	}
 	if v.Type() == timeType {
 		return appendTime(b, v.Interface().(time.Time))
 	}

@@ -74,6 +74,10 @@ func Register(scheme string, open Opener) {
 // registered adapter.
 var ErrUnknownScheme = errors.New("store: no adapter for this URL scheme")
 
+// ErrClosed is wrapped by the errors of every method of a store that was
+// closed, whatever its back-end.
+var ErrClosed = errors.New("store: store is closed")
+
 // Open opens the store named by rawURL and applies the schema migrations
 // (see Migrate). Known forms:
 //

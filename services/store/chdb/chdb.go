@@ -41,6 +41,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/services/store"
 	"github.com/lowbarena/lowbarena/services/store/chdb/libchdb"
+	"github.com/lowbarena/lowbarena/services/store/internal/colconv"
 	"github.com/lowbarena/lowbarena/services/store/internal/rowscan"
 )
 
@@ -54,8 +55,13 @@ var (
 	// ErrOtherPath is returned by Open while the process's one chDB session
 	// is open on another path.
 	ErrOtherPath = errors.New("store: chdb: this process already has a chDB session on another path (chDB allows one session per process)")
-	// ErrClosed is returned by the methods of a closed store.
-	ErrClosed = errors.New("store: chdb: store is closed")
+	// ErrClosed is returned by the methods of a closed store. It is
+	// store.ErrClosed, which every back-end returns.
+	ErrClosed = store.ErrClosed
+	// ErrNoTable is returned by Append for a table that does not exist.
+	ErrNoTable = errors.New("store: chdb: no such table")
+	// ErrNoColumn is returned by Append for a column its table does not have.
+	ErrNoColumn = errors.New("store: chdb: no such column")
 )
 
 func init() {
@@ -80,6 +86,11 @@ type session struct {
 	refs    int    // open stores sharing the session
 	current string // the database the session last switched to with USE; "" unknown
 	version string
+	// types caches the column types of the tables Append wrote to, by
+	// "database.table". Exec may change them, so it empties the cache and
+	// bumps typesGen; a lookup that raced with an Exec is not cached.
+	types    map[string]map[string]string
+	typesGen uint64
 }
 
 var (
@@ -122,8 +133,11 @@ func Open(ctx context.Context, u *url.URL) (*Store, error) {
 	st := &Store{s: s, db: db}
 	s.mu.Lock()
 	s.refs++
+	// Not through st.run: that switches to the database first, which does
+	// not exist yet.
+	err = s.exec("CREATE DATABASE IF NOT EXISTS "+db, "TabSeparated", nil)
 	s.mu.Unlock()
-	if err := st.run("CREATE DATABASE IF NOT EXISTS "+db, "TabSeparated", nil); err != nil {
+	if err != nil {
 		st.closeLocked()
 		return nil, err
 	}
@@ -188,7 +202,7 @@ func (st *Store) run(query, format string, read func([]byte) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st.closed {
-		return ErrClosed
+		return fmt.Errorf("store: chdb: %w", ErrClosed)
 	}
 	if s.current != st.db {
 		if err := s.exec("USE "+st.db, "TabSeparated", nil); err != nil {
@@ -247,7 +261,66 @@ func (st *Store) Exec(ctx context.Context, query string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: chdb: %w", err)
 	}
+	defer st.s.forgetTypes()
 	return st.run(q, "TabSeparated", nil)
+}
+
+// forgetTypes empties the column type cache.
+func (s *session) forgetTypes() {
+	s.mu.Lock()
+	s.types = nil
+	s.typesGen++
+	s.mu.Unlock()
+}
+
+// columnTypes returns the types of the columns of table (table or
+// database.table), by column name.
+func (st *Store) columnTypes(table string) (map[string]string, error) {
+	db, name := st.db, table
+	if i := strings.IndexByte(table, '.'); i >= 0 {
+		db, name = table[:i], table[i+1:]
+	}
+	key := db + "." + name
+	s := st.s
+	s.mu.Lock()
+	m, ok := s.types[key]
+	gen := s.typesGen
+	s.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	var cols []struct {
+		Name string `ch:"name"`
+		Type string `ch:"type"`
+	}
+	d, err := rowscan.New(&cols)
+	if err != nil {
+		return nil, err
+	}
+	q, err := store.Bind("SELECT name, type FROM system.columns WHERE database = ? AND table = ?", db, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.run(q, "JSONCompactEachRowWithNames", func(out []byte) error { return decode(d, out) }); err != nil {
+		return nil, err
+	}
+	d.Finish()
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("store: chdb: %w: %s", ErrNoTable, key)
+	}
+	m = make(map[string]string, len(cols))
+	for _, c := range cols {
+		m[c.Name] = c.Type
+	}
+	s.mu.Lock()
+	if s.typesGen == gen {
+		if s.types == nil {
+			s.types = map[string]map[string]string{}
+		}
+		s.types[key] = m
+	}
+	s.mu.Unlock()
+	return m, nil
 }
 
 // Append implements store.Store. The rows go in one INSERT statement in the
@@ -259,7 +332,22 @@ func (st *Store) Append(ctx context.Context, table string, columns []string, row
 	if len(rows) == 0 {
 		return nil
 	}
-	q, err := insertStatement(table, columns, rows)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: chdb: %w", err)
+	}
+	types, err := st.columnTypes(table)
+	if err != nil {
+		return err
+	}
+	colTypes := make([]string, len(columns))
+	for i, c := range columns {
+		t, ok := types[c]
+		if !ok {
+			return fmt.Errorf("store: chdb: %w: %s has no column %s", ErrNoColumn, table, c)
+		}
+		colTypes[i] = t
+	}
+	q, err := insertStatement(table, columns, colTypes, rows)
 	if err != nil {
 		return err
 	}
@@ -327,10 +415,11 @@ func (st *Store) closeLocked() {
 }
 
 // insertStatement builds INSERT INTO table (columns) FORMAT
-// JSONCompactEachRow with one JSON array per row. Strings are written byte
-// for byte (see appendJSONString), so what goes in comes out, valid UTF-8 or
-// not.
-func insertStatement(table string, columns []string, rows [][]any) (string, error) {
+// JSONCompactEachRow with one JSON array per row, each value converted to
+// its column's type (types) with colconv.Convert first, as the clickhouse
+// adapter does. Strings are written byte for byte (see appendJSONString),
+// so what goes in comes out, valid UTF-8 or not.
+func insertStatement(table string, columns, types []string, rows [][]any) (string, error) {
 	b := make([]byte, 0, 64+len(rows)*len(columns)*12)
 	b = append(b, "INSERT INTO "...)
 	b = append(b, table...)
@@ -342,15 +431,18 @@ func insertStatement(table string, columns []string, rows [][]any) (string, erro
 		b = append(b, c...)
 	}
 	b = append(b, ") FORMAT JSONCompactEachRow\n"...)
-	var err error
 	for i, row := range rows {
 		b = append(b, '[')
 		for j, v := range row {
 			if j > 0 {
 				b = append(b, ',')
 			}
-			if b, err = appendJSON(b, v); err != nil {
-				return "", fmt.Errorf("store: chdb: %s: row %d column %s: %w", table, i, columns[j], err)
+			cv, err := colconv.Convert(types[j], v)
+			if err != nil {
+				return "", fmt.Errorf("%w: %s: row %d column %s (%s): %w", store.ErrBadRows, table, i, columns[j], types[j], err)
+			}
+			if b, err = appendJSON(b, cv); err != nil {
+				return "", fmt.Errorf("%w: %s: row %d column %s: %w", store.ErrBadRows, table, i, columns[j], err)
 			}
 		}
 		b = append(b, "]\n"...)
@@ -532,10 +624,6 @@ func setJSON(f reflect.Value, raw json.RawMessage) error {
 		return rowscan.ParseInto(f, s) // a quoted number, "nan", "inf"
 	case c == '[':
 		if f.Kind() != reflect.Slice {
-			if f.Kind() == reflect.String {
-				f.SetString(string(raw))
-				return nil
-			}
 			return fmt.Errorf("cannot put an array into a %s field", f.Type())
 		}
 		var elems []json.RawMessage

@@ -37,9 +37,13 @@ func New(dest any) (*Dest, error) {
 		return nil, fmt.Errorf("%w: want a pointer to a slice of structs, got %T", ErrDest, dest)
 	}
 	elem := s.Type().Elem()
+	// rows is addressable (the element of a new pointer), so Grow can
+	// extend it in place.
+	rows := reflect.New(s.Type()).Elem()
+	rows.Set(reflect.MakeSlice(s.Type(), 0, 0))
 	return &Dest{
 		ptr:    v,
-		rows:   reflect.MakeSlice(s.Type(), 0, 0),
+		rows:   rows,
 		elem:   elem,
 		fields: store.FieldsByColumn(elem),
 	}, nil
@@ -69,8 +73,12 @@ func (d *Dest) Grow(n int) {
 // Next appends a zero row and returns it, addressable, for the caller to
 // fill its fields.
 func (d *Dest) Next() reflect.Value {
-	d.rows = reflect.Append(d.rows, reflect.Zero(d.elem))
-	return d.rows.Index(d.rows.Len() - 1)
+	n := d.rows.Len()
+	if n == d.rows.Cap() {
+		d.rows.Grow(1)
+	}
+	d.rows.SetLen(n + 1) // the new element is zero: Grow zeroes new capacity
+	return d.rows.Index(n)
 }
 
 // Finish stores the rows in the destination, replacing what it held. It is
@@ -276,9 +284,9 @@ func ParseInto(f reflect.Value, text string) error {
 		default:
 			return fmt.Errorf("%q is not a bool (want 0 or 1)", text)
 		}
-	case reflect.String:
-		f.SetString(text)
 	default:
+		// Strings included: a number is not put into a string field, as
+		// Set does not, so both adapters refuse the same destinations.
 		return fmt.Errorf("cannot put the number %s into a %s field", text, f.Type())
 	}
 	return nil
