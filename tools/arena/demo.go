@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/record"
+)
+
+// cmdDemo is what `make run` does: start the arena, submit the bundled
+// examples, wait until every stage that a running service handles has
+// ended for each, print the records, and keep serving (unless --exit) so
+// that `arena watch` and `arena show` can be used from another terminal.
+func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("demo", stderr)
+	var o upOptions
+	o.register(fs)
+	exit := fs.Bool("exit", false, "stop once the results are printed")
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for each submission")
+	bundles, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(bundles) == 0 {
+		return usageErr("demo takes the bundle folders to submit")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	a, err := startArena(runCtx, o, stderr)
+	if err != nil {
+		return err
+	}
+	err = demo(runCtx, a, bundles, *timeout, stdout, stderr)
+	if err != nil || *exit {
+		stop()
+		if werr := a.wait(); err == nil {
+			err = werr
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "\narena up: NATS %s · HTTP http://%s · data %s\n", a.natsURL, a.httpAddr, a.data)
+	fmt.Fprintf(stdout, "in another terminal: arena watch --all · arena show ID --json (Ctrl-C stops)\n")
+	return a.wait()
+}
+
+func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Duration, stdout, stderr io.Writer) error {
+	c, err := dial(ctx, a.natsURL)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	fmt.Fprintf(stdout, "stages served by this arena: %s\n", servedLine(a.stages))
+	ids := make([]string, len(bundles))
+	for i, dir := range bundles {
+		if ids[i], err = submit(ctx, c, dir, stderr); err != nil {
+			return fmt.Errorf("submit %s: %w", dir, err)
+		}
+		fmt.Fprintf(stdout, "submitted %s as %s\n", dir, ids[i])
+	}
+	for i, id := range ids {
+		rec, err := waitFor(ctx, c, id, timeout, func(r *record.Submission) bool { return settled(r, a.stages) }, io.Discard)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "\n%s\n", bundles[i])
+		renderRecord(stdout, rec)
+	}
+	return nil
+}
+
+// settled reports whether a record has gone as far as this arena can take
+// it: it ended, or every stage a running service handles has ended.
+func settled(r *record.Submission, served []string) bool {
+	if r.Status != record.StatusRunning {
+		return true
+	}
+	for _, s := range r.Stages {
+		if slices.Contains(served, s.Name) && (s.Status == record.StatusPending || s.Status == record.StatusRunning) {
+			return false
+		}
+	}
+	return true
+}
+
+func servedLine(stages []string) string {
+	out := ""
+	for _, s := range events.Stages {
+		mark := "not yet built"
+		if slices.Contains(stages, s) {
+			mark = "yes"
+		}
+		out += fmt.Sprintf("%s (%s) ", s, mark)
+	}
+	return out
+}

@@ -1,0 +1,95 @@
+// Command arena is the lowbarena command line: `arena up` runs the whole
+// arena on one machine (embedded NATS JetStream, the embedded store and
+// every service, in one process); submit, watch and show are what a
+// participant uses against a running arena.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `arena: the lowbarena command line
+
+usage:
+  arena up     [--data DIR] [--nats-listen 127.0.0.1:4222] [--http 127.0.0.1:8080] [--store URL]
+               run the arena on this machine (embedded NATS and chDB, every service)
+  arena demo   [up flags] [--exit] BUNDLE...
+               run the arena, submit the bundles, print their results, keep serving
+  arena submit DIR [--wait] [--timeout 30m] [--nats URL]
+               submit the bundle in DIR; prints its id as the last word
+  arena watch  [--json] [--all] [--id ID] [--nats URL]
+               follow pipeline and round events live
+  arena show   ID [--json] [--nats URL]
+               print a submission's record
+
+Commands that talk to a running arena read LOWBARENA_NATS_URL (default
+nats://127.0.0.1:4222) unless --nats is given.
+`
+
+// exitError carries a process exit status with its message.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Exit statuses.
+const (
+	exitFailed = 1 // the command failed, or the submission did
+	exitUsage  = 2
+)
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		code := exitFailed
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		if err.Error() != "" {
+			fmt.Fprintln(os.Stderr, "arena:", err)
+		}
+		os.Exit(code)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return &exitError{code: exitUsage, err: errors.New("")}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "up":
+		return cmdUp(ctx, rest, stdout, stderr)
+	case "demo":
+		return cmdDemo(ctx, rest, stdout, stderr)
+	case "submit":
+		return cmdSubmit(ctx, rest, stdout, stderr)
+	case "watch":
+		return cmdWatch(ctx, rest, stdout, stderr)
+	case "show":
+		return cmdShow(ctx, rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageErr("unknown command %q", cmd)
+	}
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/record"
+)
+
+// ErrUnknownSubmission says that the arena has no record under an id.
+var ErrUnknownSubmission = errors.New("no such submission")
+
+func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("show", stderr)
+	natsURL := natsFlag(fs)
+	asJSON := fs.Bool("json", false, "print the record as JSON, in the layout of the arena's records")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("show takes one submission id (arena show ID [--json])")
+	}
+	id := pos[0]
+	if !events.ValidID(id) {
+		return usageErr("%q is not a submission id (ids are letters, digits, '-' and '_')", id)
+	}
+	c, err := dial(ctx, *natsURL)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	raw, err := fetchRecord(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+			return fmt.Errorf("record %s is not valid JSON: %w", id, err)
+		}
+		buf.WriteByte('\n')
+		_, err := stdout.Write(buf.Bytes())
+		return err
+	}
+	var rec record.Submission
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return fmt.Errorf("decode record %s: %w", id, err)
+	}
+	renderRecord(stdout, &rec)
+	return nil
+}
+
+// fetchRecord returns the stored JSON of a submission's record.
+func fetchRecord(ctx context.Context, c *client, id string) ([]byte, error) {
+	kv, err := c.submissions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("%w: the arena has no submission %s (list them with `arena watch --all`)", ErrUnknownSubmission, id)
+		}
+		return nil, fmt.Errorf("read record %s: %w", id, err)
+	}
+	return e.Value(), nil
+}
+
+// renderRecord writes a record for people: who, what, the stages, and
+// whatever results the stages have added.
+func renderRecord(w io.Writer, r *record.Submission) {
+	fmt.Fprintf(w, "submission %s  %s\n", r.ID, strings.ToUpper(r.Status))
+	fmt.Fprintf(w, "  participant %s · task %s · split %s · track %s\n", r.Participant, r.TaskID, r.Split, r.Track)
+	decl := r.Solution.Precision
+	if decl == "" {
+		decl = "(none declared)"
+	}
+	fmt.Fprintf(w, "  checkpoint  %s · method %s · declared %s", r.Solution.Checkpoint, r.Solution.Method, decl)
+	if r.Solution.DetectedPrecision != "" {
+		fmt.Fprintf(w, " · the service reads %s", r.Solution.DetectedPrecision)
+	}
+	fmt.Fprintln(w)
+	if r.Bundle != nil {
+		fmt.Fprintf(w, "  bundle      %d files, %s, sha256 %s", r.Bundle.Files, humanBytes(r.Bundle.Bytes), short(r.Bundle.Digest))
+		if r.Bundle.DuplicateOf != "" {
+			fmt.Fprintf(w, " (same bundle as %s)", r.Bundle.DuplicateOf)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "  stages      %s\n", stageLine(r.Stages))
+	if r.Error != nil {
+		fmt.Fprintf(w, "  error       %s at %s: %s\n", r.Error.Code, r.Error.Stage, r.Error.Message)
+	}
+	res := r.Result
+	if c := res.Contract; c != nil {
+		verdict := "ok"
+		if !c.OK {
+			verdict = fmt.Sprintf("refused (%d violations)", len(c.Violations))
+		}
+		fmt.Fprintf(w, "  contract    %s · %.3f bits/weight · W%dA%d", verdict, c.BitsPerWeight, c.WeightBits, c.ActivationBits)
+		if c.KVBits != nil {
+			fmt.Fprintf(w, "KV%d", *c.KVBits)
+		}
+		fmt.Fprintln(w)
+		for _, v := range c.Violations {
+			fmt.Fprintf(w, "              - %s: %s\n", v.Code, v.Message)
+		}
+	}
+	if q := res.DevQuality; q != nil {
+		fmt.Fprintf(w, "  quality     tier %s · recovery %.4f · worst %s (upper %.4f)\n", q.Tier, q.Recovery, q.WorstDomain, q.WorstUpper)
+	}
+	if s := res.DevScore; s != nil {
+		fmt.Fprintf(w, "  score       %.4f", s.Score)
+		if s.EfficiencyGain != nil {
+			fmt.Fprintf(w, " · efficiency gain %.3f", *s.EfficiencyGain)
+		}
+		if !s.Qualified && s.Reason != nil {
+			fmt.Fprintf(w, " · not qualified: %s", *s.Reason)
+		}
+		fmt.Fprintln(w)
+	}
+	if res.Simulated {
+		fmt.Fprintf(w, "  note        figures from a simulation (%s)\n", res.GPU)
+	}
+	fmt.Fprintf(w, "  updated     %s\n", r.UpdatedAt.UTC().Format("2006-01-02 15:04:05Z"))
+}
+
+func stageLine(stages []record.Stage) string {
+	parts := make([]string, len(stages))
+	for i, s := range stages {
+		parts[i] = s.Name + " " + s.Status
+	}
+	return strings.Join(parts, " · ")
+}
+
+func short(digest string) string {
+	if len(digest) > 12 {
+		return digest[:12]
+	}
+	return digest
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

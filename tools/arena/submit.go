@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/bundle"
+	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/events/record"
+)
+
+func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("submit", stderr)
+	natsURL := natsFlag(fs)
+	wait := fs.Bool("wait", false, "block until the submission is done or failed, then print its summary")
+	timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: how long to wait")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("submit takes one bundle folder (arena submit DIR [--wait])")
+	}
+	c, err := dial(ctx, *natsURL)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	id, err := submit(ctx, c, pos[0], stderr)
+	if err != nil {
+		return err
+	}
+	if !*wait {
+		fmt.Fprintf(stdout, "submitted %s as %s\n", pos[0], id)
+		return nil
+	}
+	fmt.Fprintf(stderr, "submitted %s as %s; waiting for its stages\n", pos[0], id)
+	rec, err := waitFor(ctx, c, id, *timeout, func(r *record.Submission) bool { return r.Status != record.StatusRunning }, stderr)
+	if err != nil {
+		return err
+	}
+	renderRecord(stdout, rec)
+	if rec.Status == record.StatusFailed {
+		fmt.Fprintf(stdout, "failed %s\n", id)
+		return &exitError{code: exitFailed, err: errors.New("")}
+	}
+	fmt.Fprintf(stdout, "done %s\n", id)
+	return nil
+}
+
+// newSubmissionID returns 16 hex digits, the form of the arena's ids.
+func newSubmissionID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// submit packs the bundle in dir, uploads it to the uploads object store
+// and publishes submission.received. The event id is derived from the
+// submission id, so a publish retried after a lost ack is stored once.
+func submit(ctx context.Context, c *client, dir string, progress io.Writer) (string, error) {
+	decl, err := bundle.ReadDeclaration(dir)
+	if err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp("", "arena-bundle-*.tar.gz")
+	if err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	sum, err := bundle.Pack(dir, tmp)
+	if err != nil {
+		return "", err
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+
+	id := newSubmissionID()
+	obj := id + ".tar.gz"
+	store, err := c.js.ObjectStore(ctx, bus.ObjectUploads)
+	if err != nil {
+		return "", fmt.Errorf("submit: open the uploads store: %w", err)
+	}
+	meta := jetstream.ObjectMeta{Name: obj, Description: "bundle " + filepath.Base(dir),
+		Headers: map[string][]string{"Lowbarena-Sha256": {sum.SHA256}}}
+	if _, err := store.Put(ctx, meta, newProgressReader(tmp, sum.Size, "uploading "+filepath.Base(dir), progress)); err != nil {
+		return "", fmt.Errorf("submit: upload bundle: %w", err)
+	}
+
+	b, err := bus.New(c.nc)
+	if err != nil {
+		return "", err
+	}
+	data := events.SubmissionReceivedData{
+		SubmissionID: id,
+		Participant:  decl.Participant,
+		Agent:        decl.Agent,
+		TaskID:       decl.TaskID,
+		Split:        decl.Split,
+		Track:        decl.Track,
+		Solution:     decl.Solution,
+		Bundle: events.BundleRef{Store: "jetstream", Bucket: bus.ObjectUploads, Object: obj,
+			Size: sum.Size, SHA256: sum.SHA256, Files: sum.Files},
+		SubmittedAt: time.Now().UTC(),
+	}
+	if _, err := b.PublishNew(ctx, events.DeriveID(id, string(events.SubmissionReceived)), events.SubmissionReceived, events.Source("cli"), id, data); err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	return id, nil
+}
+
+// waitFor follows a record until done(record) holds, printing each change
+// of its stages to progress. It fails after timeout, saying where the
+// submission stands.
+func waitFor(ctx context.Context, c *client, id string, timeout time.Duration, done func(*record.Submission) bool, progress io.Writer) (*record.Submission, error) {
+	kv, err := c.submissions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	w, err := kv.Watch(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("watch record %s: %w", id, err)
+	}
+	defer func() { _ = w.Stop() }()
+	var last *record.Submission
+	lastLine := ""
+	for {
+		select {
+		case <-ctx.Done():
+			where := "no record yet (is the gateway running?)"
+			if last != nil {
+				where = "still " + last.Status + ": " + stageLine(last.Stages)
+			}
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, fmt.Errorf("submission %s: gave up waiting after %s; %s", id, timeout, where)
+			}
+			return nil, fmt.Errorf("submission %s: %w; %s", id, ctx.Err(), where)
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("watch record %s: the watcher stopped", id)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // nil marks the end of the initial values
+			}
+			var r record.Submission
+			if err := json.Unmarshal(e.Value(), &r); err != nil {
+				return nil, fmt.Errorf("decode record %s: %w", id, err)
+			}
+			last = &r
+			if line := stageLine(r.Stages); line != lastLine {
+				fmt.Fprintf(progress, "  %s  %s\n", time.Now().Format("15:04:05"), line)
+				lastLine = line
+			}
+			if done(&r) {
+				return &r, nil
+			}
+		}
+	}
+}
+
+// progressReader reports upload progress in steps of a tenth, for bundles
+// large enough that a participant would wonder.
+type progressReader struct {
+	r          io.Reader
+	total, n   int64
+	label      string
+	out        io.Writer
+	nextReport int64
+}
+
+func newProgressReader(r io.Reader, total int64, label string, out io.Writer) io.Reader {
+	const worthReporting = 16 << 20
+	if total < worthReporting || out == nil {
+		return r
+	}
+	return &progressReader{r: r, total: total, label: label, out: out, nextReport: total / 10}
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	for p.n >= p.nextReport && p.nextReport <= p.total {
+		fmt.Fprintf(p.out, "  %s: %3d%% of %s\n", p.label, p.nextReport*100/p.total, humanBytes(p.total))
+		p.nextReport += p.total / 10
+	}
+	return n, err
+}

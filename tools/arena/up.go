@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/lowbarena/lowbarena/observability"
+	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
+	"github.com/lowbarena/lowbarena/services/runtime"
+	_ "github.com/lowbarena/lowbarena/services/store/chdb"
+	_ "github.com/lowbarena/lowbarena/services/store/clickhouse"
+)
+
+// upOptions configure an arena on one machine.
+type upOptions struct {
+	data       string
+	natsListen string
+	httpAddr   string
+	store      string
+	otel       string
+	logLevel   string
+}
+
+func (o *upOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.data, "data", envOr("LOWBARENA_DATA", ".data/arena"), "folder of the arena's state: NATS JetStream in DIR/nats, chDB in DIR/chdb")
+	fs.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS listens for other processes (the CLI, external services)")
+	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "listen address of the gateway's HTTP API")
+	fs.StringVar(&o.store, "store", "", "store URL (default chdb://DIR/chdb; or clickhouse://host:9000/db)")
+	fs.StringVar(&o.otel, "otel", envOr(runtime.EnvOTel, "none"), "telemetry exporter: none, stdout or otlp")
+	fs.StringVar(&o.logLevel, "log-level", envOr(runtime.EnvLogLevel, "info"), "log level: debug, info, warn, error")
+}
+
+func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("up", stderr)
+	var o upOptions
+	o.register(fs)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErr("up takes no arguments")
+	}
+	a, err := startArena(ctx, o, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "arena up: NATS %s · HTTP http://%s · store %s · data %s\n", a.natsURL, a.httpAddr, a.storeEngine, a.data)
+	fmt.Fprintf(stdout, "in another terminal: arena watch · arena submit DIR · arena show ID --json (Ctrl-C stops)\n")
+	return a.wait()
+}
+
+// arenaProc is an arena running in this process.
+type arenaProc struct {
+	data, natsURL, httpAddr, storeEngine string
+	// stages lists the pipeline stages some running service handles.
+	stages []string
+
+	ns   *server.Server
+	rts  []*runtime.Runtime
+	done chan error
+	lock *os.File
+	log  *slog.Logger
+	prov *observability.Providers
+}
+
+// startArena starts the embedded NATS server, then every service, each
+// with its own runtime (its own NATS connection over the loopback
+// listener, as if it ran in its own process), and runs them until ctx is
+// cancelled.
+func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaProc, err error) {
+	data, err := filepath.Abs(o.data)
+	if err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return nil, fmt.Errorf("up: create data folder: %w", err)
+	}
+	log, err := observability.NewLogger(logOut, "arena", o.logLevel, "text")
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	a := &arenaProc{data: data, done: make(chan error, 1), log: log}
+	defer func() {
+		if err != nil {
+			a.shutdown()
+		}
+	}()
+	if a.lock, err = lockData(data); err != nil {
+		return nil, err
+	}
+	exp, err := observability.ParseExporter(o.otel)
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	if a.prov, err = observability.Setup(ctx, observability.Config{Service: "arena", Version: "dev", Exporter: exp}); err != nil {
+		return nil, fmt.Errorf("up: telemetry: %w", err)
+	}
+	if a.ns, err = startNATS(filepath.Join(data, "nats"), o.natsListen); err != nil {
+		return nil, err
+	}
+	a.natsURL = a.ns.ClientURL()
+	storeURL := o.store
+	if storeURL == "" {
+		storeURL = "chdb://" + filepath.Join(data, "chdb")
+	}
+
+	newRuntime := func(service string) (*runtime.Runtime, error) {
+		cfg := runtime.DefaultConfig(service)
+		cfg.NATSURL, cfg.Store, cfg.OTel, cfg.LogLevel = a.natsURL, storeURL, o.otel, o.logLevel
+		rt, err := runtime.Start(ctx, cfg, runtime.WithLogger(log), runtime.WithoutTelemetry())
+		if err != nil {
+			return nil, fmt.Errorf("up: start %s: %w", service, err)
+		}
+		a.rts = append(a.rts, rt)
+		return rt, nil
+	}
+
+	var actors []runtime.Actor
+	rt, err := newRuntime(gateway.Name)
+	if err != nil {
+		return nil, err
+	}
+	a.storeEngine = rt.Store.Engine()
+	gw, err := gateway.New(ctx, rt, gateway.Options{HTTPAddr: o.httpAddr})
+	if err != nil {
+		return nil, err
+	}
+	a.httpAddr = gw.Addr.String()
+	actors = append(actors, gw.Actors...)
+
+	go func() { a.done <- runtime.RunActors(ctx, log, actors...) }()
+	log.Info("arena up", "nats", a.natsURL, "http", a.httpAddr, "store", a.storeEngine, "data", data, "services", len(a.rts))
+	return a, nil
+}
+
+// wait blocks until the services stop (ctx cancelled, or one failed), then
+// shuts everything down in order: services drain, then NATS stops.
+func (a *arenaProc) wait() error {
+	err := <-a.done
+	a.shutdown()
+	return err
+}
+
+func (a *arenaProc) shutdown() {
+	for i := len(a.rts) - 1; i >= 0; i-- {
+		a.rts[i].Close()
+	}
+	a.rts = nil
+	if a.ns != nil {
+		a.ns.Shutdown()
+		a.ns.WaitForShutdown()
+		a.ns = nil
+	}
+	if a.prov != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = a.prov.Shutdown(ctx)
+		cancel()
+		a.prov = nil
+	}
+	if a.lock != nil {
+		_ = a.lock.Close()
+		a.lock = nil
+	}
+	a.log.Info("arena stopped")
+}
+
+// startNATS runs nats-server with JetStream, its store in dir, listening on
+// listen (host:port; port 0 picks a free one).
+func startNATS(dir, listen string) (*server.Server, error) {
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, usageErr("--nats-listen %q: want host:port: %v", listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, usageErr("--nats-listen %q: bad port", listen)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "arena",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		NoLog:      true,
+		NoSigs:     true,
+		MaxPayload: 2 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("up: nats-server: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(15 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("up: the embedded NATS did not start on %s (is the port taken? another `arena up`?)", listen)
+	}
+	return ns, nil
+}
+
+// ErrDataInUse says another arena runs on the same data folder.
+var ErrDataInUse = errors.New("data folder in use")
+
+// lockData takes an exclusive lock on DIR/arena.lock, so that two arenas
+// never share one folder; the lock goes with the process.
+func lockData(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "arena.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: another arena runs on %s", ErrDataInUse, dir)
+	}
+	return f, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/ce"
+)
+
+func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("watch", stderr)
+	natsURL := natsFlag(fs)
+	asJSON := fs.Bool("json", false, "one JSON object per event: time, type, id, subject, data")
+	all := fs.Bool("all", false, "replay every stored event first, then follow")
+	only := fs.String("id", "", "follow one submission or round id")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErr("watch takes no arguments (arena watch [--json] [--all] [--id ID])")
+	}
+	if *only != "" && !events.ValidID(*only) {
+		return usageErr("%q is not a submission or round id", *only)
+	}
+	c, err := dial(ctx, *natsURL)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	cfg := jetstream.OrderedConsumerConfig{
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		FilterSubjects: []string{events.SubjectRootArena + ".>"},
+	}
+	if *all {
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	if *only != "" {
+		// arena.<noun>.<verb>.<id>, and arena.runner.job.<verb>.<id>.
+		cfg.FilterSubjects = []string{"arena.*.*." + *only, "arena.*.*.*." + *only}
+	}
+	cons, err := c.js.OrderedConsumer(ctx, events.StreamArena, cfg)
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	if !*asJSON {
+		fmt.Fprintf(stderr, "watching %s on %s (Ctrl-C to stop)\n", strings.Join(cfg.FilterSubjects, ", "), *natsURL)
+	}
+	for {
+		msg, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) {
+				continue
+			}
+			return fmt.Errorf("watch: %w", err)
+		}
+		ev, derr := ce.Decode(msg.Headers(), msg.Data())
+		if *asJSON {
+			if err := writeEventJSON(stdout, msg, ev, derr); err != nil {
+				return err
+			}
+			continue
+		}
+		if derr != nil {
+			fmt.Fprintf(stdout, "%s  %-22s %s  (not a valid event: %v)\n", time.Now().Format("15:04:05.000"), "?", msg.Subject(), derr)
+			continue
+		}
+		fmt.Fprintln(stdout, eventLine(ev))
+	}
+}
+
+// watchedEvent is one line of `arena watch --json`.
+type watchedEvent struct {
+	Time    time.Time       `json:"time"`
+	Type    string          `json:"type"`
+	ID      string          `json:"id"`
+	Source  string          `json:"source,omitempty"`
+	Subject string          `json:"subject"`
+	Data    json.RawMessage `json:"data,omitempty"`
+	Error   string          `json:"error,omitempty"`
+}
+
+func writeEventJSON(w io.Writer, msg jetstream.Msg, ev event.Event, derr error) error {
+	out := watchedEvent{Subject: msg.Subject()}
+	if derr != nil {
+		out.Error = derr.Error()
+	} else {
+		out.Time, out.Type, out.ID, out.Source, out.Subject = ev.Time(), ev.Type(), ev.ID(), ev.Source(), ev.Subject()
+		if json.Valid(ev.Data()) {
+			out.Data = ev.Data()
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// eventLine is one event for people: time, short type, subject, and the
+// gist of its data.
+func eventLine(ev event.Event) string {
+	short := strings.TrimSuffix(strings.TrimPrefix(ev.Type(), "dev.lowbarena."), ".v1")
+	return fmt.Sprintf("%s  %-22s %-16s %s", ev.Time().Local().Format("15:04:05.000"), short, ev.Subject(), gist(ev))
+}
+
+func gist(ev event.Event) string {
+	var d map[string]any
+	if err := json.Unmarshal(ev.Data(), &d); err != nil {
+		return ""
+	}
+	str := func(k string) string { s, _ := d[k].(string); return s }
+	switch events.Type(ev.Type()) {
+	case events.SubmissionReceived:
+		sol, _ := d["solution"].(map[string]any)
+		decl, _ := sol["precision"].(string)
+		if decl == "" {
+			decl = "no precision declared"
+		}
+		return fmt.Sprintf("%s · %s · %s · %v · %s", str("participant"), str("task_id"), str("split"), sol["checkpoint"], decl)
+	}
+	if r := str("reason"); r != "" {
+		return r + ": " + str("message")
+	}
+	if a, ok := d["attempt"].(float64); ok {
+		return fmt.Sprintf("attempt %d", int(a))
+	}
+	if dg := str("bundle_digest"); dg != "" {
+		return "bundle " + short(dg)
+	}
+	if p := str("detected_precision"); p != "" {
+		return "reads " + p
+	}
+	return ""
+}
