@@ -1,0 +1,142 @@
+package projector
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/record"
+)
+
+const sub = "b0c4e95f426f48e2"
+
+var t0 = time.Date(2026, 10, 13, 5, 46, 19, 0, time.UTC)
+
+func ev(t *testing.T, typ events.Type, n int, data any) event.Event {
+	t.Helper()
+	e, err := events.NewEvent(events.DeriveID(sub, string(typ)), typ, events.Source("test"), sub, data)
+	require.NoError(t, err)
+	e.SetTime(t0.Add(time.Duration(n) * time.Minute))
+	return e
+}
+
+func received(t *testing.T) event.Event {
+	return ev(t, events.SubmissionReceived, 0, events.SubmissionReceivedData{
+		SubmissionID: sub, Participant: "trial-opus-5.5", Agent: "trial-opus-5.5", TaskID: "qwen3-8b", Split: "dev", Track: "engine",
+		Solution:    events.DeclaredSolution{Checkpoint: "lowbarena-trial-fp8-v1", Method: "FP8", Precision: "W8A8KV4"},
+		Bundle:      events.BundleRef{Store: "jetstream", Bucket: "uploads", Object: sub + ".tar.gz", Size: 10, SHA256: strings.Repeat("a", 64), Files: 2},
+		SubmittedAt: t0,
+	})
+}
+
+func started(t *testing.T, stage string, n int) event.Event {
+	return ev(t, events.Type("dev.lowbarena."+stage+".started.v1"), n, events.StageStartedData{SubmissionID: sub, Stage: stage, Attempt: 1})
+}
+
+func statuses(r *record.Submission) []string {
+	out := []string{r.Status}
+	for _, s := range r.Stages {
+		out = append(out, s.Name+":"+s.Status)
+	}
+	return out
+}
+
+func foldAll(t *testing.T, evs ...event.Event) (*record.Submission, []bool) {
+	t.Helper()
+	var rec *record.Submission
+	var changed []bool
+	for _, e := range evs {
+		next, ch, err := Fold(rec, e)
+		require.NoError(t, err, e.Type())
+		rec = next
+		changed = append(changed, ch)
+	}
+	return rec, changed
+}
+
+func TestFold(t *testing.T) {
+	buildDone := func(t *testing.T) event.Event {
+		return ev(t, events.BuildCompleted, 2, events.BuildCompletedData{SubmissionID: sub, BundleDigest: "ab12", Files: []events.FileDigest{{Path: "config.json", Size: 2, SHA256: "cd"}}, Bytes: 2,
+			Artifact: events.BundleRef{Store: "jetstream", Bucket: "artifacts", Object: "x", SHA256: "ab12"}})
+	}
+	contractFailed := func(t *testing.T) event.Event {
+		return ev(t, events.ContractFailed, 4, events.StageFailedData{SubmissionID: sub, Stage: "contract", Reason: "precision_wider_than_declared", Message: "W4A4KV8 declared · the service reads W16A16KV8"})
+	}
+	tests := []struct {
+		name    string
+		events  func(t *testing.T) []event.Event
+		want    []string
+		changed []bool
+		check   func(t *testing.T, r *record.Submission)
+	}{
+		{"received starts every stage pending", func(t *testing.T) []event.Event { return []event.Event{received(t)} },
+			[]string{"running", "build:pending", "contract:pending", "quality:pending", "efficiency:pending", "score:pending"}, []bool{true},
+			func(t *testing.T, r *record.Submission) {
+				require.Equal(t, "qwen3-8b", r.TaskID)
+				require.True(t, r.Solution.DeclaredPrecision)
+				require.Equal(t, t0, r.CreatedAt)
+				require.Nil(t, r.Error)
+			}},
+		{"build runs then completes", func(t *testing.T) []event.Event { return []event.Event{received(t), started(t, "build", 1), buildDone(t)} },
+			[]string{"running", "build:done", "contract:pending", "quality:pending", "efficiency:pending", "score:pending"}, []bool{true, true, true},
+			func(t *testing.T, r *record.Submission) {
+				require.Equal(t, "ab12", r.Bundle.Digest)
+				require.Equal(t, t0.Add(time.Minute), *r.Stages[0].StartedAt)
+				require.Equal(t, t0.Add(2*time.Minute), *r.Stages[0].FinishedAt)
+				require.Equal(t, t0.Add(2*time.Minute), r.UpdatedAt)
+			}},
+		{"a failed contract skips the rest and fails the record", func(t *testing.T) []event.Event {
+			return []event.Event{received(t), buildDone(t), started(t, "contract", 3), contractFailed(t)}
+		},
+			[]string{"failed", "build:done", "contract:failed", "quality:skipped", "efficiency:skipped", "score:skipped"}, []bool{true, true, true, true},
+			func(t *testing.T, r *record.Submission) {
+				require.Equal(t, &record.Error{Stage: "contract", Code: "precision_wider_than_declared", Message: "W4A4KV8 declared · the service reads W16A16KV8"}, r.Error)
+				require.Equal(t, "precision_wider_than_declared", r.Stages[1].Reason)
+			}},
+		{"redelivered and late events change nothing", func(t *testing.T) []event.Event {
+			return []event.Event{received(t), buildDone(t), started(t, "build", 1), buildDone(t), received(t)}
+		},
+			[]string{"running", "build:done", "contract:pending", "quality:pending", "efficiency:pending", "score:pending"}, []bool{true, true, false, false, false}, nil},
+		{"runner events are not part of the record", func(t *testing.T) []event.Event {
+			return []event.Event{received(t), ev(t, events.RunnerJobStarted, 1, json.RawMessage(`{}`))}
+		},
+			[]string{"running", "build:pending", "contract:pending", "quality:pending", "efficiency:pending", "score:pending"}, []bool{true, false}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec, changed := foldAll(t, tt.events(t)...)
+			require.Equal(t, tt.want, statuses(rec))
+			require.Equal(t, tt.changed, changed)
+			if tt.check != nil {
+				tt.check(t, rec)
+			}
+		})
+	}
+}
+
+func TestFoldDoesNotMutateItsInput(t *testing.T) {
+	rec, _ := foldAll(t, received(t))
+	before, _ := json.Marshal(rec)
+	_, changed, err := Fold(rec, started(t, "build", 1))
+	require.NoError(t, err)
+	require.True(t, changed)
+	after, _ := json.Marshal(rec)
+	require.JSONEq(t, string(before), string(after))
+}
+
+func TestFoldErrors(t *testing.T) {
+	_, _, err := Fold(nil, started(t, "build", 1))
+	require.ErrorIs(t, err, ErrNoRecord)
+
+	rec, _ := foldAll(t, received(t))
+	wrong := ev(t, events.BuildFailed, 1, events.StageFailedData{SubmissionID: "someoneelse", Stage: "build", Reason: "x", Message: "y"})
+	_, changed, err := Fold(rec, wrong)
+	require.ErrorIs(t, err, ErrBadEvent)
+	require.False(t, changed)
+	require.Equal(t, record.StatusPending, rec.Stages[0].Status)
+}
