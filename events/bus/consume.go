@@ -261,7 +261,13 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		b.log.Error("message without JetStream metadata", "consumer", cfg.Name, "subject", m.Subject(), "err", err)
 		return
 	}
+	// The type label comes from an untrusted header: only known types are
+	// used as metric attributes, so garbage cannot grow the metric's
+	// cardinality without bound.
 	typ := m.Headers().Get(ce.HeaderType)
+	if _, known := events.Lookup(events.Type(typ)); !known {
+		typ = "unknown"
+	}
 	record := func(outcome string) {
 		attrs := metric.WithAttributes(attribute.String("consumer", cfg.Name), attribute.String("type", typ), attribute.String("outcome", outcome))
 		b.consumed.Add(settle, 1, attrs)

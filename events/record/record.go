@@ -155,7 +155,7 @@ type Violation struct {
 type Quantization struct {
 	Activations *QuantArgs `json:"activations"`
 	Format      string     `json:"format"`
-	Ignore      []string   `json:"ignore,omitempty"`
+	Ignore      []string   `json:"ignore"`
 	KVQuantized bool       `json:"kv_quantized"`
 	Sparse      bool       `json:"sparse"`
 	Weights     QuantArgs  `json:"weights"`
@@ -333,7 +333,7 @@ type Startup struct {
 	KVCacheDType      string         `json:"kv_cache_dtype"`
 	KVCacheGiB        float64        `json:"kv_cache_gib"`
 	KVCacheTokens     float64        `json:"kv_cache_tokens"`
-	LoadSeconds       float64        `json:"load_seconds"`
+	LoadSeconds       *float64       `json:"load_seconds,omitempty"`
 	MaxConcurrency    MaxConcurrency `json:"max_concurrency"`
 	SpeculativeConfig string         `json:"speculative_config"`
 	VLLMVersion       string         `json:"vllm_version"`
@@ -356,4 +356,21 @@ type Workload struct {
 type WorkloadFigures struct {
 	PeakGiB float64 `json:"peak_gib"`
 	Rate    float64 `json:"rate"`
+}
+
+type contractJSON Contract
+
+// MarshalJSON writes empty lists as [] rather than null, as the arena's
+// records do (and as the record and event schemas require).
+func (c Contract) MarshalJSON() ([]byte, error) {
+	if c.Violations == nil {
+		c.Violations = []Violation{}
+	}
+	if c.ForeignTensors.Largest == nil {
+		c.ForeignTensors.Largest = []ForeignTensor{}
+	}
+	if c.Quantization.Ignore == nil {
+		c.Quantization.Ignore = []string{}
+	}
+	return json.Marshal(contractJSON(c))
 }
