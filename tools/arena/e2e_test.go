@@ -241,6 +241,12 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &viaHTTP))
 	require.Equal(t, rec.ID, viaHTTP.ID)
 
+	// --wait follows the record; with no stage service running it gives up
+	// at its timeout and says where the submission stands.
+	r = arena(t, "submit", "../../examples/submissions/fp8-w8a8", "--wait", "--timeout", "3s", "--nats", up.natsURL)
+	require.Equal(t, exitFailed, r.code)
+	require.Contains(t, r.stderr, "gave up waiting after 3s; still running: build pending · contract pending")
+
 	// Human output and unknown ids.
 	r = arena(t, "show", id, "--nats", up.natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
