@@ -48,8 +48,8 @@ type startOptions struct {
 // WithLogOutput sends the log to w instead of standard error.
 func WithLogOutput(w io.Writer) Option { return func(o *startOptions) { o.logOut = w } }
 
-// WithLogger uses l (with a service attribute added) instead of building a
-// logger from the configuration.
+// WithLogger uses l as it is instead of building a logger from the
+// configuration; it should already name the service.
 func WithLogger(l *slog.Logger) Option { return func(o *startOptions) { o.log = l } }
 
 // WithoutTelemetry leaves the OpenTelemetry globals alone: for a process
@@ -74,7 +74,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 		}
 	}()
 	if o.log != nil {
-		rt.Log = o.log.With("service", cfg.Service)
+		rt.Log = o.log
 	} else if rt.Log, err = observability.NewLogger(o.logOut, cfg.Service, cfg.LogLevel, cfg.LogFormat); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}

@@ -120,7 +120,11 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	newRuntime := func(service string) (*runtime.Runtime, error) {
 		cfg := runtime.DefaultConfig(service)
 		cfg.NATSURL, cfg.Store, cfg.OTel, cfg.LogLevel = a.natsURL, storeURL, o.otel, o.logLevel
-		rt, err := runtime.Start(ctx, cfg, runtime.WithLogger(log), runtime.WithoutTelemetry())
+		svcLog, err := observability.NewLogger(logOut, service, o.logLevel, "text")
+		if err != nil {
+			return nil, usageErr("%v", err)
+		}
+		rt, err := runtime.Start(ctx, cfg, runtime.WithLogger(svcLog), runtime.WithoutTelemetry())
 		if err != nil {
 			return nil, fmt.Errorf("up: start %s: %w", service, err)
 		}
