@@ -291,8 +291,8 @@ func matchModule(pattern, module string) bool {
 		re, err := regexp.Compile("^(?:" + strings.TrimPrefix(pattern, "re:") + ")")
 		return err == nil && re.MatchString(module)
 	case strings.ContainsAny(pattern, "*?["):
-		ok, _ := path.Match(pattern, module)
-		return ok || strings.HasPrefix(module, strings.TrimSuffix(pattern, "*")) && strings.HasSuffix(pattern, "*") && !strings.ContainsAny(strings.TrimSuffix(pattern, "*"), "*?[")
+		ok, _ := path.Match(pattern, module) // names hold no '/', so * spans dots
+		return ok
 	}
 	return module == pattern || strings.HasPrefix(module, pattern+".")
 }
