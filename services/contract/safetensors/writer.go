@@ -223,4 +223,3 @@ func (zeroReader) Read(p []byte) (int, error) {
 }
 
 var _ io.WriterTo = (*Writer)(nil)
-
