@@ -35,6 +35,10 @@ var rank = map[string]int{
 	record.StatusSkipped: 2,
 }
 
+// verbStatus is the stage status each stage event's verb moves to.
+var verbStatus = map[string]string{"started": record.StatusRunning, "completed": record.StatusDone,
+	"failed": record.StatusFailed, "skipped": record.StatusSkipped}
+
 // NewRecord returns the record of a submission as submission.received starts it:
 // every stage pending, status running.
 func NewRecord(d *events.SubmissionReceivedData, at time.Time) *record.Submission {
@@ -100,8 +104,7 @@ func Fold(rec *record.Submission, e event.Event) (*record.Submission, bool, erro
 	if i < 0 {
 		return rec, false, fmt.Errorf("%w: record %s has no stage %s", ErrBadEvent, rec.ID, spec.Stage)
 	}
-	status := map[string]string{"started": record.StatusRunning, "completed": record.StatusDone,
-		"failed": record.StatusFailed, "skipped": record.StatusSkipped}[spec.Verb]
+	status := verbStatus[spec.Verb]
 	if status == "" || rank[status] <= rank[rec.Stages[i].Status] {
 		return rec, false, nil
 	}

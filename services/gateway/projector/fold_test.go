@@ -82,7 +82,9 @@ func TestFold(t *testing.T) {
 				require.Equal(t, t0, r.CreatedAt)
 				require.Nil(t, r.Error)
 			}},
-		{"build runs then completes", func(t *testing.T) []event.Event { return []event.Event{received(t), started(t, "build", 1), buildDone(t)} },
+		{"build runs then completes", func(t *testing.T) []event.Event {
+			return []event.Event{received(t), started(t, "build", 1), buildDone(t)}
+		},
 			[]string{"running", "build:done", "contract:pending", "quality:pending", "efficiency:pending", "score:pending"}, []bool{true, true, true},
 			func(t *testing.T, r *record.Submission) {
 				require.Equal(t, "ab12", r.Bundle.Digest)

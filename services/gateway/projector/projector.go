@@ -121,7 +121,7 @@ func (p *Projector) writeStageResult(ctx context.Context, spec events.Spec, d *b
 	e := d.Event
 	row := store.StageResult{
 		TsMs: uint64(e.Time().UnixMilli()), SubmissionID: e.Subject(), Stage: spec.Stage,
-		Status: map[string]string{"completed": record.StatusDone, "failed": record.StatusFailed, "skipped": record.StatusSkipped}[spec.Verb],
+		Status:  verbStatus[spec.Verb],
 		EventID: e.ID(), FinishedMs: uint64(e.Time().UnixMilli()), Payload: string(e.Data()),
 	}
 	var why struct{ Reason, Message string }
