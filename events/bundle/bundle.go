@@ -83,9 +83,16 @@ type Engine struct {
 	Command string `json:"command,omitempty"`
 	// Patch is the path, inside the bundle, of an optional engine patch.
 	Patch string `json:"patch,omitempty"`
+	// KVCacheDType is the KV cache dtype the engine runs with, as vLLM and
+	// SGLang spell it (fp8, nvfp4, auto...); it fills {{.KVCacheDType}} and
+	// is the KV part of the detected precision. Empty means auto.
+	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
 }
 
-var precisionLabel = regexp.MustCompile(`^W[0-9]+A[0-9]+KV[0-9]+$`)
+var (
+	precisionLabel = regexp.MustCompile(`^W[0-9]+A[0-9]+KV[0-9]+$`)
+	kvDType        = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+)
 
 // Validate reports every problem of d at once.
 func (d *Declaration) Validate() error {
@@ -104,6 +111,9 @@ func (d *Declaration) Validate() error {
 	}
 	if p := d.Solution.Precision; p != "" && !precisionLabel.MatchString(p) {
 		errs = append(errs, fmt.Sprintf("solution.precision %q is not of the form W{w}A{a}KV{kv}, e.g. W4A16KV8", p))
+	}
+	if d.Engine != nil && d.Engine.KVCacheDType != "" && !kvDType.MatchString(d.Engine.KVCacheDType) {
+		errs = append(errs, fmt.Sprintf("engine.kv_cache_dtype %q must be a dtype name such as fp8, nvfp4 or auto", d.Engine.KVCacheDType))
 	}
 	if d.Engine != nil && d.Engine.Patch != "" && !Local(d.Engine.Patch) {
 		errs = append(errs, fmt.Sprintf("engine.patch %q must be a path inside the bundle", d.Engine.Patch))

@@ -22,9 +22,13 @@ const (
 	BucketSubmissions = "submissions"
 	// BucketRounds holds round state, keyed by round id.
 	BucketRounds = "rounds"
+	// BucketBundles maps a bundle digest to the first submission that
+	// carried it, so the build stage recognises a bundle submitted twice.
+	BucketBundles = "bundles"
 	// ObjectUploads holds bundles as participants upload them.
 	ObjectUploads = "uploads"
-	// ObjectArtifacts holds bundles the build stage accepted.
+	// ObjectArtifacts holds bundles the build stage accepted, content
+	// addressed (see package artifact).
 	ObjectArtifacts = "artifacts"
 )
 
@@ -108,6 +112,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 	for _, kv := range []jetstream.KeyValueConfig{
 		{Bucket: BucketSubmissions, Description: "submission records", History: 8, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketRounds, Description: "round state", History: 8, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketBundles, Description: "bundle digest to its first submission", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
 			return fmt.Errorf("bus: provision KV bucket %s: %w", kv.Bucket, err)
