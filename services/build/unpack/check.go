@@ -1,0 +1,130 @@
+package unpack
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/bundle"
+)
+
+// Files a bundle must hold at its top.
+const (
+	ConfigFile = "config.json"
+	IndexFile  = "model.safetensors.index.json"
+)
+
+// maxConfigBytes bounds config.json.
+const maxConfigBytes = 4 << 20
+
+// kinds maps a file extension to whether a bundle may hold it. Pickled
+// weights and code are refused by name: the arena never unpickles or runs
+// what a participant sends (there is no trust_remote_code here).
+var kinds = map[string]string{
+	".safetensors": "", ".json": "", ".txt": "", ".model": "", ".tiktoken": "", ".jinja": "", ".md": "",
+	".patch": "", ".diff": "",
+	".bin": CodeUnsafeFile, ".pt": CodeUnsafeFile, ".pth": CodeUnsafeFile, ".pkl": CodeUnsafeFile,
+	".ckpt": CodeUnsafeFile, ".pickle": CodeUnsafeFile, ".npy": CodeUnsafeFile, ".npz": CodeUnsafeFile,
+	".py": CodeCodeFile, ".so": CodeCodeFile, ".sh": CodeCodeFile, ".pyc": CodeCodeFile, ".exe": CodeCodeFile,
+}
+
+// Check validates an unpacked bundle in dir whose files are files (as
+// Unpack returned them) against the submission event that announced it:
+// allowed kinds of file, submission.json valid and consistent with the
+// event, config.json a JSON object, at least one safetensors file at the
+// top, and the engine patch present when one is declared. Safetensors
+// headers are the contract stage's to read.
+func Check(dir string, files []events.FileDigest, in events.SubmissionReceivedData) (*bundle.Declaration, error) {
+	have := map[string]bool{}
+	safetensors := 0
+	for _, f := range files {
+		have[f.Path] = true
+		ext := strings.ToLower(path.Ext(f.Path))
+		code, known := kinds[ext]
+		switch {
+		case !known:
+			return nil, refuse(CodeUnexpectedFile, "%s: a bundle holds the checkpoint (config.json, *.safetensors, tokenizer files), its declaration and an optional engine patch; %q files are not among them", f.Path, ext)
+		case code == CodeUnsafeFile:
+			return nil, refuse(code, "%s: pickled weights can run code when loaded; convert them to safetensors", f.Path)
+		case code == CodeCodeFile:
+			return nil, refuse(code, "%s: the arena does not run code from a bundle; ship engine changes as a patch (engine.patch)", f.Path)
+		}
+		if ext == ".safetensors" {
+			if strings.Contains(f.Path, "/") {
+				return nil, refuse(CodeUnexpectedFile, "%s: safetensors files belong at the top of the bundle, beside config.json", f.Path)
+			}
+			safetensors++
+		}
+	}
+
+	if !have[bundle.DeclarationFile] {
+		return nil, refuse(CodeNoDeclaration, "the bundle has no %s at its top", bundle.DeclarationFile)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, bundle.DeclarationFile))
+	if err != nil {
+		return nil, fmt.Errorf("unpack: read %s: %w", bundle.DeclarationFile, err)
+	}
+	decl, err := bundle.ParseDeclaration(data)
+	if err != nil {
+		msg := err.Error()
+		var be *bundle.Error
+		if errors.As(err, &be) {
+			msg = be.Message
+		}
+		return nil, &Error{Code: CodeBadDeclaration, Message: msg, Err: err}
+	}
+	var differ []string
+	diff := func(field, inBundle, inEvent string) {
+		if inBundle != inEvent {
+			differ = append(differ, fmt.Sprintf("%s is %q in the bundle and %q in the submission", field, inBundle, inEvent))
+		}
+	}
+	diff("task_id", decl.TaskID, in.TaskID)
+	diff("split", decl.Split, in.Split)
+	diff("participant", decl.Participant, in.Participant)
+	diff("solution.checkpoint", decl.Solution.Checkpoint, in.Solution.Checkpoint)
+	diff("solution.precision", decl.Solution.Precision, in.Solution.Precision)
+	if len(differ) > 0 {
+		return nil, refuse(CodeDeclarationDiffer, "%s; submit the bundle again with arena submit", strings.Join(differ, "; "))
+	}
+
+	if !have[ConfigFile] {
+		return nil, refuse(CodeMissingConfig, "the bundle has no %s at its top; the checkpoint's config (with its quantization_config) is required", ConfigFile)
+	}
+	st, err := os.Stat(filepath.Join(dir, ConfigFile))
+	if err != nil {
+		return nil, fmt.Errorf("unpack: %w", err)
+	}
+	if st.Size() > maxConfigBytes {
+		return nil, refuse(CodeBadConfig, "%s is %d bytes; the limit is %d", ConfigFile, st.Size(), maxConfigBytes)
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, ConfigFile))
+	if err != nil {
+		return nil, fmt.Errorf("unpack: %w", err)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(cfg, &obj); err != nil || obj == nil {
+		reason := "it is not a JSON object"
+		if err != nil {
+			reason = err.Error()
+		}
+		return nil, refuse(CodeBadConfig, "%s is not valid: %s", ConfigFile, reason)
+	}
+	if !bytes.Contains(cfg, []byte(`"architectures"`)) && !bytes.Contains(cfg, []byte(`"model_type"`)) {
+		return nil, refuse(CodeBadConfig, "%s names neither architectures nor model_type; is it a model config?", ConfigFile)
+	}
+
+	if safetensors == 0 {
+		return nil, refuse(CodeNoSafetensors, "the bundle has no *.safetensors file at its top; the checkpoint's weights are required in safetensors form")
+	}
+	if decl.Engine != nil && decl.Engine.Patch != "" && !have[decl.Engine.Patch] {
+		return nil, refuse(CodeMissingPatch, "engine.patch names %s, which the bundle does not hold", decl.Engine.Patch)
+	}
+	return decl, nil
+}

@@ -1,0 +1,243 @@
+// Package unpack turns an uploaded bundle archive into a checked folder and
+// its manifest. It trusts nothing in the archive: names are confined to the
+// folder (no absolute paths, no "..", no links), sizes and counts are
+// bounded before anything is written, and every refusal is an *Error with
+// a stable code and a sentence the participant can act on.
+package unpack
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/lowbarena/lowbarena/events"
+)
+
+// Codes of Error. They are stable: they name the reason in build.failed.
+const (
+	CodeNotFound          = "bundle_not_found"
+	CodeDigestMismatch    = "bundle_digest_mismatch"
+	CodeCorrupt           = "bundle_corrupt"
+	CodePathTraversal     = "bundle_path_traversal"
+	CodeBadEntry          = "bundle_bad_entry"
+	CodeBadName           = "bundle_bad_name"
+	CodeDuplicateFile     = "bundle_duplicate_file"
+	CodeTooManyFiles      = "bundle_too_many_files"
+	CodeTooLarge          = "bundle_too_large"
+	CodeFileTooLarge      = "bundle_file_too_large"
+	CodeUnsafeFile        = "bundle_unsafe_file"
+	CodeCodeFile          = "bundle_code_file"
+	CodeUnexpectedFile    = "bundle_unexpected_file"
+	CodeNoDeclaration     = "bundle_no_declaration"
+	CodeBadDeclaration    = "bundle_bad_declaration"
+	CodeDeclarationDiffer = "bundle_declaration_mismatch"
+	CodeMissingConfig     = "bundle_missing_config"
+	CodeBadConfig         = "bundle_bad_config"
+	CodeNoSafetensors     = "bundle_no_safetensors"
+	CodeMissingPatch      = "bundle_missing_patch"
+)
+
+// Codes returns every code, for tests and documentation.
+func Codes() []string {
+	return []string{CodeNotFound, CodeDigestMismatch, CodeCorrupt, CodePathTraversal, CodeBadEntry, CodeBadName,
+		CodeDuplicateFile, CodeTooManyFiles, CodeTooLarge, CodeFileTooLarge, CodeUnsafeFile, CodeCodeFile,
+		CodeUnexpectedFile, CodeNoDeclaration, CodeBadDeclaration, CodeDeclarationDiffer, CodeMissingConfig,
+		CodeBadConfig, CodeNoSafetensors, CodeMissingPatch}
+}
+
+// Error is a refusal of the bundle.
+type Error struct {
+	Code    string
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Unwrap returns the cause, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+func refuse(code string, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// AsError returns the *Error in err's chain, or nil.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
+}
+
+// Limits bound what a bundle may hold.
+type Limits struct {
+	// MaxFiles bounds the number of files.
+	MaxFiles int
+	// MaxBytes bounds the total unpacked size.
+	MaxBytes int64
+	// MaxFileBytes bounds one file.
+	MaxFileBytes int64
+	// MaxDepth bounds folder nesting (1: files at the top only).
+	MaxDepth int
+}
+
+// DefaultLimits fit the largest open checkpoints of the campaign families
+// (a 235B model in BF16 is about 470 GB in 5 GB shards).
+func DefaultLimits() Limits {
+	return Limits{MaxFiles: 2000, MaxBytes: 1 << 40, MaxFileBytes: 64 << 30, MaxDepth: 4}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxFiles <= 0 {
+		l.MaxFiles = d.MaxFiles
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = d.MaxBytes
+	}
+	if l.MaxFileBytes <= 0 {
+		l.MaxFileBytes = d.MaxFileBytes
+	}
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = d.MaxDepth
+	}
+	return l
+}
+
+// component is one element of a bundle path: it starts with a letter or
+// digit (nothing hidden), and holds only letters, digits and ._+-.
+var component = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$`)
+
+// CheckName refuses a path that could escape the folder or that is not a
+// plain name.
+func CheckName(name string, maxDepth int) error {
+	clean := path.Clean(name)
+	if name == "" || strings.HasPrefix(name, "/") || strings.Contains(name, "\\") || strings.ContainsRune(name, 0) ||
+		clean == ".." || strings.HasPrefix(clean, "../") || strings.Contains("/"+name+"/", "/../") {
+		return refuse(CodePathTraversal, "%q points outside the bundle; names must be relative paths inside it", name)
+	}
+	parts := strings.Split(strings.TrimSuffix(name, "/"), "/")
+	if len(parts) > maxDepth {
+		return refuse(CodeBadName, "%q is nested %d folders deep; the limit is %d", name, len(parts)-1, maxDepth-1)
+	}
+	for _, p := range parts {
+		if !component.MatchString(p) {
+			return refuse(CodeBadName, "%q has a name part %q that is hidden, empty or uses characters other than letters, digits and ._+-", name, p)
+		}
+	}
+	return nil
+}
+
+// Unpack reads a gzip'd tar from r into dir (which must exist and be
+// empty), hashing every file as it is written, and returns the files
+// sorted by path. Folders are created as needed; any entry other than a
+// regular file or a folder is refused.
+func Unpack(r io.Reader, dir string, lim Limits) ([]events.FileDigest, error) {
+	lim = lim.withDefaults()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("unpack: %w", err)
+	}
+	defer root.Close()
+
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, &Error{Code: CodeCorrupt, Message: "the bundle is not a gzip'd tar archive (arena submit packs one)", Err: err}
+	}
+	tr := tar.NewReader(zr)
+	seen := map[string]bool{}
+	var files []events.FileDigest
+	var total int64
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, &Error{Code: CodeCorrupt, Message: "the bundle archive is truncated or damaged; pack and upload it again", Err: err}
+		}
+		if err := CheckName(hdr.Name, lim.MaxDepth); err != nil {
+			return nil, err
+		}
+		name := strings.TrimSuffix(path.Clean(hdr.Name), "/")
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return nil, fmt.Errorf("unpack: mkdir %s: %w", name, err)
+			}
+			continue
+		case tar.TypeReg:
+		case tar.TypeSymlink, tar.TypeLink:
+			return nil, refuse(CodeBadEntry, "%s is a link; bundles hold regular files only (copy the file in instead)", name)
+		default:
+			return nil, refuse(CodeBadEntry, "%s is not a regular file (tar type %q); bundles hold regular files only", name, hdr.Typeflag)
+		}
+		if seen[name] {
+			return nil, refuse(CodeDuplicateFile, "%s appears twice in the archive", name)
+		}
+		seen[name] = true
+		if len(files) >= lim.MaxFiles {
+			return nil, refuse(CodeTooManyFiles, "the bundle has more than %d files", lim.MaxFiles)
+		}
+		if hdr.Size < 0 || hdr.Size > lim.MaxFileBytes {
+			return nil, refuse(CodeFileTooLarge, "%s is %d bytes; one file may be at most %d (shard the checkpoint)", name, hdr.Size, lim.MaxFileBytes)
+		}
+		if total+hdr.Size > lim.MaxBytes {
+			return nil, refuse(CodeTooLarge, "the bundle holds more than %d bytes", lim.MaxBytes)
+		}
+		if d := path.Dir(name); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return nil, fmt.Errorf("unpack: mkdir %s: %w", d, err)
+			}
+		}
+		fd, err := writeFile(root, name, tr, hdr.Size)
+		if err != nil {
+			return nil, err
+		}
+		total += fd.Size
+		files = append(files, fd)
+	}
+	// Read the gzip trailer, so a truncated stream is caught and the
+	// caller's hash covers every byte.
+	if _, err := io.Copy(io.Discard, zr); err != nil {
+		return nil, &Error{Code: CodeCorrupt, Message: "the bundle archive is truncated or damaged; pack and upload it again", Err: err}
+	}
+	sortFiles(files)
+	return files, nil
+}
+
+func writeFile(root *os.Root, name string, r io.Reader, size int64) (events.FileDigest, error) {
+	f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return events.FileDigest{}, fmt.Errorf("unpack: create %s: %w", name, err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return events.FileDigest{}, &Error{Code: CodeCorrupt, Message: fmt.Sprintf("%s is cut short in the archive; pack and upload it again", name), Err: err}
+		}
+		return events.FileDigest{}, fmt.Errorf("unpack: write %s: %w", name, err)
+	}
+	if n != size {
+		return events.FileDigest{}, refuse(CodeCorrupt, "%s holds %d bytes, its tar header says %d", name, n, size)
+	}
+	return events.FileDigest{Path: name, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+func sortFiles(fs []events.FileDigest) {
+	slices.SortFunc(fs, func(a, b events.FileDigest) int { return strings.Compare(a.Path, b.Path) })
+}
