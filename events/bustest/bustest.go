@@ -5,14 +5,19 @@ package bustest
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/events/ce"
 )
 
 // Server starts an embedded nats-server with JetStream on a random loopback
@@ -62,4 +67,44 @@ func Bus(t testing.TB, opts ...bus.Option) (*bus.Bus, *server.Server) {
 	defer cancel()
 	require.NoError(t, bus.Provision(ctx, b.JetStream(), bus.Topology{}))
 	return b, s
+}
+
+// Stored returns the events stored in the ARENA stream on subjects that
+// match filter (e.g. "arena.build.*.<id>"), in stream order.
+func Stored(t testing.TB, b *bus.Bus, filter string) []event.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := b.JetStream().OrderedConsumer(ctx, events.StreamArena, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	require.NoError(t, err)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	var out []event.Event
+	for pending := info.NumPending; pending > 0; pending-- {
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		require.NoError(t, err)
+		e, err := ce.Decode(m.Headers(), m.Data())
+		require.NoError(t, err)
+		out = append(out, e)
+	}
+	return out
+}
+
+// Await waits (up to 30 s, a bound on the wait, not a speed assertion)
+// until the ARENA stream holds an event of one of types on a subject that
+// matches filter, and returns the first such event.
+func Await(t testing.TB, b *bus.Bus, filter string, types ...events.Type) event.Event {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, e := range Stored(t, b, filter) {
+			if slices.Contains(types, events.Type(e.Type())) {
+				return e
+			}
+		}
+		if time.Now().After(deadline) {
+			require.FailNow(t, "no such event", "no %v on %s within 30 s", types, filter)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
