@@ -266,24 +266,56 @@ func ReadCheckpoint(dir string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, &Error{Code: CodeIO, File: dir, Err: err}
 	}
-	var present []string
-	hasIndex := false
+	sizes := map[string]int64{}
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
+			if !e.IsDir() {
+				sizes[e.Name()] = notRegular
+			}
 			continue
 		}
-		switch {
-		case e.Name() == IndexFile:
-			hasIndex = true
-		case strings.HasSuffix(e.Name(), ".safetensors"):
-			present = append(present, e.Name())
+		info, err := e.Info()
+		if err != nil {
+			return nil, &Error{Code: CodeIO, File: e.Name(), Err: err}
+		}
+		sizes[e.Name()] = info.Size()
+	}
+	c, err := ReadCheckpointFrom(sizes, func(name string) (io.ReadCloser, error) { return root.Open(name) })
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Code == CodeNoSafetensors && e.File == "" {
+			e.File = dir
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// notRegular marks, in the sizes given to ReadCheckpointFrom, a name that
+// is not a regular file (a link, a device): it is refused if read.
+const notRegular = -1
+
+// Opener opens a file of a checkpoint by name, for reading from its start.
+type Opener func(name string) (io.ReadCloser, error)
+
+// ReadCheckpointFrom reads the safetensors headers of a checkpoint whose
+// top-level files and their sizes are sizes, opening each through open:
+// a folder, or an artifact store that streams. It reads the index (when
+// there is one, bounded by MaxIndexSize) and the first 8+N bytes of each
+// shard, never tensor data: a stream is closed once its header is read.
+func ReadCheckpointFrom(sizes map[string]int64, open Opener) (*Checkpoint, error) {
+	var present []string
+	for name := range sizes {
+		if strings.HasSuffix(name, ".safetensors") {
+			present = append(present, name)
 		}
 	}
+	slices.Sort(present)
 	var idx *Index
 	toRead := present
 	var unindexed []string
-	if hasIndex {
-		data, err := readLimited(root, IndexFile, MaxIndexSize)
+	if _, ok := sizes[IndexFile]; ok {
+		data, err := readLimited(open, IndexFile, MaxIndexSize)
 		if err != nil {
 			return nil, err
 		}
@@ -298,11 +330,15 @@ func ReadCheckpoint(dir string) (*Checkpoint, error) {
 		}
 	}
 	if len(toRead) == 0 {
-		return nil, &Error{Code: CodeNoSafetensors, File: dir}
+		return nil, &Error{Code: CodeNoSafetensors}
 	}
 	files := make([]File, 0, len(toRead))
 	for _, name := range toRead {
-		f, err := readShard(root, name)
+		size, ok := sizes[name]
+		if !ok {
+			return nil, &Error{Code: CodeIndexShardMissing, File: name, Detail: "named by " + IndexFile}
+		}
+		f, err := readShard(open, name, size)
 		if err != nil {
 			return nil, err
 		}
@@ -316,23 +352,19 @@ func ReadCheckpoint(dir string) (*Checkpoint, error) {
 	return c, nil
 }
 
-func readShard(root *os.Root, name string) (File, error) {
-	f, err := root.Open(name)
+func readShard(open Opener, name string, size int64) (File, error) {
+	if size == notRegular {
+		return File{}, &Error{Code: CodeIO, File: name, Detail: "not a regular file (a link?); shards must be files in the folder"}
+	}
+	r, err := open(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return File{}, &Error{Code: CodeIndexShardMissing, File: name, Detail: "named by " + IndexFile}
 	}
 	if err != nil {
 		return File{}, &Error{Code: CodeIO, File: name, Err: err}
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return File{}, &Error{Code: CodeIO, File: name, Err: err}
-	}
-	if !st.Mode().IsRegular() {
-		return File{}, &Error{Code: CodeIndexShardMissing, File: name, Detail: "not a regular file"}
-	}
-	h, err := ReadHeader(f, st.Size())
+	defer r.Close()
+	h, err := ReadHeaderStream(r, size)
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.File == "" {
@@ -340,11 +372,11 @@ func readShard(root *os.Root, name string) (File, error) {
 		}
 		return File{}, err
 	}
-	return File{Name: name, Size: st.Size(), Header: h}, nil
+	return File{Name: name, Size: size, Header: h}, nil
 }
 
-func readLimited(root *os.Root, name string, limit int64) ([]byte, error) {
-	f, err := root.Open(name)
+func readLimited(open Opener, name string, limit int64) ([]byte, error) {
+	f, err := open(name)
 	if err != nil {
 		return nil, &Error{Code: CodeIO, File: name, Err: err}
 	}

@@ -152,7 +152,9 @@ func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 		return nil, newErr(CodeHeaderTruncated, "", "header length %d exceeds the %d bytes that follow the prefix", n, size-8)
 	}
 	buf := make([]byte, n)
-	if _, err := r.ReadAt(buf, 8); err != nil && !(errors.Is(err, io.EOF) && int64(len(buf)) == int64(n)) {
+	// An io.ReaderAt may return io.EOF with a full buffer at the end of its
+	// data; any error with fewer bytes is a short read.
+	if m, err := r.ReadAt(buf, 8); err != nil && !(errors.Is(err, io.EOF) && m == len(buf)) {
 		return nil, readErr(err, "reading the header")
 	}
 	h, err := parseHeader(buf, int64(n), size)
@@ -480,4 +482,35 @@ func cmpInt(a, b int64) int {
 		return 1
 	}
 	return 0
+}
+
+// ReadHeaderStream reads the header of a safetensors file of the given
+// size from a stream (an object store download, a pipe). It reads the same
+// 8+N bytes as ReadHeader and nothing after them, so the caller may close
+// the stream without fetching the tensor data.
+func ReadHeaderStream(r io.Reader, size int64) (*Header, error) {
+	return ReadHeader(&sequentialReaderAt{r: r}, size)
+}
+
+// sequentialReaderAt serves ReadAt calls at non-decreasing offsets from a
+// stream, skipping forward as needed.
+type sequentialReaderAt struct {
+	r   io.Reader
+	pos int64
+}
+
+func (s *sequentialReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off < s.pos {
+		return 0, fmt.Errorf("safetensors: stream read at %d, already at %d", off, s.pos)
+	}
+	if off > s.pos {
+		n, err := io.CopyN(io.Discard, s.r, off-s.pos)
+		s.pos += n
+		if err != nil {
+			return 0, err
+		}
+	}
+	n, err := io.ReadFull(s.r, p)
+	s.pos += int64(n)
+	return n, err
 }

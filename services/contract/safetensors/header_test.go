@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -162,4 +163,33 @@ func TestCodesDescribed(t *testing.T) {
 		require.NotEmpty(t, c.Describe(), c)
 	}
 	require.Empty(t, safetensors.Code("nope").Describe())
+}
+
+// countingReader counts what a stream handed out.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func TestReadHeaderStreamReadsOnlyTheHeader(t *testing.T) {
+	t.Parallel()
+	data := raw(`{"a":{"dtype":"F32","shape":[256],"data_offsets":[0,1024]}}`, 1024)
+	cr := &countingReader{r: bytes.NewReader(data)}
+	h, err := safetensors.ReadHeaderStream(cr, int64(len(data)))
+	require.NoError(t, err)
+	require.Equal(t, h.BytesRead, cr.n, "not a byte of tensor data")
+	require.Less(t, cr.n, int64(len(data)))
+	a, ok := h.Tensor("a")
+	require.True(t, ok)
+	require.Equal(t, int64(1024), a.Bytes())
+
+	short := data[:20]
+	_, err = safetensors.ReadHeaderStream(bytes.NewReader(short), int64(len(data)))
+	require.Equal(t, safetensors.CodeHeaderTruncated, safetensors.CodeOf(err), "a stream shorter than its announced size")
 }
