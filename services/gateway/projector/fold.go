@@ -127,6 +127,15 @@ func Fold(rec *record.Submission, e event.Event) (*record.Submission, bool, erro
 		}
 		st.FinishedAt, st.Reason = &t, d.Reason
 		next.Error = &record.Error{Stage: spec.Stage, Code: d.Reason, Message: d.Message}
+		// A broken contract carries its contract block, so the record shows
+		// what the checkpoint really is beside why it was refused.
+		if spec.Stage == "contract" && len(d.Detail) > 0 {
+			var c record.Contract
+			if err := json.Unmarshal(d.Detail, &c); err == nil && c.DetectedPrecision != "" {
+				next.Result.Contract = &c
+				next.Solution.DetectedPrecision = c.DetectedPrecision
+			}
+		}
 		// Later stages will not run: the record says so.
 		for j := i + 1; j < len(next.Stages); j++ {
 			if rank[next.Stages[j].Status] < rank[record.StatusSkipped] {

@@ -65,7 +65,12 @@ func TestFold(t *testing.T) {
 			Artifact: events.BundleRef{Store: "jetstream", Bucket: "artifacts", Object: "x", SHA256: "ab12"}})
 	}
 	contractFailed := func(t *testing.T) event.Event {
-		return ev(t, events.ContractFailed, 4, events.StageFailedData{SubmissionID: sub, Stage: "contract", Reason: "precision_wider_than_declared", Message: "W4A4KV8 declared · the service reads W16A16KV8"})
+		c := record.Contract{OK: false, DetectedPrecision: "W16A16KV8", DeclaredPrecision: "W4A4KV8", WeightBits: 16,
+			Violations: []record.Violation{{Code: "precision_wider_than_declared", Message: "W4A4KV8 declared · the service reads W16A16KV8"}}}
+		detail, err := json.Marshal(c)
+		require.NoError(t, err)
+		return ev(t, events.ContractFailed, 4, events.StageFailedData{SubmissionID: sub, Stage: "contract", Reason: "precision_wider_than_declared",
+			Message: "W4A4KV8 declared · the service reads W16A16KV8", Detail: detail})
 	}
 	tests := []struct {
 		name    string
@@ -99,6 +104,10 @@ func TestFold(t *testing.T) {
 			func(t *testing.T, r *record.Submission) {
 				require.Equal(t, &record.Error{Stage: "contract", Code: "precision_wider_than_declared", Message: "W4A4KV8 declared · the service reads W16A16KV8"}, r.Error)
 				require.Equal(t, "precision_wider_than_declared", r.Stages[1].Reason)
+				require.NotNil(t, r.Result.Contract, "a refused contract keeps its contract block")
+				require.False(t, r.Result.Contract.OK)
+				require.Equal(t, 16, r.Result.Contract.WeightBits)
+				require.Equal(t, "W16A16KV8", r.Solution.DetectedPrecision)
 			}},
 		{"redelivered and late events change nothing", func(t *testing.T) []event.Event {
 			return []event.Event{received(t), buildDone(t), started(t, "build", 1), buildDone(t), received(t)}
