@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/contract/examples"
 )
 
 // cmdDemo is what `make run` does: start the arena, submit the bundled
@@ -26,7 +28,20 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if len(bundles) == 0 {
-		return usageErr("demo takes the bundle folders to submit")
+		// No bundles: the examples, written afresh (they are
+		// deterministic, so a second demo submits the same digests).
+		dir := filepath.Join(o.data, "examples")
+		exs, err := examples.Write(dir)
+		if err != nil {
+			return err
+		}
+		for _, ex := range exs {
+			bundles = append(bundles, ex.Dir)
+		}
+		if o.campaigns == "" {
+			o.campaigns = filepath.Join(dir, examples.CampaignsDir)
+		}
+		fmt.Fprintf(stdout, "wrote %d example bundles and their campaign to %s\n", len(exs), dir)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()

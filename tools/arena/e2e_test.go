@@ -24,10 +24,15 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/contract/examples"
 )
 
-// arenaBin is the arena binary the end-to-end tests run as real processes.
-var arenaBin string
+// arenaBin is the arena binary the end-to-end tests run as real processes;
+// exampleDir holds the example campaign and bundles.
+var arenaBin, exampleDir string
+
+// bundleDir is the folder of an example bundle.
+func bundleDir(name string) string { return filepath.Join(exampleDir, examples.SubmissionsDir, name) }
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "arena-e2e-")
@@ -39,6 +44,12 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		os.Stderr.Write(out)
 		panic("build arena: " + err.Error())
+	}
+	// The examples come from the CLI itself, as a participant would make them.
+	exampleDir = filepath.Join(dir, "examples")
+	if out, err := exec.Command(arenaBin, "example", exampleDir).CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic("arena example: " + err.Error())
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -81,7 +92,8 @@ var upLine = regexp.MustCompile(`arena up: NATS (nats://\S+) · HTTP http://(\S+
 
 func startUp(t *testing.T, data string) *upProc {
 	t.Helper()
-	cmd := exec.Command(arenaBin, "up", "--data", data, "--nats-listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
+	cmd := exec.Command(arenaBin, "up", "--data", data, "--nats-listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+		"--campaigns", filepath.Join(exampleDir, examples.CampaignsDir))
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	p := &upProc{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
@@ -154,7 +166,7 @@ func TestCLIWithoutArena(t *testing.T) {
 	for _, args := range [][]string{
 		{"show", "abc123", "--nats", "nats://127.0.0.1:1"},
 		{"watch", "--nats", "nats://127.0.0.1:1"},
-		{"submit", "../../examples/submissions/fp8-w8a8", "--nats", "nats://127.0.0.1:1"},
+		{"submit", bundleDir("fp8-w8a8"), "--nats", "nats://127.0.0.1:1"},
 	} {
 		r := arena(t, args...)
 		require.Equal(t, exitFailed, r.code, args)
@@ -196,7 +208,7 @@ func TestArenaEndToEnd(t *testing.T) {
 		}
 	}()
 
-	r = arena(t, "submit", "../../examples/submissions/fp8-w8a8", "--nats", up.natsURL)
+	r = arena(t, "submit", bundleDir("fp8-w8a8"), "--nats", up.natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
 	id := lastWord(r.stdout)
 	require.True(t, events.ValidID(id), "submit printed %q", r.stdout)
@@ -205,31 +217,48 @@ func TestArenaEndToEnd(t *testing.T) {
 	case m := <-watched:
 		require.Equal(t, string(events.SubmissionReceived), m["type"])
 		require.Equal(t, id, m["subject"])
-		require.Equal(t, "qwen3-8b", m["data"].(map[string]any)["task_id"])
+		require.Equal(t, examples.TaskID, m["data"].(map[string]any)["task_id"])
 	case <-time.After(30 * time.Second):
 		t.Fatal("arena watch printed no event")
 	}
 
+	// Build and contract run; the later stages are not served yet.
 	var rec record.Submission
 	var raw map[string]any
 	require.Eventually(t, func() bool {
 		res := arena(t, "show", id, "--json", "--nats", up.natsURL)
-		return res.code == 0
-	}, 30*time.Second, 200*time.Millisecond)
+		if res.code != 0 {
+			return false
+		}
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &rec))
+		return rec.Stages[1].Status == record.StatusDone
+	}, 60*time.Second, 200*time.Millisecond)
 	rec, raw = showJSON(t, up.natsURL, id)
 	require.Equal(t, id, rec.ID)
 	require.Equal(t, record.StatusRunning, rec.Status)
 	require.Equal(t, "example-team", rec.Participant)
 	require.Equal(t, "W8A8KV8", rec.Solution.Precision)
+	require.Equal(t, "W8A8KV8", rec.Solution.DetectedPrecision)
 	names := make([]string, len(rec.Stages))
 	for i, s := range rec.Stages {
 		names[i] = s.Name
 		require.Contains(t, []string{"pending", "running", "done", "failed", "skipped"}, s.Status)
 	}
 	require.Equal(t, events.Stages, names)
+	require.Equal(t, record.StatusDone, rec.Stages[0].Status, "build")
 	for _, k := range []string{"agent", "created_at", "error", "id", "participant", "partition", "result", "runner", "solution", "split", "stages", "status", "task_id", "track", "updated_at"} {
 		require.Contains(t, raw, k, "the record keeps the fixtures' top-level fields")
 	}
+	require.NotNil(t, rec.Bundle)
+	require.Len(t, rec.Bundle.Digest, 64)
+	require.Empty(t, rec.Bundle.DuplicateOf)
+	contract := raw["result"].(map[string]any)["contract"].(map[string]any)
+	for _, k := range []string{"ok", "bits_per_weight", "model_bits_per_weight", "safetensor_bytes", "quantization", "weight_bits",
+		"activation_bits", "kv_bits", "detected_precision", "declared_precision", "foreign_tensors", "rope_source", "rope_artifact", "violations"} {
+		require.Contains(t, contract, k, "the contract block has the fixtures' layout")
+	}
+	require.Equal(t, true, contract["ok"])
+	require.InDelta(t, 8.1, contract["bits_per_weight"], 0.1)
 
 	// The same record over HTTP.
 	resp, err := http.Get("http://" + up.http + "/v1/submissions/" + id)
@@ -241,17 +270,48 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &viaHTTP))
 	require.Equal(t, rec.ID, viaHTTP.ID)
 
-	// --wait follows the record; with no stage service running it gives up
-	// at its timeout and says where the submission stands.
-	r = arena(t, "submit", "../../examples/submissions/fp8-w8a8", "--wait", "--timeout", "3s", "--nats", up.natsURL)
+	// --wait follows the record; with no quality service running it gives
+	// up at its timeout and says where the submission stands. The same
+	// bundle a second time is recognised by its digest.
+	r = arena(t, "submit", bundleDir("fp8-w8a8"), "--wait", "--timeout", "5s", "--nats", up.natsURL)
 	require.Equal(t, exitFailed, r.code)
-	require.Contains(t, r.stderr, "gave up waiting after 3s; still running: build pending · contract pending")
+	require.Contains(t, r.stderr, "gave up waiting after 5s; still running: ")
+	require.Contains(t, r.stderr, "quality pending")
+	m := regexp.MustCompile(`submitted \S+ as (\S+); waiting`).FindStringSubmatch(r.stderr)
+	require.NotNil(t, m, r.stderr)
+	again := m[1]
+	require.Eventually(t, func() bool {
+		rec2, _ := showJSON(t, up.natsURL, again)
+		return rec2.Bundle != nil && rec2.Bundle.DuplicateOf == id && rec2.Bundle.Digest == rec.Bundle.Digest
+	}, 30*time.Second, 200*time.Millisecond, "the second submission of one bundle names the first")
+
+	// A dishonest checkpoint is refused for its reason, and the record
+	// keeps its contract block.
+	r = arena(t, "submit", bundleDir("bf16-declared-w4"), "--wait", "--timeout", "60s", "--nats", up.natsURL)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	require.Contains(t, r.stdout, "FAILED")
+	require.Contains(t, r.stdout, "precision_wider_than_declared: W4A16KV8 declared · the service reads W16A16KV8")
+	bad, badRaw := showJSON(t, up.natsURL, lastWord(r.stdout))
+	require.Equal(t, record.StatusFailed, bad.Status)
+	require.Equal(t, "precision_wider_than_declared", bad.Error.Code)
+	require.Equal(t, "contract", bad.Error.Stage)
+	require.Equal(t, false, badRaw["result"].(map[string]any)["contract"].(map[string]any)["ok"])
+	require.Equal(t, record.StatusSkipped, bad.Stages[2].Status)
+
+	// A bundle with pickled weights is refused by the build stage.
+	pickled := t.TempDir()
+	require.NoError(t, os.CopyFS(pickled, os.DirFS(bundleDir("int4-w4a16-g32"))))
+	require.NoError(t, os.WriteFile(filepath.Join(pickled, "pytorch_model.bin"), []byte("\x80\x04 a pickle"), 0o644))
+	r = arena(t, "submit", pickled, "--wait", "--timeout", "60s", "--nats", up.natsURL)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	require.Contains(t, r.stdout, "error       bundle_unsafe_file at build: pytorch_model.bin: pickled weights can run code")
 
 	// Human output and unknown ids.
 	r = arena(t, "show", id, "--nats", up.natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "submission "+id+"  RUNNING")
-	require.Contains(t, r.stdout, "build pending · contract pending")
+	require.Contains(t, r.stdout, "build done · contract done · quality pending")
+	require.Contains(t, r.stdout, "contract    kept · reads W8A8KV8")
 	r = arena(t, "show", "0000000000000000", "--nats", up.natsURL)
 	require.Equal(t, exitFailed, r.code)
 	require.Contains(t, r.stderr, "no such submission: the arena has no submission 0000000000000000")
@@ -282,7 +342,7 @@ func TestArenaEndToEnd(t *testing.T) {
 	rec2, _ := showJSON(t, up2.natsURL, id)
 	require.Equal(t, rec.ID, rec2.ID)
 	require.Equal(t, rec.CreatedAt, rec2.CreatedAt)
-	r = arena(t, "submit", "../../examples/submissions/int4-declared-w4a4", "--nats", up2.natsURL)
+	r = arena(t, "submit", bundleDir("int4-w4a16-g32"), "--nats", up2.natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
 	id2 := lastWord(r.stdout)
 	require.NotEqual(t, id, id2)

@@ -19,8 +19,12 @@ const usage = `arena: the lowbarena command line
 usage:
   arena up     [--data DIR] [--nats-listen 127.0.0.1:4222] [--http 127.0.0.1:8080] [--store URL]
                run the arena on this machine (embedded NATS and chDB, every service)
-  arena demo   [up flags] [--exit] BUNDLE...
-               run the arena, submit the bundles, print their results, keep serving
+  arena demo   [up flags] [--exit] [BUNDLE...]
+               run the arena, submit the bundles (default: the examples, written
+               to DIR/examples), print their results, keep serving
+  arena example DIR
+               write the example campaign (DIR/campaigns) and bundles (DIR/submissions):
+               small real checkpoints, honest and dishonest
   arena submit DIR [--wait] [--timeout 30m] [--nats URL]
                submit the bundle in DIR; prints its id as the last word
   arena watch  [--json] [--all] [--id ID] [--nats URL]
@@ -79,6 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdUp(ctx, rest, stdout, stderr)
 	case "demo":
 		return cmdDemo(ctx, rest, stdout, stderr)
+	case "example":
+		return cmdExample(ctx, rest, stdout, stderr)
 	case "submit":
 		return cmdSubmit(ctx, rest, stdout, stderr)
 	case "watch":

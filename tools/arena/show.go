@@ -97,18 +97,23 @@ func renderRecord(w io.Writer, r *record.Submission) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "  stages      %s\n", stageLine(r.Stages))
-	if r.Error != nil {
-		fmt.Fprintf(w, "  error       %s at %s: %s\n", r.Error.Code, r.Error.Stage, r.Error.Message)
-	}
 	res := r.Result
-	if c := res.Contract; c != nil {
-		verdict := "ok"
-		if !c.OK {
-			verdict = fmt.Sprintf("refused (%d violations)", len(c.Violations))
+	if r.Error != nil {
+		msg := r.Error.Message
+		if c := res.Contract; c != nil && len(c.Violations) > 0 {
+			msg = "the checkpoint breaks its contract (below)"
 		}
-		fmt.Fprintf(w, "  contract    %s · %.3f bits/weight · W%dA%d", verdict, c.BitsPerWeight, c.WeightBits, c.ActivationBits)
-		if c.KVBits != nil {
-			fmt.Fprintf(w, "KV%d", *c.KVBits)
+		fmt.Fprintf(w, "  error       %s at %s: %s\n", r.Error.Code, r.Error.Stage, msg)
+	}
+	if c := res.Contract; c != nil {
+		verdict := "kept"
+		if !c.OK {
+			verdict = fmt.Sprintf("BROKEN (%d violations)", len(c.Violations))
+		}
+		fmt.Fprintf(w, "  contract    %s · reads %s · %.3f bits/weight (%.3f over all tensors) · %s of safetensors",
+			verdict, c.DetectedPrecision, c.BitsPerWeight, c.ModelBitsPerWeight, humanBytes(c.SafetensorBytes))
+		if c.ForeignTensors.Count > 0 {
+			fmt.Fprintf(w, " · %d foreign tensors (%.2f%%)", c.ForeignTensors.Count, 100*c.ForeignTensors.Share)
 		}
 		fmt.Fprintln(w)
 		for _, v := range c.Violations {

@@ -11,12 +11,16 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/lowbarena/lowbarena/observability"
+	build "github.com/lowbarena/lowbarena/services/build/service"
+	"github.com/lowbarena/lowbarena/services/contract/campaign"
+	contract "github.com/lowbarena/lowbarena/services/contract/service"
 	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
 	"github.com/lowbarena/lowbarena/services/runtime"
 	_ "github.com/lowbarena/lowbarena/services/store/chdb"
@@ -31,6 +35,7 @@ type upOptions struct {
 	store      string
 	otel       string
 	logLevel   string
+	campaigns  string
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
@@ -40,6 +45,7 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.store, "store", "", "store URL (default chdb://DIR/chdb; or clickhouse://host:9000/db)")
 	fs.StringVar(&o.otel, "otel", envOr(runtime.EnvOTel, "none"), "telemetry exporter: none, stdout or otlp")
 	fs.StringVar(&o.logLevel, "log-level", envOr(runtime.EnvLogLevel, "info"), "log level: debug, info, warn, error")
+	fs.StringVar(&o.campaigns, "campaigns", envOr("LOWBARENA_CAMPAIGNS", ""), "folder of campaign folders (default DIR/campaigns; `arena example DIR` writes one)")
 }
 
 func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -57,7 +63,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "arena up: NATS %s · HTTP http://%s · store %s · data %s\n", a.natsURL, a.httpAddr, a.storeEngine, a.data)
+	fmt.Fprintf(stdout, "arena up: NATS %s · HTTP http://%s · store %s · data %s · campaigns %s\n", a.natsURL, a.httpAddr, a.storeEngine, a.data, strings.Join(a.campaigns, ","))
 	fmt.Fprintf(stdout, "in another terminal: arena watch · arena submit DIR · arena show ID --json (Ctrl-C stops)\n")
 	return a.wait()
 }
@@ -67,6 +73,8 @@ type arenaProc struct {
 	data, natsURL, httpAddr, storeEngine string
 	// stages lists the pipeline stages some running service handles.
 	stages []string
+	// campaigns lists the tasks the arena runs.
+	campaigns []string
 
 	ns   *server.Server
 	rts  []*runtime.Runtime
@@ -117,9 +125,14 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 		storeURL = "chdb://" + filepath.Join(data, "chdb")
 	}
 
-	newRuntime := func(service string) (*runtime.Runtime, error) {
+	// newRuntime starts a service's runtime; only services that keep rows
+	// open the store.
+	newRuntime := func(service string, withStore bool) (*runtime.Runtime, error) {
 		cfg := runtime.DefaultConfig(service)
 		cfg.NATSURL, cfg.Store, cfg.OTel, cfg.LogLevel = a.natsURL, storeURL, o.otel, o.logLevel
+		if !withStore {
+			cfg.Store = ""
+		}
 		svcLog, err := observability.NewLogger(logOut, service, o.logLevel, "text")
 		if err != nil {
 			return nil, usageErr("%v", err)
@@ -133,7 +146,7 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	}
 
 	var actors []runtime.Actor
-	rt, err := newRuntime(gateway.Name)
+	rt, err := newRuntime(gateway.Name, true)
 	if err != nil {
 		return nil, err
 	}
@@ -145,9 +158,53 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	a.httpAddr = gw.Addr.String()
 	actors = append(actors, gw.Actors...)
 
+	if rt, err = newRuntime(build.Name, false); err != nil {
+		return nil, err
+	}
+	bs, err := build.New(ctx, rt.Bus, rt.Log, build.Options{WorkDir: filepath.Join(data, "build")})
+	if err != nil {
+		return nil, err
+	}
+	actors = append(actors, bs.Actors()...)
+
+	campaignsDir := o.campaigns
+	if campaignsDir == "" {
+		campaignsDir = filepath.Join(data, "campaigns")
+	}
+	if rt, err = newRuntime(contract.Name, false); err != nil {
+		return nil, err
+	}
+	set, err := loadCampaigns(campaignsDir, rt.Log)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := contract.New(ctx, rt.Bus, rt.Log, contract.Options{Campaigns: set})
+	if err != nil {
+		return nil, err
+	}
+	actors = append(actors, cs.Actors()...)
+	a.campaigns = set.Tasks()
+	a.stages = []string{build.Name, contract.Name}
+
 	go func() { a.done <- runtime.RunActors(ctx, log, actors...) }()
 	log.Info("arena up", "nats", a.natsURL, "http", a.httpAddr, "store", a.storeEngine, "data", data, "services", len(a.rts))
 	return a, nil
+}
+
+// loadCampaigns loads the campaigns in dir. A folder that does not exist
+// is an arena with no campaign yet: it runs, and refuses every submission
+// with campaign_unknown_task, saying so at start.
+func loadCampaigns(dir string, log *slog.Logger) (campaign.Set, error) {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		log.Warn("no campaigns folder; every submission will be refused until one exists (arena example DIR writes one, then --campaigns DIR/campaigns)", "folder", dir)
+		return campaign.Set{}, nil
+	}
+	set, err := campaign.LoadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	log.Info("campaigns loaded", "folder", dir, "tasks", set.Tasks())
+	return set, nil
 }
 
 // wait blocks until the services stop (ctx cancelled, or one failed), then
