@@ -17,8 +17,8 @@ import (
 	"github.com/lowbarena/lowbarena/events/bundle"
 	"github.com/lowbarena/lowbarena/services/contract/analyze"
 	"github.com/lowbarena/lowbarena/services/contract/campaign"
-	"github.com/lowbarena/lowbarena/services/contract/safetensors"
 	"github.com/lowbarena/lowbarena/services/contract/examples"
+	"github.com/lowbarena/lowbarena/services/contract/safetensors"
 )
 
 // hashes returns the sha256 of every file under dir, by relative path.

@@ -174,7 +174,9 @@ func TestContractRefusesBadInput(t *testing.T) {
 	h := start(t)
 	single, sharded := h.exs["int4-w4a16-g32"].Dir, h.exs["fp8-w8a8"].Dir
 	write := func(name string, data []byte) func(t *testing.T, dir string) {
-		return func(t *testing.T, dir string) { require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o644)) }
+		return func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o644))
+		}
 	}
 	cases := []struct {
 		id     string
