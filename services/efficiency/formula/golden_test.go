@@ -14,7 +14,7 @@ import (
 
 // The two records of a real arena of this kind (../../../schemas/testdata).
 const (
-	rec8b  = "submission_qwen3-8b_b0c4e95f426f48e2.json"    // 002: dev_score present, no anchor figures
+	rec8b  = "submission_qwen3-8b_b0c4e95f426f48e2.json"   // 002: dev_score present, no anchor figures
 	rec27b = "submission_qwen35-27b_4632bca02a3846d5.json" // 001: anchor and peak figures, budget failed
 )
 
