@@ -1,0 +1,385 @@
+// Package loadgen drives an OpenAI-compatible engine with streaming
+// completions and measures it: output tokens per second, time to first
+// token, inter-token latency, and how many requests the engine held at
+// once. It counts tokens itself from the stream and checks the engine's
+// usage report against that count, so an engine cannot inflate its rate.
+//
+// Every way an engine can misbehave ends a run with an *Error whose Code is
+// stable: engine_bad_stream (malformed server-sent events), engine_zero_tokens,
+// engine_token_count_mismatch, engine_hang (no byte within the idle
+// timeout), engine_disconnected (the stream ended before [DONE]) and
+// engine_http_error.
+package loadgen
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Codes of Error.
+const (
+	CodeBadStream     = "engine_bad_stream"
+	CodeZeroTokens    = "engine_zero_tokens"
+	CodeTokenMismatch = "engine_token_count_mismatch"
+	CodeHang          = "engine_hang"
+	CodeDisconnected  = "engine_disconnected"
+	CodeHTTP          = "engine_http_error"
+)
+
+// Error is a request the engine failed.
+type Error struct {
+	Code    string
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Workload is a load shape.
+type Workload struct {
+	Name string
+	// Concurrency is how many requests are kept in flight.
+	Concurrency int
+	// Requests is how many are measured; Warmup how many run before, not
+	// measured.
+	Requests, Warmup int
+	// PromptWords and MaxTokens size each request.
+	PromptWords, MaxTokens int
+}
+
+// Standard returns the arena's three workloads with the given request
+// count per concurrent slot (at least one request per slot).
+func Standard(perSlot, maxTokens int) []Workload {
+	if perSlot < 1 {
+		perSlot = 1
+	}
+	return []Workload{
+		{Name: "serve", Concurrency: 32, Requests: 32 * perSlot, Warmup: 4, PromptWords: 256, MaxTokens: maxTokens},
+		{Name: "interactive", Concurrency: 1, Requests: 4 * perSlot, Warmup: 1, PromptWords: 256, MaxTokens: maxTokens},
+		{Name: "long_context", Concurrency: 64, Requests: 64 * perSlot, Warmup: 4, PromptWords: 4096, MaxTokens: maxTokens},
+	}
+}
+
+// Sample is one measured request.
+type Sample struct {
+	Seq          int
+	Start        time.Time
+	PromptTokens int
+	OutputTokens int
+	TTFT, E2E    time.Duration
+	ITL          []time.Duration
+	// First and Last are when its first and last tokens arrived.
+	First, Last time.Time
+}
+
+// Result is one workload's measurement.
+type Result struct {
+	Workload string
+	// Rate is output tokens per second over the measured phase.
+	Rate float64
+	// Held is the most requests the engine was decoding at once, as seen
+	// from here: the largest number of requests whose first-to-last-token
+	// spans overlap. An engine that queues requests holds fewer than the
+	// workload offers. (The engine's own running count, where it reports
+	// one, is the finer figure.)
+	Held int
+	// TTFT, TPOT and ITL percentiles in milliseconds.
+	TTFTP50, TTFTP99, TPOTP50, TPOTP99, ITLP50, ITLP90, ITLP99 float64
+	OutputTokens                                              int
+	Elapsed                                                   time.Duration
+	Samples                                                   []Sample
+}
+
+// Client talks to one engine.
+type Client struct {
+	// BaseURL is the engine's root, e.g. http://127.0.0.1:8000.
+	BaseURL string
+	// Model is the model name sent.
+	Model string
+	// IdleTimeout bounds the wait for each byte of a stream; default 30 s.
+	IdleTimeout time.Duration
+	// HTTP is the client used; default one with keep-alives sized for the
+	// largest concurrency.
+	HTTP *http.Client
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 0}}
+}
+
+// Run runs a workload: warm-up, then the measured requests, Concurrency at
+// a time. The first failed request ends the run with its *Error.
+func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
+	if w.Concurrency < 1 || w.Requests < 1 {
+		return Result{}, fmt.Errorf("loadgen: workload %s needs concurrency and requests", w.Name)
+	}
+	hc := c.httpClient()
+	prompt := strings.TrimSpace(strings.Repeat("lorem ", w.PromptWords))
+	if err := c.batch(ctx, hc, w, prompt, w.Warmup, nil); err != nil {
+		return Result{}, err
+	}
+	var (
+		mu      sync.Mutex
+		samples []Sample
+	)
+	observe := func(s Sample) {
+		mu.Lock()
+		samples = append(samples, s)
+		mu.Unlock()
+	}
+	t0 := time.Now()
+	err := c.batch(ctx, hc, w, prompt, w.Requests, &hooks{observe: observe})
+	elapsed := time.Since(t0)
+	if err != nil {
+		return Result{}, err
+	}
+	return summarize(w.Name, samples, elapsed), nil
+}
+
+type hooks struct {
+	observe func(Sample)
+}
+
+func (c *Client) batch(ctx context.Context, hc *http.Client, w Workload, prompt string, n int, h *hooks) error {
+	if n <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan int)
+	errc := make(chan error, w.Concurrency)
+	var wg sync.WaitGroup
+	for range w.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := range jobs {
+				s, err := c.one(ctx, hc, seq, prompt, w.MaxTokens, h)
+				if err != nil {
+					errc <- err
+					cancel()
+					return
+				}
+				if h != nil {
+					h.observe(s)
+				}
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return ctx.Err()
+	}
+}
+
+type chunk struct {
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+// one sends one streaming completion and reads it to [DONE].
+func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt string, maxTokens int, h *hooks) (Sample, error) {
+	body, _ := json.Marshal(map[string]any{"model": c.Model, "prompt": prompt, "max_tokens": maxTokens, "stream": true,
+		"ignore_eos": true, "stream_options": map[string]any{"include_usage": true}})
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		return Sample{}, fmt.Errorf("loadgen: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	idle := c.IdleTimeout
+	if idle <= 0 {
+		idle = 30 * time.Second
+	}
+	// The idle timer cancels the request when no byte arrives in time.
+	timer := time.AfterFunc(idle, cancel)
+	defer timer.Stop()
+	hung := func() bool { return rctx.Err() != nil && ctx.Err() == nil }
+
+	s := Sample{Seq: seq, Start: time.Now()}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if hung() {
+			return s, &Error{Code: CodeHang, Message: fmt.Sprintf("no response within %s", idle), Err: err}
+		}
+		if ctx.Err() != nil {
+			return s, ctx.Err()
+		}
+		return s, &Error{Code: CodeDisconnected, Message: "the engine closed the connection", Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return s, &Error{Code: CodeHTTP, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))}
+	}
+	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	var last time.Time
+	reported := -1
+	for {
+		line, err := rd.ReadSlice('\n')
+		timer.Reset(idle)
+		if err != nil {
+			switch {
+			case hung():
+				return s, &Error{Code: CodeHang, Message: fmt.Sprintf("the stream stalled for %s after %d tokens", idle, s.OutputTokens), Err: err}
+			case ctx.Err() != nil:
+				return s, ctx.Err()
+			default:
+				return s, &Error{Code: CodeDisconnected, Message: fmt.Sprintf("the stream ended after %d tokens without [DONE]", s.OutputTokens), Err: err}
+			}
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 || line[0] == ':' {
+			continue
+		}
+		data, ok := bytes.CutPrefix(line, []byte("data:"))
+		if !ok {
+			continue // event:, id:, retry: fields
+		}
+		data = bytes.TrimSpace(data)
+		if string(data) == "[DONE]" {
+			break
+		}
+		var ch chunk
+		if err := json.Unmarshal(data, &ch); err != nil {
+			return s, &Error{Code: CodeBadStream, Message: fmt.Sprintf("a server-sent event is not JSON: %.80q", data), Err: err}
+		}
+		now := time.Now()
+		for _, c := range ch.Choices {
+			if c.Text == "" && c.Delta.Content == "" {
+				continue
+			}
+			if s.OutputTokens == 0 {
+				s.TTFT = now.Sub(s.Start)
+				s.First = now
+			} else {
+				s.ITL = append(s.ITL, now.Sub(last))
+			}
+			last = now
+			s.OutputTokens++
+		}
+		if ch.Usage != nil {
+			reported = ch.Usage.CompletionTokens
+			s.PromptTokens = ch.Usage.PromptTokens
+		}
+	}
+	s.E2E, s.Last = time.Since(s.Start), last
+	if s.OutputTokens == 0 {
+		return s, &Error{Code: CodeZeroTokens, Message: "the engine streamed no token"}
+	}
+	if reported >= 0 && reported != s.OutputTokens {
+		return s, &Error{Code: CodeTokenMismatch, Message: fmt.Sprintf("the engine reported %d completion tokens and streamed %d", reported, s.OutputTokens)}
+	}
+	return s, nil
+}
+
+// held is the largest number of overlapping [First, Last] spans.
+func held(samples []Sample) int {
+	type edge struct {
+		t time.Time
+		d int
+	}
+	edges := make([]edge, 0, 2*len(samples))
+	for _, s := range samples {
+		edges = append(edges, edge{s.First, 1}, edge{s.Last, -1})
+	}
+	// At equal times an end comes before a start: touching spans do not
+	// overlap.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.t.Compare(b.t); c != 0 {
+			return c
+		}
+		return a.d - b.d
+	})
+	n, most := 0, 0
+	for _, e := range edges {
+		n += e.d
+		most = max(most, n)
+	}
+	return most
+}
+
+func summarize(name string, samples []Sample, elapsed time.Duration) Result {
+	r := Result{Workload: name, Held: held(samples), Elapsed: elapsed, Samples: samples}
+	var ttft, tpot, itl []float64
+	for _, s := range samples {
+		r.OutputTokens += s.OutputTokens
+		ttft = append(ttft, ms(s.TTFT))
+		if s.OutputTokens > 1 {
+			tpot = append(tpot, ms(s.E2E-s.TTFT)/float64(s.OutputTokens-1))
+		}
+		for _, d := range s.ITL {
+			itl = append(itl, ms(d))
+		}
+	}
+	if elapsed > 0 {
+		r.Rate = float64(r.OutputTokens) / elapsed.Seconds()
+	}
+	r.TTFTP50, r.TTFTP99 = Percentile(ttft, 50), Percentile(ttft, 99)
+	r.TPOTP50, r.TPOTP99 = Percentile(tpot, 50), Percentile(tpot, 99)
+	r.ITLP50, r.ITLP90, r.ITLP99 = Percentile(itl, 50), Percentile(itl, 90), Percentile(itl, 99)
+	return r
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Percentile is the p-th percentile of xs by linear interpolation between
+// closest ranks (numpy's default); 0 for no values.
+func Percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	pos := p / 100 * float64(len(s)-1)
+	lo := int(math.Floor(pos))
+	hi := int(math.Ceil(pos))
+	return s[lo] + (s[hi]-s[lo])*(pos-float64(lo))
+}
+
+// AsError returns the *Error in err's chain, or nil.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
+}

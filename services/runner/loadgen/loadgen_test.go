@@ -1,0 +1,196 @@
+package loadgen_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/services/runner/loadgen"
+)
+
+// engine is a small OpenAI-style streaming server with misbehaviours.
+type engine struct {
+	mode     string
+	tokens   int // tokens per response when max_tokens is absent
+	limit    chan struct{}
+	inflight atomic.Int64
+	peak     atomic.Int64
+	gap      time.Duration
+}
+
+func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		MaxTokens int `json:"max_tokens"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	if e.mode == "http500" {
+		http.Error(w, "model is warming up", http.StatusInternalServerError)
+		return
+	}
+	if e.limit != nil {
+		select {
+		case e.limit <- struct{}{}:
+			defer func() { <-e.limit }()
+		case <-r.Context().Done():
+			return
+		}
+	}
+	n := e.inflight.Add(1)
+	defer e.inflight.Add(-1)
+	for {
+		p := e.peak.Load()
+		if n <= p || e.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	count := req.MaxTokens
+	if e.mode == "zero" {
+		count = 0
+	}
+	for i := range count {
+		if e.mode == "hang" && i == 2 {
+			<-r.Context().Done()
+			return
+		}
+		if e.mode == "disconnect" && i == 2 {
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+			return
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[{\"text\":\" tok%d\"}]}\n\n", i)
+		if e.mode == "malformed" && i == 1 {
+			fmt.Fprint(w, "data: {not json\n\n")
+		}
+		fl.Flush()
+		if e.gap > 0 {
+			time.Sleep(e.gap)
+		}
+	}
+	reported := count
+	if e.mode == "lie" {
+		reported = 2 * count
+	}
+	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", reported)
+	fl.Flush()
+}
+
+func start(t testing.TB, e *engine) *loadgen.Client {
+	t.Helper()
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return &loadgen.Client{BaseURL: srv.URL, Model: "m", IdleTimeout: 500 * time.Millisecond}
+}
+
+func TestRunMeasures(t *testing.T) {
+	t.Parallel()
+	e := &engine{gap: time.Millisecond}
+	c := start(t, e)
+	w := loadgen.Workload{Name: "serve", Concurrency: 8, Requests: 24, Warmup: 2, PromptWords: 10, MaxTokens: 5}
+	r, err := c.Run(context.Background(), w)
+	require.NoError(t, err)
+	require.Equal(t, "serve", r.Workload)
+	require.Len(t, r.Samples, 24, "warm-up requests are not measured")
+	require.Equal(t, 24*5, r.OutputTokens)
+	require.Equal(t, 8, r.Held, "all eight were streaming at once")
+	require.LessOrEqual(t, e.peak.Load(), int64(8))
+	for _, s := range r.Samples {
+		require.Equal(t, 5, s.OutputTokens)
+		require.Equal(t, 7, s.PromptTokens)
+		require.Len(t, s.ITL, 4)
+		require.Greater(t, s.E2E, s.TTFT)
+	}
+	require.Greater(t, r.Rate, 0.0)
+	require.InDelta(t, float64(r.OutputTokens)/r.Elapsed.Seconds(), r.Rate, 1e-9)
+	require.LessOrEqual(t, r.ITLP50, r.ITLP99)
+	require.LessOrEqual(t, r.TTFTP50, r.TTFTP99)
+}
+
+// TestRunHeldIsWhatTheEngineAdmits: an engine that serves two at a time
+// holds two, whatever the workload offers.
+func TestRunHeldIsWhatTheEngineAdmits(t *testing.T) {
+	t.Parallel()
+	c := start(t, &engine{limit: make(chan struct{}, 2), gap: 5 * time.Millisecond})
+	r, err := c.Run(context.Background(), loadgen.Workload{Name: "serve", Concurrency: 6, Requests: 12, MaxTokens: 3})
+	require.NoError(t, err)
+	// Spans are timed here, not in the engine, so a release and the next
+	// admission can seem to touch; what matters is far fewer than six.
+	require.GreaterOrEqual(t, r.Held, 2)
+	require.Less(t, r.Held, 6)
+	require.Equal(t, 36, r.OutputTokens)
+}
+
+func TestRunClassifiesBadEngines(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		mode, code string
+	}{
+		{"malformed", loadgen.CodeBadStream},
+		{"zero", loadgen.CodeZeroTokens},
+		{"lie", loadgen.CodeTokenMismatch},
+		{"hang", loadgen.CodeHang},
+		{"disconnect", loadgen.CodeDisconnected},
+		{"http500", loadgen.CodeHTTP},
+	}
+	for _, tc := range cases {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			c := start(t, &engine{mode: tc.mode})
+			done := make(chan struct{})
+			var err error
+			go func() {
+				_, err = c.Run(context.Background(), loadgen.Workload{Name: "serve", Concurrency: 4, Requests: 8, MaxTokens: 6})
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the run did not end: a bad engine must end it in bounded time")
+			}
+			e := loadgen.AsError(err)
+			require.NotNil(t, e, "%v", err)
+			require.Equal(t, tc.code, e.Code, e.Message)
+		})
+	}
+}
+
+func TestRunStopsWithItsContext(t *testing.T) {
+	t.Parallel()
+	c := start(t, &engine{gap: 20 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Run(ctx, loadgen.Workload{Name: "serve", Concurrency: 2, Requests: 100, MaxTokens: 50})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Nil(t, loadgen.AsError(err), "stopping is not an engine failure")
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	xs := []float64{4, 1, 3, 2}
+	// numpy.percentile([1, 2, 3, 4], [50, 90, 99]) = 2.5, 3.7, 3.97
+	require.InDelta(t, 2.5, loadgen.Percentile(xs, 50), 1e-12)
+	require.InDelta(t, 3.7, loadgen.Percentile(xs, 90), 1e-12)
+	require.InDelta(t, 3.97, loadgen.Percentile(xs, 99), 1e-12)
+	require.Equal(t, 0.0, loadgen.Percentile(nil, 50))
+	require.Equal(t, []float64{4, 1, 3, 2}, xs, "the input is not reordered")
+}
+
+func TestStandardWorkloads(t *testing.T) {
+	ws := loadgen.Standard(2, 64)
+	got := map[string]int{}
+	for _, w := range ws {
+		got[w.Name] = w.Concurrency
+		require.Equal(t, 2*w.Concurrency*map[string]int{"serve": 1, "interactive": 4, "long_context": 1}[w.Name], w.Requests)
+	}
+	require.Equal(t, map[string]int{"serve": 32, "interactive": 1, "long_context": 64}, got)
+	require.Equal(t, "serve", ws[0].Name, "serve is the first workload")
+}
+
