@@ -99,9 +99,9 @@ type Result struct {
 	Held int
 	// TTFT, TPOT and ITL percentiles in milliseconds.
 	TTFTP50, TTFTP99, TPOTP50, TPOTP99, ITLP50, ITLP90, ITLP99 float64
-	OutputTokens                                              int
-	Elapsed                                                   time.Duration
-	Samples                                                   []Sample
+	OutputTokens                                               int
+	Elapsed                                                    time.Duration
+	Samples                                                    []Sample
 }
 
 // Client talks to one engine.

@@ -193,4 +193,3 @@ func TestStandardWorkloads(t *testing.T) {
 	require.Equal(t, map[string]int{"serve": 32, "interactive": 1, "long_context": 64}, got)
 	require.Equal(t, "serve", ws[0].Name, "serve is the first workload")
 }
-
