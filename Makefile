@@ -11,6 +11,8 @@ CHDB_VERSION ?= 26.7.3-stable.1
 DEPS         := $(CURDIR)/.deps
 CHDB_DIR     := $(DEPS)/chdb
 export CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
+# go-nvml's cgo preamble declares many deprecated NVML calls; keep the build quiet.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 # Every module of the workspace, read from go.work.
 MODULES := $(shell sed -n 's|^[[:space:]]*\./||p' go.work)
