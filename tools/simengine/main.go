@@ -1,0 +1,155 @@
+// Command simengine is a simulated OpenAI-compatible inference engine: an
+// HTTP server started like vLLM, for machines without a GPU. It reads a
+// real checkpoint's headers, lays out memory on a simulated GPU, and serves
+// completions at roofline speed (sleeping in real time for every step).
+// Every report it gives says "simulated": true.
+//
+// Model: weights = TensorBytes*scale; KV per token = 2*layers*kv_heads*
+// head_dim*bytes_per_element*scale; other = 1.5 GiB; the KV pool is the rest
+// of the cap. A decode step of b sequences takes max(memory, compute) +
+// overhead (see Plan.StepTime); params are the tensors' element count, with
+// integer (packed 4-bit) tensors counted as two parameters per byte. Prompt
+// tokens are ceil(len(text)/4) bytes (chat: message contents joined by
+// newlines). load_seconds is reported as half of --startup-seconds.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// run is the whole process; it returns the exit status.
+func run(args []string, stderr io.Writer) int {
+	logger := log.New(stderr, "", 0)
+	logf := func(level, format string, a ...any) {
+		logger.Printf("%s %s [simengine] %s", level, time.Now().Format("01-02 15:04:05"), fmt.Sprintf(format, a...))
+	}
+	fs := flag.NewFlagSet("simengine", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	checkpoint := fs.String("checkpoint", "", "checkpoint folder with config.json and *.safetensors (required)")
+	host := fs.String("host", "127.0.0.1", "address to listen on")
+	port := fs.Int("port", 0, "port to listen on (required)")
+	kvDType := fs.String("kv-cache-dtype", "auto", "KV cache dtype: auto|bf16|fp16|fp8|nvfp4")
+	maxSeqs := fs.Int("max-num-seqs", 256, "most sequences running at once")
+	capGiB := fs.Float64("gpu-memory-gib", 0, "memory cap in GiB (default the GPU's total)")
+	gpuKey := fs.String("gpu", "h200", "simulated GPU: h200|h100")
+	scale := fs.Float64("scale", 1, "pretend the model is this many times larger in every byte")
+	startupSec := fs.Float64("startup-seconds", 1.0, "time before /health turns 200")
+	overheadMS := fs.Float64("step-overhead-ms", 0.5, "fixed time per scheduler step")
+	seed := fs.Int64("seed", 0, "seed of the generated tokens")
+	faultStr := fs.String("fault", "none", "none|never-healthy|crash-on-start|die-after-tokens=N|malformed-sse|zero-tokens|lie-tokens|hang-after-tokens=N")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *checkpoint == "" || *port == 0 {
+		logf("ERROR", "--checkpoint and --port are required")
+		return 2
+	}
+	gpu, ok := GPUs[*gpuKey]
+	if !ok {
+		logf("ERROR", "unknown --gpu %q", *gpuKey)
+		return 2
+	}
+	fault, err := ParseFault(*faultStr)
+	if err != nil {
+		logf("ERROR", "%v", err)
+		return 2
+	}
+	logf("INFO", "simengine: simulating %s, model=%s kv_cache_dtype=%s", gpu.Name, *checkpoint, *kvDType)
+	start := time.Now()
+	m, err := LoadCheckpoint(*checkpoint)
+	if err != nil {
+		logf("ERROR", "%v", err)
+		return 1
+	}
+	plan, err := NewPlan(PlanInput{
+		GPU: gpu, CapBytes: *capGiB * GiB, Config: m.Config, Weights: m.Weights,
+		KVDType: *kvDType, Scale: *scale, StepOverhead: time.Duration(*overheadMS * float64(time.Millisecond)),
+	})
+	var oom *OOMError
+	if errors.As(err, &oom) {
+		logf("ERROR", "%v", err)
+		return 1
+	} else if err != nil {
+		logf("ERROR", "%v", err)
+		return 2
+	}
+	logf("INFO", "Loading weights took %.2f seconds", *startupSec/2)
+	logf("INFO", "Model loading took %.4f GiB and %.6f seconds", plan.WeightsBytes/GiB, *startupSec/2)
+	logf("INFO", "GPU KV cache size: %d tokens", plan.KVTokens())
+	logf("INFO", "Available KV cache memory: %.2f GiB", plan.KVPoolBytes/GiB)
+	logf("INFO", "Maximum concurrency for 32,768 tokens per request: %.2fx", float64(plan.KVTokens())/32768)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+
+	sched := NewScheduler(plan, *maxSeqs)
+	if fault.Kind == "hang-after-tokens" {
+		sched.Hang, sched.HangAfter = true, fault.N
+	}
+	if fault.Kind == "die-after-tokens" {
+		sched.DieAfter = max(fault.N, 1)
+		sched.OnDie = func() {
+			logf("ERROR", "CUDA error: an illegal memory access was encountered")
+			os.Exit(1)
+		}
+	}
+	srv := &Server{Plan: plan, Sched: sched, Fault: fault, ModelID: m.Name, StartupSeconds: *startupSec, Seed: *seed}
+	schedCtx, schedCancel := context.WithCancel(context.Background())
+	defer schedCancel()
+	go sched.Run(schedCtx)
+
+	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		logf("ERROR", "listen: %v", err)
+		return 1
+	}
+	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(ln) }()
+	logger.Printf("INFO:     Started server process [%d]", os.Getpid())
+	logger.Printf("INFO:     Uvicorn running on http://%s (Press CTRL+C to quit)", addr)
+
+	ready := time.NewTimer(time.Until(start.Add(time.Duration(*startupSec * float64(time.Second)))))
+	defer ready.Stop()
+	for {
+		select {
+		case <-ready.C:
+			if fault.Kind == "crash-on-start" {
+				logf("ERROR", "EngineCore failed to start: RuntimeError: Engine core initialization failed (simulated fault crash-on-start)")
+				return 1
+			}
+			srv.SetReady()
+			logf("INFO", "Application startup complete.")
+		case err := <-serveErr:
+			logf("ERROR", "serve: %v", err)
+			return 1
+		case <-ctx.Done():
+			logger.Printf("INFO:     Shutting down")
+			sctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			defer cancel()
+			schedCancel()
+			if err := httpSrv.Shutdown(sctx); err != nil {
+				_ = httpSrv.Close()
+			}
+			logger.Printf("INFO:     Finished server process [%d]", os.Getpid())
+			return 0
+		}
+	}
+}

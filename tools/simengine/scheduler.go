@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrTooLong is returned for a request whose KV (prompt + max_tokens) can
+// never fit the pool or the model's context length.
+var ErrTooLong = errors.New("request does not fit")
+
+// Request is one sequence submitted to the scheduler. Tokens receives the
+// index of each generated token and is closed when the sequence ends.
+type Request struct {
+	PromptTokens int64
+	MaxTokens    int64
+	Tokens       chan int64
+	ctx          context.Context
+	generated    int64
+	admitted     bool
+}
+
+// Stats is a snapshot of the scheduler's state.
+type Stats struct {
+	Running, Waiting int
+	KVUsedBytes      float64
+	PeakUsedBytes    float64
+	TotalTokens      int64
+}
+
+// Scheduler is a continuous-batching loop run in one goroutine: every step
+// it admits waiting sequences that fit (FIFO), sleeps for the step's
+// roofline time, and gives every running sequence one token.
+type Scheduler struct {
+	plan    Plan
+	maxSeqs int
+	// Hang, when set, stops all generation once HangAfter tokens were
+	// generated in total (connections stay open).
+	Hang      bool
+	HangAfter int64
+	// DieAfter, when > 0, calls OnDie once that many tokens were generated
+	// in total.
+	DieAfter int64
+	// OnDie is called for DieAfter; the process exits there.
+	OnDie func()
+
+	mu       sync.Mutex
+	waiting  []*Request
+	running  []*Request
+	reserved float64
+	stats    Stats
+	wake     chan struct{}
+}
+
+// NewScheduler returns a scheduler for the plan; call Run to start it.
+func NewScheduler(p Plan, maxSeqs int) *Scheduler {
+	if maxSeqs <= 0 {
+		maxSeqs = 1
+	}
+	s := &Scheduler{plan: p, maxSeqs: maxSeqs, wake: make(chan struct{}, 1)}
+	s.stats.PeakUsedBytes = p.WeightsBytes + p.OtherBytes
+	return s
+}
+
+// Submit queues a sequence. It ends when ctx is done.
+func (s *Scheduler) Submit(ctx context.Context, prompt, maxTokens int64) (*Request, error) {
+	need := float64(prompt+maxTokens) * s.plan.KVBytesPerToken
+	if need > s.plan.KVPoolBytes || (s.plan.MaxModelLen > 0 && prompt+maxTokens > int64(s.plan.MaxModelLen)) {
+		return nil, fmt.Errorf("%w: %d prompt + %d max tokens exceeds the context (%d) or KV pool (%d tokens)",
+			ErrTooLong, prompt, maxTokens, s.plan.MaxModelLen, s.plan.KVTokens())
+	}
+	r := &Request{PromptTokens: prompt, MaxTokens: maxTokens, Tokens: make(chan int64, maxTokens+1), ctx: ctx}
+	s.mu.Lock()
+	s.waiting = append(s.waiting, r)
+	s.stats.Waiting = len(s.waiting)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return r, nil
+}
+
+// Stats returns a snapshot.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+func (r *Request) kvNeed(p Plan) float64 {
+	return float64(r.PromptTokens+r.MaxTokens) * p.KVBytesPerToken
+}
+
+// Run loops until ctx is done.
+func (s *Scheduler) Run(ctx context.Context) {
+	for {
+		s.mu.Lock()
+		idle := len(s.running) == 0 && len(s.waiting) == 0
+		hung := s.Hang && s.stats.TotalTokens >= s.HangAfter
+		s.mu.Unlock()
+		if idle || hung {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wake:
+				continue
+			}
+		}
+		d := s.prepareStep()
+		if d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		s.finishStep()
+	}
+}
+
+// prepareStep drops cancelled sequences, admits waiting ones and returns
+// the step's duration.
+func (s *Scheduler) prepareStep() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running = s.dropCancelled(s.running)
+	s.waiting = s.dropCancelled(s.waiting)
+	var prefill int64
+	for len(s.waiting) > 0 && len(s.running) < s.maxSeqs {
+		r := s.waiting[0]
+		if s.reserved+r.kvNeed(s.plan) > s.plan.KVPoolBytes {
+			break
+		}
+		s.waiting = s.waiting[1:]
+		s.reserved += r.kvNeed(s.plan)
+		r.admitted = true
+		prefill += r.PromptTokens
+		s.running = append(s.running, r)
+	}
+	var ctxTokens int64
+	for _, r := range s.running {
+		ctxTokens += r.PromptTokens + r.generated
+	}
+	s.setCounts(ctxTokens)
+	if len(s.running) == 0 {
+		return 0
+	}
+	return s.plan.StepTime(len(s.running), ctxTokens, prefill)
+}
+
+func (s *Scheduler) dropCancelled(rs []*Request) []*Request {
+	out := rs[:0]
+	for _, r := range rs {
+		if r.ctx.Err() != nil {
+			if r.admitted {
+				s.reserved -= r.kvNeed(s.plan)
+			}
+			close(r.Tokens)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (s *Scheduler) setCounts(ctxTokens int64) {
+	s.stats.Running = len(s.running)
+	s.stats.Waiting = len(s.waiting)
+	s.stats.KVUsedBytes = float64(ctxTokens) * s.plan.KVBytesPerToken
+	used := s.plan.WeightsBytes + s.plan.OtherBytes + s.stats.KVUsedBytes
+	if used > s.stats.PeakUsedBytes {
+		s.stats.PeakUsedBytes = used
+	}
+}
+
+// finishStep hands every running sequence one token.
+func (s *Scheduler) finishStep() {
+	s.mu.Lock()
+	out := s.running[:0]
+	die := false
+	var ctxTokens int64
+	for _, r := range s.running {
+		if s.Hang && s.stats.TotalTokens >= s.HangAfter {
+			out = append(out, r)
+			ctxTokens += r.PromptTokens + r.generated
+			continue
+		}
+		r.Tokens <- r.generated
+		r.generated++
+		s.stats.TotalTokens++
+		if s.DieAfter > 0 && s.stats.TotalTokens == s.DieAfter {
+			die = true
+		}
+		if r.generated >= r.MaxTokens {
+			s.reserved -= r.kvNeed(s.plan)
+			close(r.Tokens)
+			continue
+		}
+		ctxTokens += r.PromptTokens + r.generated
+		out = append(out, r)
+	}
+	s.running = out
+	s.setCounts(ctxTokens)
+	s.mu.Unlock()
+	if die && s.OnDie != nil {
+		s.OnDie()
+	}
+}

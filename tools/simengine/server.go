@@ -1,0 +1,368 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Fault is an injected misbehaviour, from --fault.
+type Fault struct {
+	Kind string // none, never-healthy, crash-on-start, die-after-tokens, malformed-sse, zero-tokens, lie-tokens, hang-after-tokens
+	N    int64  // for die-after-tokens and hang-after-tokens
+}
+
+// ParseFault parses a --fault value.
+func ParseFault(s string) (Fault, error) {
+	kind, arg, hasArg := strings.Cut(s, "=")
+	switch kind {
+	case "", "none":
+		return Fault{Kind: "none"}, nil
+	case "never-healthy", "crash-on-start", "malformed-sse", "zero-tokens", "lie-tokens":
+		if hasArg {
+			return Fault{}, fmt.Errorf("fault %q takes no argument", kind)
+		}
+		return Fault{Kind: kind}, nil
+	case "die-after-tokens", "hang-after-tokens":
+		n, err := strconv.ParseInt(arg, 10, 64)
+		if err != nil || n < 0 {
+			return Fault{}, fmt.Errorf("fault %s needs =N with N >= 0: %q", kind, arg)
+		}
+		return Fault{Kind: kind, N: n}, nil
+	}
+	return Fault{}, fmt.Errorf("unknown fault %q", s)
+}
+
+// Server serves the OpenAI-compatible API and the lowbarena reports.
+type Server struct {
+	Plan           Plan
+	Sched          *Scheduler
+	Fault          Fault
+	ModelID        string
+	StartupSeconds float64
+	Seed           int64
+
+	ready atomic.Bool
+	seq   atomic.Int64
+}
+
+// SetReady turns /health to 200 (except under fault never-healthy).
+func (s *Server) SetReady() { s.ready.Store(true) }
+
+// Handler returns the HTTP routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, false) })
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, true) })
+	mux.HandleFunc("GET /v1/lowbarena/memory", s.memory)
+	mux.HandleFunc("GET /v1/lowbarena/startup", s.startup)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]any{"object": "error", "message": msg, "type": "BadRequestError", "code": code})
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if !s.ready.Load() || s.Fault.Kind == "never-healthy" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, 200, map[string]any{"object": "list", "data": []any{
+		map[string]any{"id": s.ModelID, "object": "model", "owned_by": "simengine"},
+	}})
+}
+
+// MemoryReport is the body of GET /v1/lowbarena/memory.
+type MemoryReport struct {
+	GPU           string `json:"gpu"`
+	Simulated     bool   `json:"simulated"`
+	TotalBytes    int64  `json:"total_bytes"`
+	CapBytes      int64  `json:"cap_bytes"`
+	UsedBytes     int64  `json:"used_bytes"`
+	WeightsBytes  int64  `json:"weights_bytes"`
+	KVPoolBytes   int64  `json:"kv_pool_bytes"`
+	KVUsedBytes   int64  `json:"kv_used_bytes"`
+	OtherBytes    int64  `json:"other_bytes"`
+	Running       int    `json:"running"`
+	Waiting       int    `json:"waiting"`
+	PeakUsedBytes int64  `json:"peak_used_bytes"`
+}
+
+// Memory returns the current memory report.
+func (s *Server) Memory() MemoryReport {
+	st := s.Sched.Stats()
+	p := s.Plan
+	return MemoryReport{
+		GPU: p.GPU.Name, Simulated: true,
+		TotalBytes: int64(p.GPU.TotalBytes), CapBytes: int64(p.CapBytes),
+		UsedBytes:    int64(p.WeightsBytes + p.OtherBytes + st.KVUsedBytes),
+		WeightsBytes: int64(p.WeightsBytes), KVPoolBytes: int64(p.KVPoolBytes),
+		KVUsedBytes: int64(st.KVUsedBytes), OtherBytes: int64(p.OtherBytes),
+		Running: st.Running, Waiting: st.Waiting, PeakUsedBytes: int64(st.PeakUsedBytes),
+	}
+}
+
+func (s *Server) memory(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, s.Memory()) }
+
+// MaxConcurrency is part of StartupReport.
+type MaxConcurrency struct {
+	Sequences        float64 `json:"sequences"`
+	TokensPerRequest int     `json:"tokens_per_request"`
+}
+
+// StartupReport is the body of GET /v1/lowbarena/startup, in the arena's
+// record layout.
+type StartupReport struct {
+	CUDAGraphGiB      float64        `json:"cuda_graph_gib"`
+	EngineInitSeconds float64        `json:"engine_init_seconds"`
+	KVBytesPerToken   float64        `json:"kv_bytes_per_token"`
+	KVCacheDType      string         `json:"kv_cache_dtype"`
+	KVCacheGiB        float64        `json:"kv_cache_gib"`
+	KVCacheTokens     int64          `json:"kv_cache_tokens"`
+	LoadSeconds       float64        `json:"load_seconds"`
+	MaxConcurrency    MaxConcurrency `json:"max_concurrency"`
+	SpeculativeConfig string         `json:"speculative_config"`
+	VLLMVersion       string         `json:"vllm_version"`
+	WeightsGiB        float64        `json:"weights_gib"`
+	Simulated         bool           `json:"simulated"`
+	GPU               string         `json:"gpu"`
+}
+
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
+
+// Startup returns the startup report. load_seconds is simulated as half of
+// the startup time.
+func (s *Server) Startup() StartupReport {
+	p := s.Plan
+	toks := p.KVTokens()
+	return StartupReport{
+		CUDAGraphGiB: 0.17, EngineInitSeconds: s.StartupSeconds,
+		KVBytesPerToken: p.KVBytesPerToken, KVCacheDType: p.KVDType,
+		KVCacheGiB: round2(p.KVPoolBytes / GiB), KVCacheTokens: toks,
+		LoadSeconds:       s.StartupSeconds / 2,
+		MaxConcurrency:    MaxConcurrency{Sequences: round2(float64(toks) / 32768), TokensPerRequest: 32768},
+		SpeculativeConfig: "None", VLLMVersion: "simengine",
+		WeightsGiB: round2(p.WeightsBytes / GiB), Simulated: true, GPU: p.GPU.Name,
+	}
+}
+
+func (s *Server) startup(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, s.Startup()) }
+
+type completionRequest struct {
+	Model    string          `json:"model"`
+	Prompt   json.RawMessage `json:"prompt"`
+	Messages []struct {
+		Role    string `json:"role"`
+		Content any    `json:"content"`
+	} `json:"messages"`
+	MaxTokens *int64 `json:"max_tokens"`
+	Stream    bool   `json:"stream"`
+	IgnoreEOS bool   `json:"ignore_eos"`
+}
+
+// CountTokens is the deterministic prompt-token count: ceil(len(text)/4)
+// bytes, at least 1.
+func CountTokens(text string) int64 {
+	n := int64(len(text)+3) / 4
+	return max(n, 1)
+}
+
+func (c *completionRequest) text(chat bool) (string, error) {
+	if chat {
+		if len(c.Messages) == 0 {
+			return "", errors.New("messages is required")
+		}
+		var parts []string
+		for _, m := range c.Messages {
+			switch v := m.Content.(type) {
+			case string:
+				parts = append(parts, v)
+			default:
+				b, _ := json.Marshal(v)
+				parts = append(parts, string(b))
+			}
+		}
+		return strings.Join(parts, "\n"), nil
+	}
+	if len(c.Prompt) == 0 {
+		return "", errors.New("prompt is required")
+	}
+	var str string
+	if err := json.Unmarshal(c.Prompt, &str); err == nil {
+		return str, nil
+	}
+	var strs []string
+	if err := json.Unmarshal(c.Prompt, &strs); err == nil {
+		return strings.Join(strs, ""), nil
+	}
+	return string(c.Prompt), nil
+}
+
+// Usage is the OpenAI usage object.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+func (s *Server) tokenText(req, i int64) string {
+	v := (s.Seed*1000003 + req*7919 + i*104729) % 50000
+	if v < 0 {
+		v += 50000
+	}
+	return fmt.Sprintf("tok%d ", v)
+}
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
+	if !s.ready.Load() {
+		writeErr(w, http.StatusServiceUnavailable, "engine is starting")
+		return
+	}
+	var req completionRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeErr(w, 400, fmt.Sprintf("invalid JSON: %v", err))
+		return
+	}
+	if req.Model != "" && req.Model != s.ModelID {
+		writeErr(w, 404, fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return
+	}
+	text, err := req.text(chat)
+	if err != nil {
+		writeErr(w, 400, err.Error())
+		return
+	}
+	maxTokens := int64(16)
+	if req.MaxTokens != nil {
+		maxTokens = *req.MaxTokens
+	}
+	if maxTokens < 1 {
+		writeErr(w, 400, "max_tokens must be at least 1")
+		return
+	}
+	prompt := CountTokens(text)
+	id := s.seq.Add(1)
+	idStr := fmt.Sprintf("cmpl-sim-%d", id)
+	obj, chunkObj := "text_completion", "text_completion"
+	if chat {
+		idStr = fmt.Sprintf("chatcmpl-sim-%d", id)
+		obj, chunkObj = "chat.completion", "chat.completion.chunk"
+	}
+	created := time.Now().Unix()
+
+	var tokens chan int64
+	if s.Fault.Kind == "zero-tokens" {
+		tokens = make(chan int64)
+		close(tokens)
+	} else {
+		sr, err := s.Sched.Submit(r.Context(), prompt, maxTokens)
+		if err != nil {
+			writeErr(w, 400, err.Error())
+			return
+		}
+		tokens = sr.Tokens
+	}
+	choice := func(content string, finish any) map[string]any {
+		c := map[string]any{"index": 0, "finish_reason": finish}
+		if chat {
+			if content == "" && finish != nil {
+				c["delta"] = map[string]any{}
+			} else {
+				c["delta"] = map[string]any{"content": content}
+			}
+		} else {
+			c["text"] = content
+			c["logprobs"] = nil
+		}
+		return c
+	}
+	usage := func(n int64) Usage {
+		if s.Fault.Kind == "lie-tokens" {
+			n *= 2
+		}
+		return Usage{PromptTokens: prompt, CompletionTokens: n, TotalTokens: prompt + n}
+	}
+
+	if !req.Stream {
+		var sb strings.Builder
+		var n int64
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case i, ok := <-tokens:
+				if !ok {
+					goto done
+				}
+				sb.WriteString(s.tokenText(id, i))
+				n++
+			}
+		}
+	done:
+		c := choice(sb.String(), "length")
+		if chat {
+			delete(c, "delta")
+			c["message"] = map[string]any{"role": "assistant", "content": sb.String()}
+		}
+		writeJSON(w, 200, map[string]any{"id": idStr, "object": obj, "created": created, "model": s.ModelID,
+			"choices": []any{c}, "usage": usage(n)})
+		return
+	}
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(200)
+	fl, _ := w.(http.Flusher)
+	flush := func() {
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	flush()
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		flush()
+	}
+	var n int64
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case i, ok := <-tokens:
+			if !ok {
+				send(map[string]any{"id": idStr, "object": chunkObj, "created": created, "model": s.ModelID,
+					"choices": []any{choice("", "length")}, "usage": usage(n)})
+				fmt.Fprint(w, "data: [DONE]\n\n")
+				flush()
+				return
+			}
+			n++
+			send(map[string]any{"id": idStr, "object": chunkObj, "created": created, "model": s.ModelID,
+				"choices": []any{choice(s.tokenText(id, i), nil)}})
+			if n == 1 && s.Fault.Kind == "malformed-sse" {
+				fmt.Fprint(w, "data: {not json\n\n")
+				flush()
+			}
+		}
+	}
+}
