@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/lowbarena/lowbarena/services/contract v0.0.0
+	github.com/lowbarena/lowbarena/services/runner v0.0.0
 	github.com/stretchr/testify v1.12.1
 )
 
@@ -14,6 +15,7 @@ replace (
 	github.com/lowbarena/lowbarena/observability => ../../observability
 	github.com/lowbarena/lowbarena/schemas => ../../schemas
 	github.com/lowbarena/lowbarena/services/contract => ../../services/contract
+	github.com/lowbarena/lowbarena/services/runner => ../../services/runner
 	github.com/lowbarena/lowbarena/services/runtime => ../../services/runtime
 	github.com/lowbarena/lowbarena/services/store => ../../services/store
 )
