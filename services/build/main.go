@@ -22,7 +22,7 @@ func main() {
 	fs := flag.NewFlagSet(service.Name, flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	lim := unpack.DefaultLimits()
-	work := fs.String("work", envOr("LOWBARENA_BUILD_WORK", os.TempDir()), "folder where bundles are unpacked while checked (env LOWBARENA_BUILD_WORK)")
+	work := fs.String("work", runtime.EnvOr("LOWBARENA_BUILD_WORK", os.TempDir()), "folder where bundles are unpacked while checked (env LOWBARENA_BUILD_WORK)")
 	fs.IntVar(&lim.MaxFiles, "max-files", lim.MaxFiles, "most files a bundle may hold")
 	fs.Int64Var(&lim.MaxBytes, "max-bytes", lim.MaxBytes, "most bytes a bundle may hold, unpacked")
 	fs.Int64Var(&lim.MaxFileBytes, "max-file-bytes", lim.MaxFileBytes, "most bytes one file of a bundle may hold")
@@ -33,11 +33,4 @@ func main() {
 		}
 		return s.Actors(), nil
 	})
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

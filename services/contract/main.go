@@ -22,7 +22,7 @@ func main() {
 	cfg := runtime.DefaultConfig(service.Name)
 	fs := flag.NewFlagSet(service.Name, flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	dir := fs.String("campaigns", envOr("LOWBARENA_CAMPAIGNS", "campaigns"), "folder of campaign folders (campaign.json, config.json, tensors.json each) (env LOWBARENA_CAMPAIGNS)")
+	dir := fs.String("campaigns", runtime.EnvOr("LOWBARENA_CAMPAIGNS", "campaigns"), "folder of campaign folders (campaign.json, config.json, tensors.json each) (env LOWBARENA_CAMPAIGNS)")
 	runtime.Main(&cfg, fs, os.Args[1:], func(ctx context.Context, rt *runtime.Runtime) ([]runtime.Actor, error) {
 		set, err := campaign.LoadDir(*dir)
 		if err != nil {
@@ -35,11 +35,4 @@ func main() {
 		}
 		return s.Actors(), nil
 	})
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

@@ -20,7 +20,7 @@ func main() {
 	cfg := runtime.DefaultConfig(service.Name)
 	fs := flag.NewFlagSet(service.Name, flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	httpAddr := fs.String("http", envOr("LOWBARENA_HTTP", "127.0.0.1:8080"), "listen address of the HTTP API (env LOWBARENA_HTTP)")
+	httpAddr := fs.String("http", runtime.EnvOr("LOWBARENA_HTTP", "127.0.0.1:8080"), "listen address of the HTTP API (env LOWBARENA_HTTP)")
 	runtime.Main(&cfg, fs, os.Args[1:], func(ctx context.Context, rt *runtime.Runtime) ([]runtime.Actor, error) {
 		g, err := service.New(ctx, rt, service.Options{HTTPAddr: *httpAddr})
 		if err != nil {
@@ -29,11 +29,4 @@ func main() {
 		rt.Log.Info("HTTP API listening", "addr", g.Addr.String())
 		return g.Actors, nil
 	})
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

@@ -72,11 +72,11 @@ func DefaultConfig(service string) Config {
 	c := Config{
 		Service:         service,
 		Version:         "dev",
-		NATSURL:         envOr(EnvNATSURL, DefaultNATSURL),
+		NATSURL:         EnvOr(EnvNATSURL, DefaultNATSURL),
 		Store:           os.Getenv(EnvStore),
-		OTel:            envOr(EnvOTel, string(observability.ExporterNone)),
-		LogLevel:        envOr(EnvLogLevel, "info"),
-		LogFormat:       envOr(EnvLogFormat, "text"),
+		OTel:            EnvOr(EnvOTel, string(observability.ExporterNone)),
+		LogLevel:        EnvOr(EnvLogLevel, "info"),
+		LogFormat:       EnvOr(EnvLogFormat, "text"),
 		Replicas:        1,
 		ShutdownTimeout: 30 * time.Second,
 	}
@@ -165,7 +165,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func envOr(key, def string) string {
+// EnvOr returns the environment variable key, or def when it is unset or
+// empty. Services use it for the defaults of their own flags.
+func EnvOr(key, def string) string {
 	if v, ok := os.LookupEnv(key); ok && v != "" {
 		return v
 	}

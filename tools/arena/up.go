@@ -39,13 +39,13 @@ type upOptions struct {
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.data, "data", envOr("LOWBARENA_DATA", ".data/arena"), "folder of the arena's state: NATS JetStream in DIR/nats, chDB in DIR/chdb")
+	fs.StringVar(&o.data, "data", runtime.EnvOr("LOWBARENA_DATA", ".data/arena"), "folder of the arena's state: NATS JetStream in DIR/nats, chDB in DIR/chdb")
 	fs.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS listens for other processes (the CLI, external services)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "listen address of the gateway's HTTP API")
 	fs.StringVar(&o.store, "store", "", "store URL (default chdb://DIR/chdb; or clickhouse://host:9000/db)")
-	fs.StringVar(&o.otel, "otel", envOr(runtime.EnvOTel, "none"), "telemetry exporter: none, stdout or otlp")
-	fs.StringVar(&o.logLevel, "log-level", envOr(runtime.EnvLogLevel, "info"), "log level: debug, info, warn, error")
-	fs.StringVar(&o.campaigns, "campaigns", envOr("LOWBARENA_CAMPAIGNS", ""), "folder of campaign folders (default DIR/campaigns; `arena example DIR` writes one)")
+	fs.StringVar(&o.otel, "otel", runtime.EnvOr(runtime.EnvOTel, "none"), "telemetry exporter: none, stdout or otlp")
+	fs.StringVar(&o.logLevel, "log-level", runtime.EnvOr(runtime.EnvLogLevel, "info"), "log level: debug, info, warn, error")
+	fs.StringVar(&o.campaigns, "campaigns", runtime.EnvOr("LOWBARENA_CAMPAIGNS", ""), "folder of campaign folders (default DIR/campaigns; `arena example DIR` writes one)")
 }
 
 func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -288,11 +288,4 @@ func lockData(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("%w: another arena runs on %s", ErrDataInUse, dir)
 	}
 	return f, nil
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
