@@ -1,7 +1,6 @@
 package unpack
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,7 +115,9 @@ func Check(dir string, files []events.FileDigest, in events.SubmissionReceivedDa
 		}
 		return nil, refuse(CodeBadConfig, "%s is not valid: %s", ConfigFile, reason)
 	}
-	if !bytes.Contains(cfg, []byte(`"architectures"`)) && !bytes.Contains(cfg, []byte(`"model_type"`)) {
+	_, hasArch := obj["architectures"]
+	_, hasType := obj["model_type"]
+	if !hasArch && !hasType {
 		return nil, refuse(CodeBadConfig, "%s names neither architectures nor model_type; is it a model config?", ConfigFile)
 	}
 

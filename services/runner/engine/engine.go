@@ -103,13 +103,13 @@ type Options struct {
 
 // Engine is a started engine process.
 type Engine struct {
-	opts   Options
-	cmd    *exec.Cmd
-	tail   *tail
-	done   chan struct{}
-	err    error // the process's exit, once done is closed
-	stopMu sync.Mutex
-	stoped bool
+	opts    Options
+	cmd     *exec.Cmd
+	tail    *tail
+	done    chan struct{}
+	err     error // the process's exit, once done is closed
+	stopMu  sync.Mutex
+	stopped bool
 }
 
 // Start starts the engine and waits until it is healthy, it exits, the
@@ -199,10 +199,10 @@ func (e *Engine) PID() int { return e.cmd.Process.Pid }
 func (e *Engine) Stop() {
 	e.stopMu.Lock()
 	defer e.stopMu.Unlock()
-	if e.stoped {
+	if e.stopped {
 		return
 	}
-	e.stoped = true
+	e.stopped = true
 	pgid := e.cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	select {

@@ -145,7 +145,7 @@ func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
 		mu.Unlock()
 	}
 	t0 := time.Now()
-	err := c.batch(ctx, hc, w, prompt, w.Requests, &hooks{observe: observe})
+	err := c.batch(ctx, hc, w, prompt, w.Requests, observe)
 	elapsed := time.Since(t0)
 	if err != nil {
 		return Result{}, err
@@ -153,11 +153,9 @@ func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
 	return summarize(w.Name, samples, elapsed), nil
 }
 
-type hooks struct {
-	observe func(Sample)
-}
-
-func (c *Client) batch(ctx context.Context, hc *http.Client, w Workload, prompt string, n int, h *hooks) error {
+// batch sends n requests, Concurrency at a time, handing each finished one
+// to observe (nil for the warm-up, which is not measured).
+func (c *Client) batch(ctx context.Context, hc *http.Client, w Workload, prompt string, n int, observe func(Sample)) error {
 	if n <= 0 {
 		return nil
 	}
@@ -171,14 +169,14 @@ func (c *Client) batch(ctx context.Context, hc *http.Client, w Workload, prompt 
 		go func() {
 			defer wg.Done()
 			for seq := range jobs {
-				s, err := c.one(ctx, hc, seq, prompt, w.MaxTokens, h)
+				s, err := c.one(ctx, hc, seq, prompt, w.MaxTokens)
 				if err != nil {
 					errc <- err
 					cancel()
 					return
 				}
-				if h != nil {
-					h.observe(s)
+				if observe != nil {
+					observe(s)
 				}
 			}
 		}()
@@ -215,7 +213,7 @@ type chunk struct {
 }
 
 // one sends one streaming completion and reads it to [DONE].
-func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt string, maxTokens int, h *hooks) (Sample, error) {
+func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt string, maxTokens int) (Sample, error) {
 	body, _ := json.Marshal(map[string]any{"model": c.Model, "prompt": prompt, "max_tokens": maxTokens, "stream": true,
 		"ignore_eos": true, "stream_options": map[string]any{"include_usage": true}})
 	rctx, cancel := context.WithCancel(ctx)

@@ -133,6 +133,9 @@ func Simulated(baseURL string, pid func() int) (*Source, error) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	var mu sync.Mutex
 	last := SimMemory{GPU: "NVIDIA H200 (simulated)", TotalBytes: 141 << 30}
+	// read fetches the engine's report; GetMemoryInfo calls it once per
+	// sample, and the other device calls of that sample use what it got
+	// (Source.Read asks for memory first), so a sample costs one request.
 	read := func() SimMemory {
 		mu.Lock()
 		defer mu.Unlock()
@@ -148,6 +151,11 @@ func Simulated(baseURL string, pid func() int) (*Source, error) {
 		}
 		return last
 	}
+	cached := func() SimMemory {
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
 	dev := &mock.Device{
 		GetNameFunc: func() (string, nvml.Return) { return read().GPU, nvml.SUCCESS },
 		GetUUIDFunc: func() (string, nvml.Return) { return "GPU-simulated-0", nvml.SUCCESS },
@@ -156,7 +164,7 @@ func Simulated(baseURL string, pid func() int) (*Source, error) {
 			return nvml.Memory{Total: m.TotalBytes, Used: m.UsedBytes, Free: m.TotalBytes - min(m.UsedBytes, m.TotalBytes)}, nvml.SUCCESS
 		},
 		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) {
-			if read().Running > 0 {
+			if cached().Running > 0 {
 				return nvml.Utilization{Gpu: 100}, nvml.SUCCESS
 			}
 			return nvml.Utilization{}, nvml.SUCCESS
@@ -167,7 +175,7 @@ func Simulated(baseURL string, pid func() int) (*Source, error) {
 			if p == 0 {
 				return nil, nvml.SUCCESS
 			}
-			return []nvml.ProcessInfo{{Pid: uint32(p), UsedGpuMemory: read().UsedBytes}}, nvml.SUCCESS
+			return []nvml.ProcessInfo{{Pid: uint32(p), UsedGpuMemory: cached().UsedBytes}}, nvml.SUCCESS
 		},
 	}
 	lib := &mock.Interface{
