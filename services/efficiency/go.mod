@@ -7,3 +7,7 @@ replace (
 	github.com/lowbarena/lowbarena/observability => ../../observability
 	github.com/lowbarena/lowbarena/schemas => ../../schemas
 )
+
+require github.com/stretchr/testify v1.12.1
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

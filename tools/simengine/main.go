@@ -5,7 +5,7 @@
 // Every report it gives says "simulated": true.
 //
 // Model: weights = TensorBytes*scale; KV per token = 2*layers*kv_heads*
-// head_dim*bytes_per_element*scale; other = 1.5 GiB; the KV pool is the rest
+// head_dim*bytes_per_element*kv_scale (kv_scale defaults to scale); other = 1.5 GiB; the KV pool is the rest
 // of the cap. A decode step of b sequences takes max(memory, compute) +
 // overhead (see Plan.StepTime); params are the tensors' element count, with
 // integer (packed 4-bit) tensors counted as two parameters per byte. Prompt
@@ -49,6 +49,7 @@ func run(args []string, stderr io.Writer) int {
 	capGiB := fs.Float64("gpu-memory-gib", 0, "memory cap in GiB (default the GPU's total)")
 	gpuKey := fs.String("gpu", "h200", "simulated GPU: h200|h100")
 	scale := fs.Float64("scale", 1, "pretend the model is this many times larger in every byte")
+	kvScale := fs.Float64("kv-scale", 0, "multiply the KV bytes per token by this instead of --scale (0: same as --scale)")
 	startupSec := fs.Float64("startup-seconds", 1.0, "time before /health turns 200")
 	overheadMS := fs.Float64("step-overhead-ms", 0.5, "fixed time per scheduler step")
 	seed := fs.Int64("seed", 0, "seed of the generated tokens")
@@ -79,7 +80,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	plan, err := NewPlan(PlanInput{
 		GPU: gpu, CapBytes: *capGiB * GiB, Config: m.Config, Weights: m.Weights,
-		KVDType: *kvDType, Scale: *scale, StepOverhead: time.Duration(*overheadMS * float64(time.Millisecond)),
+		KVDType: *kvDType, Scale: *scale, KVScale: *kvScale, StepOverhead: time.Duration(*overheadMS * float64(time.Millisecond)),
 	})
 	var oom *OOMError
 	if errors.As(err, &oom) {

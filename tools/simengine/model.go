@@ -172,23 +172,30 @@ func (e *OOMError) Is(target error) bool { return target == ErrOOM }
 
 // PlanInput gathers what NewPlan needs.
 type PlanInput struct {
-	GPU          GPU
-	CapBytes     float64 // 0 means the GPU's total
-	Config       ModelConfig
-	Weights      Weights
-	KVDType      string
-	Scale        float64 // 0 means 1
+	GPU      GPU
+	CapBytes float64 // 0 means the GPU's total
+	Config   ModelConfig
+	Weights  Weights
+	KVDType  string
+	Scale    float64 // 0 means 1
+	// KVScale multiplies the KV bytes per token instead of Scale when set,
+	// so a tiny checkpoint can stand in for a large model's weights
+	// without a KV cache of the same inflation (0 means Scale).
+	KVScale      float64
 	StepOverhead time.Duration
 }
 
 // NewPlan lays out memory: weights = TensorBytes*scale, other = 1.5 GiB, and
 // the KV pool takes the rest of the cap. KV bytes per token =
-// 2 (K and V) * layers * kv_heads * head_dim * bytes_per_element * scale.
+// 2 (K and V) * layers * kv_heads * head_dim * bytes_per_element * kv_scale.
 // It fails with an *OOMError when the pool cannot hold one 2048-token
 // sequence.
 func NewPlan(in PlanInput) (Plan, error) {
 	if in.Scale <= 0 {
 		in.Scale = 1
+	}
+	if in.KVScale <= 0 {
+		in.KVScale = in.Scale
 	}
 	if in.CapBytes <= 0 {
 		in.CapBytes = in.GPU.TotalBytes
@@ -207,7 +214,7 @@ func NewPlan(in PlanInput) (Plan, error) {
 		MaxModelLen:  in.Config.MaxPos,
 		StepOverhead: in.StepOverhead,
 	}
-	p.KVBytesPerToken = 2 * float64(in.Config.Layers*in.Config.KVHeads*in.Config.HeadDim) * bpe * in.Scale
+	p.KVBytesPerToken = 2 * float64(in.Config.Layers*in.Config.KVHeads*in.Config.HeadDim) * bpe * in.KVScale
 	p.KVPoolBytes = p.CapBytes - p.WeightsBytes - p.OtherBytes
 	need := p.KVBytesPerToken * MinSeqTokens
 	if p.KVPoolBytes < need {

@@ -28,7 +28,11 @@ type Stats struct {
 	Running, Waiting int
 	KVUsedBytes      float64
 	PeakUsedBytes    float64
-	TotalTokens      int64
+	// ResidentTokens is the context the running sequences hold; the KV
+	// pool holds it in blocks of BlockTokens, so KVUsedBytes is a little
+	// more than ResidentTokens*KVBytesPerToken, as in paged engines.
+	ResidentTokens int64
+	TotalTokens    int64
 }
 
 // Scheduler is a continuous-batching loop run in one goroutine: every step
@@ -147,7 +151,7 @@ func (s *Scheduler) prepareStep() time.Duration {
 	for _, r := range s.running {
 		ctxTokens += r.PromptTokens + r.generated
 	}
-	s.setCounts(ctxTokens)
+	s.setCounts()
 	if len(s.running) == 0 {
 		return 0
 	}
@@ -169,10 +173,22 @@ func (s *Scheduler) dropCancelled(rs []*Request) []*Request {
 	return out
 }
 
-func (s *Scheduler) setCounts(ctxTokens int64) {
+// BlockTokens is the KV cache block size in tokens (vLLM's default).
+const BlockTokens = 16
+
+// setCounts updates the stats from the running sequences: their tokens,
+// and the KV blocks those take.
+func (s *Scheduler) setCounts() {
 	s.stats.Running = len(s.running)
 	s.stats.Waiting = len(s.waiting)
-	s.stats.KVUsedBytes = float64(ctxTokens) * s.plan.KVBytesPerToken
+	var tokens, blocks int64
+	for _, r := range s.running {
+		t := r.PromptTokens + r.generated
+		tokens += t
+		blocks += (t + BlockTokens - 1) / BlockTokens
+	}
+	s.stats.ResidentTokens = tokens
+	s.stats.KVUsedBytes = float64(blocks*BlockTokens) * s.plan.KVBytesPerToken
 	used := s.plan.WeightsBytes + s.plan.OtherBytes + s.stats.KVUsedBytes
 	if used > s.stats.PeakUsedBytes {
 		s.stats.PeakUsedBytes = used
@@ -206,7 +222,7 @@ func (s *Scheduler) finishStep() {
 		out = append(out, r)
 	}
 	s.running = out
-	s.setCounts(ctxTokens)
+	s.setCounts()
 	s.mu.Unlock()
 	if die && s.OnDie != nil {
 		s.OnDie()

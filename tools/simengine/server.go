@@ -105,6 +105,8 @@ type MemoryReport struct {
 	Running       int    `json:"running"`
 	Waiting       int    `json:"waiting"`
 	PeakUsedBytes int64  `json:"peak_used_bytes"`
+	// ResidentTokens is the context the running sequences hold.
+	ResidentTokens int64 `json:"resident_tokens"`
 }
 
 // Memory returns the current memory report.
@@ -118,6 +120,7 @@ func (s *Server) Memory() MemoryReport {
 		WeightsBytes: int64(p.WeightsBytes), KVPoolBytes: int64(p.KVPoolBytes),
 		KVUsedBytes: int64(st.KVUsedBytes), OtherBytes: int64(p.OtherBytes),
 		Running: st.Running, Waiting: st.Waiting, PeakUsedBytes: int64(st.PeakUsedBytes),
+		ResidentTokens: st.ResidentTokens,
 	}
 }
 

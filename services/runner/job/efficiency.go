@@ -1,0 +1,171 @@
+package job
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/efficiency/formula"
+	"github.com/lowbarena/lowbarena/services/runner/engine"
+	"github.com/lowbarena/lowbarena/services/runner/loadgen"
+)
+
+// KindEfficiency is the job kind that measures a checkpoint's speed and
+// memory beside its BF16 reference, and replays it under its budget.
+const KindEfficiency = "efficiency"
+
+// EngineSpec is how the campaign serves its checkpoints.
+type EngineSpec struct {
+	// Command is the template; see engine.Render for its placeholders.
+	Command    string `json:"command"`
+	MaxNumSeqs int    `json:"max_num_seqs,omitempty"`
+}
+
+// WorkloadSpec sizes the three workloads.
+type WorkloadSpec struct {
+	// RequestsPerSlot is how many requests each concurrent slot sends.
+	RequestsPerSlot int `json:"requests_per_slot"`
+	// MaxTokens is each request's output length.
+	MaxTokens int `json:"max_tokens"`
+	// PromptWords and LongPromptWords size the prompts of serve and
+	// interactive, and of long_context (defaults: loadgen.Standard's).
+	PromptWords     int `json:"prompt_words,omitempty"`
+	LongPromptWords int `json:"long_prompt_words,omitempty"`
+}
+
+// Workloads returns the standard workloads sized by w.
+func (w WorkloadSpec) Workloads() []loadgen.Workload {
+	wls := loadgen.Standard(max(w.RequestsPerSlot, 1), max(w.MaxTokens, 1))
+	for i := range wls {
+		switch {
+		case wls[i].Name == "long_context" && w.LongPromptWords > 0:
+			wls[i].PromptWords = w.LongPromptWords
+		case wls[i].Name != "long_context" && w.PromptWords > 0:
+			wls[i].PromptWords = w.PromptWords
+		}
+	}
+	return wls
+}
+
+// EfficiencyParams are the params of an efficiency job.
+type EfficiencyParams struct {
+	Campaign string       `json:"campaign"`
+	Engine   EngineSpec   `json:"engine"`
+	Workload WorkloadSpec `json:"workload"`
+	// KVCacheDType is the candidate's KV dtype (its declaration's).
+	KVCacheDType string `json:"kv_cache_dtype"`
+	// ReferenceDigest names the campaign's BF16 reference bundle, whose
+	// checkpoint comes with the job.
+	ReferenceDigest string `json:"reference_digest"`
+	// BudgetFactor is the budget replay's allowance (1.02); 0 skips the
+	// replay.
+	BudgetFactor float64 `json:"budget_factor"`
+}
+
+// Efficiency is the result of an efficiency job.
+type Efficiency struct {
+	GPU       string `json:"gpu"`
+	Simulated bool   `json:"simulated"`
+	// Reference is the BF16 reference measured on this pod; Cached says
+	// it came from an earlier job.
+	Reference Served `json:"reference"`
+	Cached    bool   `json:"reference_cached"`
+	Candidate Served `json:"candidate"`
+	// Budget is the replay of each workload under its budget, keyed
+	// "{w}@{factor}".
+	Budget  map[string]record.Budget `json:"budget"`
+	HardCap bool                     `json:"hard_cap"`
+	// Seconds is the GPU time this job took (reference included when it
+	// was measured here).
+	Seconds float64 `json:"seconds"`
+}
+
+// ReferenceCache keeps BF16 reference measurements per pod and campaign.
+type ReferenceCache interface {
+	Get(ctx context.Context, campaign, digest string) (*Served, error)
+	Put(ctx context.Context, campaign, digest string, s Served) error
+}
+
+// Efficiency measures the candidate beside the reference (measured here
+// first unless cached), then replays each workload under its budget. An
+// engine failure of the reference or the candidate fails the job; a
+// failure under the budget is a failed verdict, not a failed job.
+func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache) (Efficiency, error) {
+	var out Efficiency
+	wls := p.Workload.Workloads()
+	ref, err := cache.Get(ctx, p.Campaign, p.ReferenceDigest)
+	if err != nil {
+		return out, err
+	}
+	if ref != nil {
+		out.Reference, out.Cached = *ref, true
+	} else {
+		s, err := r.Serve(ctx, Launch{Run: "reference", Command: p.Engine.Command, Checkpoint: reference,
+			KVCacheDType: "auto", MaxNumSeqs: p.Engine.MaxNumSeqs}, wls)
+		out.Seconds += s.Seconds
+		if err != nil {
+			return out, fmt.Errorf("the BF16 reference: %w", err)
+		}
+		if err := cache.Put(ctx, p.Campaign, p.ReferenceDigest, s); err != nil {
+			return out, err
+		}
+		out.Reference = s
+	}
+	kv := p.KVCacheDType
+	if kv == "" {
+		kv = "auto"
+	}
+	cand, err := r.Serve(ctx, Launch{Run: "candidate", Command: p.Engine.Command, Checkpoint: candidate,
+		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs}, wls)
+	out.Seconds += cand.Seconds
+	if err != nil {
+		return out, err
+	}
+	out.Candidate, out.GPU, out.Simulated = cand, cand.GPU, cand.Simulated
+	if p.BudgetFactor <= 0 {
+		return out, nil
+	}
+	out.Budget, out.HardCap = map[string]record.Budget{}, true
+	for _, w := range wls {
+		wr := cand.Workloads[w.Name]
+		b := formula.BudgetFor(wr.Peak.PeakGiB, p.BudgetFactor)
+		key := fmt.Sprintf("%s@%g", w.Name, p.BudgetFactor)
+		rs, err := r.Serve(ctx, Launch{Run: key, Command: p.Engine.Command, Checkpoint: candidate,
+			KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: b.BudgetGiB, CapGiB: b.CapGiB}, []loadgen.Workload{w})
+		out.Seconds += rs.Seconds
+		v := record.Budget{BudgetGiB: b.BudgetGiB, CapGiB: b.CapGiB, Factor: b.Factor, FullRunning: float64(w.Concurrency)}
+		switch {
+		case ctx.Err() != nil:
+			return out, ctx.Err()
+		case err != nil && engine.AsFailure(err) == nil && loadgen.AsError(err) == nil:
+			return out, err // not the engine's doing: retry the job
+		case err == nil:
+			got := rs.Workloads[w.Name]
+			rate := got.Rate
+			v.Running, v.Value = float64(got.Running), &rate
+		default:
+			if r.Log != nil {
+				r.Log.Info("engine failed under its budget", "workload", w.Name, "budget_gib", b.BudgetGiB, "err", err)
+			}
+		}
+		rp := formula.Replay{Running: v.Running, Full: v.FullRunning, Rate: v.Value}
+		v.Healthy = rp.Healthy(wr.Rate)
+		out.Budget[key] = v
+	}
+	return out, nil
+}
+
+// Verdict is the first failed budget's sentence, or "" when every budget
+// held.
+func (e Efficiency) Verdict(factor float64) string {
+	for _, w := range formula.Workloads {
+		key := fmt.Sprintf("%s@%g", w.Name, factor)
+		b, ok := e.Budget[key]
+		if !ok || b.Healthy {
+			continue
+		}
+		return formula.Reason(w.Name, formula.Budget{Factor: b.Factor, BudgetGiB: b.BudgetGiB, CapGiB: b.CapGiB},
+			formula.Replay{Running: b.Running, Full: b.FullRunning, Rate: b.Value}, e.Candidate.Workloads[w.Name].Rate)
+	}
+	return ""
+}

@@ -1,0 +1,244 @@
+package job_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/services/runner/engine"
+	"github.com/lowbarena/lowbarena/services/runner/job"
+	"github.com/lowbarena/lowbarena/services/runner/loadgen"
+	"github.com/lowbarena/lowbarena/services/runner/telemetry"
+)
+
+// simengine is the simulated engine binary, built once for the package.
+var simengine string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "simengine-")
+	if err != nil {
+		panic(err)
+	}
+	simengine = filepath.Join(dir, "simengine")
+	if out, err := exec.Command("go", "build", "-o", simengine, "../../../tools/simengine").CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("build simengine: %v\n%s", err, out))
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// writeCheckpoint writes a config.json and one safetensors file holding a
+// single tensor of the given dtype and byte size.
+func writeCheckpoint(t *testing.T, dtype string, bytes int) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := `{"architectures":["Qwen3ForCausalLM"],"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":64,"hidden_size":256,"max_position_embeddings":32768}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644))
+	elem := map[string]int{"BF16": 2, "U8": 1}[dtype]
+	hdr := fmt.Sprintf(`{"w":{"dtype":%q,"shape":[%d],"data_offsets":[0,%d]}}`, dtype, bytes/elem, bytes)
+	for len(hdr)%8 != 0 {
+		hdr += " "
+	}
+	buf := make([]byte, 8, 8+len(hdr)+bytes)
+	binary.LittleEndian.PutUint64(buf, uint64(len(hdr)))
+	buf = append(buf, hdr...)
+	buf = append(buf, make([]byte, bytes)...)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors"), buf, 0o644))
+	return dir
+}
+
+// command is the simulated engine's template: 4 MiB of BF16 stands for an
+// 8 GiB model.
+func command(extra string) string {
+	return simengine + " --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}} --max-num-seqs {{.MaxNumSeqs}} --gpu-memory-gib {{.GPUMemoryGiB}} --scale 2048 --kv-scale 64 --startup-seconds 0.2 " + extra
+}
+
+func small() job.WorkloadSpec {
+	return job.WorkloadSpec{RequestsPerSlot: 1, MaxTokens: 24, PromptWords: 32, LongPromptWords: 256}
+}
+
+type memCache struct {
+	mu   sync.Mutex
+	m    map[string]job.Served
+	puts int
+}
+
+func (c *memCache) Get(_ context.Context, campaign, digest string) (*job.Served, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.m[campaign+"/"+digest]; ok {
+		return &s, nil
+	}
+	return nil, nil
+}
+
+func (c *memCache) Put(_ context.Context, campaign, digest string, s job.Served) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]job.Served{}
+	}
+	c.m[campaign+"/"+digest] = s
+	c.puts++
+	return nil
+}
+
+func runner(t *testing.T) (*job.Runner, *[]telemetry.Sample, *[]loadgen.Result) {
+	var mu sync.Mutex
+	var samples []telemetry.Sample
+	var results []loadgen.Result
+	r := &job.Runner{SampleInterval: 20 * time.Millisecond, HealthTimeout: 20 * time.Second, IdleTimeout: 5 * time.Second, StopGrace: 2 * time.Second,
+		Samples: func(_ context.Context, _ string, b []telemetry.Sample) error {
+			mu.Lock()
+			samples = append(samples, b...)
+			mu.Unlock()
+			return nil
+		},
+		Requests: func(_ context.Context, _ string, res loadgen.Result) error {
+			mu.Lock()
+			results = append(results, res)
+			mu.Unlock()
+			return nil
+		}}
+	return r, &samples, &results
+}
+
+func TestEfficiencyMeasuresCandidateBesideReference(t *testing.T) {
+	ref := writeCheckpoint(t, "BF16", 4<<20)
+	cand := writeCheckpoint(t, "U8", 1<<20) // packed 4-bit: a quarter of the bytes
+	r, samples, results := runner(t)
+	cache := &memCache{}
+	p := job.EfficiencyParams{Campaign: "tiny", Engine: job.EngineSpec{Command: command(""), MaxNumSeqs: 256},
+		Workload: small(), KVCacheDType: "fp8", ReferenceDigest: "ref1", BudgetFactor: 1.02}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := r.Efficiency(ctx, p, cand, ref, cache)
+	require.NoError(t, err)
+
+	require.True(t, out.Simulated)
+	require.Equal(t, "NVIDIA H200 (simulated)", out.GPU)
+	require.False(t, out.Cached)
+	require.Equal(t, 1, cache.puts)
+	for _, w := range []string{"serve", "interactive", "long_context"} {
+		c, b := out.Candidate.Workloads[w], out.Reference.Workloads[w]
+		// A quarter of the weight bytes streams faster on decode, and
+		// holds less memory.
+		require.Greater(t, c.Rate, b.Rate, w)
+		require.Less(t, c.Peak.PeakGiB, b.Peak.PeakGiB, w)
+		require.InDelta(t, 2.0, c.Peak.WeightsGiB, 0.01, w)
+		require.InDelta(t, 8.0, b.Peak.WeightsGiB, 0.01, w)
+		require.Equal(t, c.Full, c.Running, "%s: the unconstrained engine holds every request", w)
+		require.Greater(t, c.Peak.KVBytesPerToken, 0.0)
+		// Budget replay: under 1.02 x its peak the engine holds its
+		// requests and keeps its rate.
+		bud := out.Budget[w+"@1.02"]
+		require.InDelta(t, 1.02*c.Peak.PeakGiB, bud.BudgetGiB, 0.0011, w)
+		require.InDelta(t, bud.BudgetGiB+4, bud.CapGiB, 1e-9)
+		require.NotNil(t, bud.Value, w)
+		require.Equal(t, float64(c.Full), bud.Running, w)
+	}
+	// FP8 KV is half of BF16's per token (paged in 16-token blocks, so a
+	// little above the exact figure).
+	require.InDelta(t, out.Reference.Startup.KVBytesPerToken/2, out.Candidate.Startup.KVBytesPerToken, 1)
+	require.Equal(t, "fp8", out.Candidate.Startup.KVCacheDType)
+	require.Empty(t, out.Verdict(1.02))
+	require.True(t, out.HardCap)
+	require.NotEmpty(t, *samples)
+	for _, s := range *samples {
+		require.True(t, s.Simulated)
+	}
+	// 3 workloads on the reference, 3 on the candidate, 3 replays.
+	require.Len(t, *results, 9)
+
+	// The second job on this pod reuses the reference.
+	out2, err := r.Efficiency(ctx, p, cand, ref, cache)
+	require.NoError(t, err)
+	require.True(t, out2.Cached)
+	require.Equal(t, 1, cache.puts)
+	require.Equal(t, out.Reference.Workloads["serve"].Rate, out2.Reference.Workloads["serve"].Rate)
+}
+
+func TestServeFailuresAreClassified(t *testing.T) {
+	ck := writeCheckpoint(t, "BF16", 1<<20)
+	wl := []loadgen.Workload{{Name: "serve", Concurrency: 4, Requests: 8, PromptWords: 16, MaxTokens: 64}}
+	cases := []struct {
+		name, extra string
+		gib, capGiB float64
+		reason      string
+	}{
+		{"never healthy", "--fault never-healthy", 0, 0, engine.ReasonHealthTimeout},
+		{"crash on start", "--fault crash-on-start", 0, 0, engine.ReasonCrashed},
+		{"dies mid-workload", "--fault die-after-tokens=40", 0, 0, engine.ReasonCrashed},
+		{"malformed stream", "--fault malformed-sse", 0, 0, loadgen.CodeBadStream},
+		{"zero tokens", "--fault zero-tokens", 0, 0, loadgen.CodeZeroTokens},
+		{"lies about tokens", "--fault lie-tokens", 0, 0, loadgen.CodeTokenMismatch},
+		{"hangs", "--fault hang-after-tokens=20", 0, 0, loadgen.CodeHang},
+		{"out of memory", "", 2.0, 0, engine.ReasonOOM},
+		{"over its cap", "", 0, 3.0, engine.ReasonOverCap},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _, _ := runner(t)
+			r.HealthTimeout, r.IdleTimeout = 3*time.Second, time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			t0 := time.Now()
+			_, err := r.Serve(ctx, job.Launch{Run: "candidate", Command: command(tc.extra), Checkpoint: ck, KVCacheDType: "auto",
+				MaxNumSeqs: 64, GPUMemoryGiB: tc.gib, CapGiB: tc.capGiB}, wl)
+			require.Error(t, err)
+			code := ""
+			if f := engine.AsFailure(err); f != nil {
+				code = f.Reason
+				require.Contains(t, f.Message, "log tail")
+			} else if le := loadgen.AsError(err); le != nil {
+				code = le.Code
+			}
+			require.Equal(t, tc.reason, code, "%v", err)
+			require.Less(t, time.Since(t0), 30*time.Second, "ended within bounded time")
+		})
+	}
+	// The runner is fine for the next job.
+	r, _, _ := runner(t)
+	_, err := r.Serve(context.Background(), job.Launch{Run: "after", Command: command(""), Checkpoint: ck, KVCacheDType: "auto", MaxNumSeqs: 64}, wl)
+	require.NoError(t, err)
+}
+
+func TestParseStartup(t *testing.T) {
+	log := `INFO 11-02 10:00:01 [api_server.py:1000] vLLM API server version 0.11.0
+INFO 11-02 10:00:02 [config.py:100] Initializing a V1 LLM engine with config: model='m', speculative_config=None, kv_cache_dtype=fp8, seed=0
+INFO 11-02 10:00:30 [default_loader.py:262] Loading weights took 12.50 seconds
+INFO 11-02 10:00:31 [gpu_model_runner.py:2000] Model loading took 15.0500 GiB and 13.1 seconds
+INFO 11-02 10:01:00 [kv_cache_utils.py:800] GPU KV cache size: 4,361,122 tokens
+INFO 11-02 10:01:00 [gpu_worker.py:300] Available KV cache memory: 142.99 GiB
+INFO 11-02 10:01:00 [kv_cache_utils.py:804] Maximum concurrency for 32,768 tokens per request: 133.09x
+INFO 11-02 10:01:20 [gpu_model_runner.py:2500] Graph capturing finished in 20 secs, took 0.29 GiB`
+	s, ok := job.ParseStartup(log)
+	require.True(t, ok)
+	require.Equal(t, 15.05, s.WeightsGiB)
+	require.Equal(t, 4361122.0, s.KVCacheTokens)
+	require.Equal(t, 142.99, s.KVCacheGiB)
+	// The fixture's figure: 142.99 GiB over 4,361,122 tokens.
+	require.InDelta(t, 35205.23925122021, s.KVBytesPerToken, 1e-6)
+	require.Equal(t, 133.09, s.MaxConcurrency.Sequences)
+	require.Equal(t, 32768, s.MaxConcurrency.TokensPerRequest)
+	require.Equal(t, 0.29, s.CUDAGraphGiB)
+	require.Equal(t, 12.5, *s.LoadSeconds)
+	require.Equal(t, "0.11.0", s.VLLMVersion)
+	require.Equal(t, "fp8", s.KVCacheDType)
+	require.Equal(t, "None", s.SpeculativeConfig)
+
+	_, ok = job.ParseStartup("INFO Uvicorn running on http://127.0.0.1:8000")
+	require.False(t, ok)
+	b, _ := json.Marshal(s)
+	require.Contains(t, string(b), `"kv_cache_dtype":"fp8"`)
+}

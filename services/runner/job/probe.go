@@ -1,0 +1,131 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/efficiency/formula"
+)
+
+// memoryPath is where an engine reports its memory layout (simengine
+// serves it; a vLLM build with the arena's patch may too).
+const memoryPath = "/v1/lowbarena/memory"
+
+// startupPath is where an engine reports its start-up in the record's
+// layout.
+const startupPath = "/v1/lowbarena/startup"
+
+// errNoEndpoint is returned when the engine does not serve a report.
+var errNoEndpoint = errors.New("job: the engine serves no such report")
+
+// MemoryReport is an engine's own account of its memory: what the
+// breakdown of a peak (weights, KV, other) comes from. NVML sees only the
+// device total, which for an engine that reserves its pool up front is
+// the reservation, not the use.
+type MemoryReport struct {
+	GPU            string `json:"gpu"`
+	Simulated      bool   `json:"simulated"`
+	UsedBytes      int64  `json:"used_bytes"`
+	WeightsBytes   int64  `json:"weights_bytes"`
+	KVPoolBytes    int64  `json:"kv_pool_bytes"`
+	KVUsedBytes    int64  `json:"kv_used_bytes"`
+	OtherBytes     int64  `json:"other_bytes"`
+	Running        int    `json:"running"`
+	Waiting        int    `json:"waiting"`
+	ResidentTokens int64  `json:"resident_tokens"`
+}
+
+func getJSON(ctx context.Context, hc *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return errNoEndpoint
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("job: GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// probe polls an engine's memory report during a workload and keeps the
+// reading with the most memory used, and the most sequences running.
+type probe struct {
+	url string
+	hc  *http.Client
+
+	mu      sync.Mutex
+	peak    MemoryReport
+	running int
+	seen    bool
+}
+
+func (p *probe) reset() {
+	p.mu.Lock()
+	p.peak, p.running, p.seen = MemoryReport{}, 0, false
+	p.mu.Unlock()
+}
+
+func (p *probe) read(ctx context.Context) error {
+	var m MemoryReport
+	if err := getJSON(ctx, p.hc, p.url, &m); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.seen || m.UsedBytes > p.peak.UsedBytes {
+		p.peak = m
+	}
+	p.running = max(p.running, m.Running)
+	p.seen = true
+	return nil
+}
+
+// run polls until ctx ends. An engine without the report stops the probe
+// at once.
+func (p *probe) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := p.read(ctx); errors.Is(err, errNoEndpoint) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// result is the peak breakdown in the record's layout, and the most
+// sequences seen running; ok is false when the engine gave no report.
+func (p *probe) result(poolGiB float64) (record.PeakMemory, int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.seen {
+		return record.PeakMemory{}, 0, false
+	}
+	pk := formula.Peak{
+		WeightsGiB: float64(p.peak.WeightsBytes) / formula.GiB,
+		KVGiB:      float64(p.peak.KVUsedBytes) / formula.GiB,
+		OtherGiB:   float64(p.peak.OtherBytes) / formula.GiB,
+		PoolGiB:    poolGiB, ResidentTokens: float64(p.peak.ResidentTokens),
+	}
+	return record.PeakMemory{
+		WeightsGiB: formula.Round(pk.WeightsGiB, 3), KVGiB: formula.Round(pk.KVGiB, 3), OtherGiB: formula.Round(pk.OtherGiB, 3),
+		PeakGiB: pk.PeakGiB(), KVUsage: pk.KVUsage(), KVBytesPerToken: pk.KVBytesPerToken(),
+	}, p.running, true
+}

@@ -1,0 +1,310 @@
+// Package job runs the runner's jobs on one GPU: it starts an engine from
+// its command template, samples the GPU while the engine serves, drives the
+// load generator through the workloads, reads the engine's memory and
+// start-up reports, and always stops the engine. It knows nothing of NATS:
+// the runner service feeds it jobs and turns its results into events and
+// rows.
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/efficiency/formula"
+	"github.com/lowbarena/lowbarena/services/runner/engine"
+	"github.com/lowbarena/lowbarena/services/runner/loadgen"
+	"github.com/lowbarena/lowbarena/services/runner/telemetry"
+)
+
+// Runner runs engines on one GPU, one at a time.
+type Runner struct {
+	// NVML is the GPU's telemetry; nil means there is no GPU and each
+	// engine is watched through a simulated device backed by its own
+	// memory report (and every figure says so).
+	NVML *telemetry.Source
+	// SampleInterval is the telemetry period; default 100 ms (10 Hz).
+	SampleInterval time.Duration
+	// HealthTimeout bounds an engine's start; default 10 min.
+	HealthTimeout time.Duration
+	// IdleTimeout bounds the wait for each streamed byte; default 30 s.
+	IdleTimeout time.Duration
+	// StopGrace is how long an engine has to exit after SIGTERM.
+	StopGrace time.Duration
+	// Samples receives telemetry batches (gpu_samples rows); may be nil.
+	Samples func(ctx context.Context, run string, batch []telemetry.Sample) error
+	// Requests receives each finished workload's requests (requests rows);
+	// may be nil.
+	Requests func(ctx context.Context, run string, res loadgen.Result) error
+	// Progress is told of each phase; may be nil.
+	Progress func(phase string, done, total int)
+	// Log is the runner's logger.
+	Log *slog.Logger
+}
+
+// Launch is one engine start.
+type Launch struct {
+	// Run names this engine run ("reference", "candidate",
+	// "serve@1.02") in rows and logs.
+	Run string
+	// Command is the engine's command template.
+	Command string
+	// Checkpoint is the local folder of the checkpoint.
+	Checkpoint   string
+	KVCacheDType string
+	MaxNumSeqs   int
+	// GPUMemoryGiB is the memory the engine is told it may use (0: the
+	// whole GPU).
+	GPUMemoryGiB float64
+	// CapGiB is the hard cap the runner enforces from NVML: an engine
+	// whose device memory goes above it is stopped (0: no cap).
+	CapGiB float64
+}
+
+// WorkloadResult is one workload on one engine.
+type WorkloadResult struct {
+	Rate float64 `json:"rate"`
+	// Running is the most requests the engine ran at once: its own count
+	// where it reports one, else the load generator's overlap.
+	Running int `json:"running"`
+	// Full is the requests the workload keeps in flight.
+	Full    int     `json:"full"`
+	TTFTP50 float64 `json:"ttft_p50_ms"`
+	TTFTP99 float64 `json:"ttft_p99_ms"`
+	TPOTP50 float64 `json:"tpot_p50_ms"`
+	TPOTP99 float64 `json:"tpot_p99_ms"`
+	ITLP50  float64 `json:"itl_p50_ms"`
+	ITLP90  float64 `json:"itl_p90_ms"`
+	ITLP99  float64 `json:"itl_p99_ms"`
+	Tokens  int     `json:"output_tokens"`
+	// Peak is the memory breakdown at the workload's peak.
+	Peak record.PeakMemory `json:"peak"`
+}
+
+// Served is what one engine run measured.
+type Served struct {
+	Startup   record.Startup            `json:"startup"`
+	Workloads map[string]WorkloadResult `json:"workloads"`
+	// DevicePeakGiB is the most device memory NVML saw.
+	DevicePeakGiB float64 `json:"device_peak_gib"`
+	GPU           string  `json:"gpu"`
+	Simulated     bool    `json:"simulated"`
+	// Seconds is the engine's wall time, start to stop.
+	Seconds float64 `json:"seconds"`
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("job: find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Serve starts the engine, runs the workloads on it in order and stops it.
+// An engine failure (it did not start, died, went over its cap) is an
+// *engine.Failure; a bad stream is a *loadgen.Error; ctx ending is
+// ctx.Err(). The engine is stopped on every path.
+func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Workload) (Served, error) {
+	t0 := time.Now()
+	var out Served
+	port, err := freePort()
+	if err != nil {
+		return out, err
+	}
+	argv, err := engine.Render(l.Command, engine.Params{Checkpoint: l.Checkpoint, Port: port,
+		KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs, GPUMemoryGiB: l.GPUMemoryGiB})
+	if err != nil {
+		return out, err
+	}
+	r.progress("starting_engine "+l.Run, 0, len(workloads))
+	e, err := engine.Start(ctx, engine.Options{Command: argv, Port: port, HealthTimeout: r.HealthTimeout,
+		StopGrace: r.StopGrace, TailLines: 200})
+	if err != nil {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		return out, err
+	}
+	defer e.Stop()
+	defer func() { out.Seconds = time.Since(t0).Seconds() }()
+	base := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	hc := &http.Client{Timeout: 5 * time.Second}
+
+	// Start-up: the engine's own report where it serves one, else its log.
+	out.Startup, err = r.startup(ctx, hc, base, e.Tail())
+	if err != nil {
+		return out, err
+	}
+	out.Startup.EngineInitSeconds = formula.Round(time.Since(t0).Seconds(), 2)
+
+	src := r.NVML
+	if src == nil {
+		if src, err = telemetry.Simulated(base, e.PID); err != nil {
+			return out, fmt.Errorf("job: simulated telemetry: %w", err)
+		}
+		defer src.Close()
+	}
+	out.GPU, out.Simulated = src.GPU(), src.Simulated()
+
+	// The job's context ends when the engine dies or goes over its cap, so
+	// a workload in flight stops at once.
+	jctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-e.Exited():
+			cancel(e.Failure())
+		case <-jctx.Done():
+		}
+	}()
+	sampler := &telemetry.Sampler{Source: src, Interval: r.SampleInterval, PID: e.PID,
+		Sink: func(ctx context.Context, b []telemetry.Sample) error {
+			if r.Samples == nil {
+				return nil
+			}
+			return r.Samples(ctx, l.Run, b)
+		}}
+	if l.CapGiB > 0 {
+		sampler.CapBytes = uint64(l.CapGiB * formula.GiB)
+		sampler.OverCap = func(s telemetry.Sample) {
+			cancel(&engine.Failure{Reason: engine.ReasonOverCap, LogTail: e.Tail(), Message: fmt.Sprintf(
+				"engine used %.3f GiB of GPU memory, above its hard cap of %.3f GiB, and was stopped; container log tail: %s",
+				float64(s.MemUsed)/formula.GiB, l.CapGiB, flat(e.Tail(), 600))})
+		}
+	}
+	var wg sync.WaitGroup
+	sctx, stopSampler := context.WithCancel(context.Background())
+	wg.Go(func() {
+		if err := sampler.Run(sctx); err != nil && r.Log != nil {
+			r.Log.Warn("telemetry rows not written", "run", l.Run, "err", err)
+		}
+	})
+	defer func() {
+		stopSampler()
+		wg.Wait()
+		out.DevicePeakGiB = formula.Round(float64(sampler.Peak())/formula.GiB, 3)
+	}()
+
+	pr := &probe{url: base + memoryPath, hc: hc}
+	client := &loadgen.Client{BaseURL: base, Model: servedModel(ctx, hc, base, l.Checkpoint), IdleTimeout: r.IdleTimeout}
+	out.Workloads = make(map[string]WorkloadResult, len(workloads))
+	for i, w := range workloads {
+		r.progress(w.Name+" "+l.Run, i, len(workloads))
+		pr.reset()
+		pctx, stopProbe := context.WithCancel(jctx)
+		var pwg sync.WaitGroup
+		pwg.Go(func() { pr.run(pctx, r.interval()) })
+		res, err := client.Run(jctx, w)
+		stopProbe()
+		pwg.Wait()
+		if err != nil {
+			return out, r.why(ctx, jctx, e, err)
+		}
+		if r.Requests != nil {
+			if err := r.Requests(ctx, l.Run, res); err != nil && r.Log != nil {
+				r.Log.Warn("request rows not written", "run", l.Run, "workload", w.Name, "err", err)
+			}
+		}
+		wr := WorkloadResult{Rate: res.Rate, Running: res.Held, Full: w.Concurrency,
+			TTFTP50: res.TTFTP50, TTFTP99: res.TTFTP99, TPOTP50: res.TPOTP50, TPOTP99: res.TPOTP99,
+			ITLP50: res.ITLP50, ITLP90: res.ITLP90, ITLP99: res.ITLP99, Tokens: res.OutputTokens}
+		if pk, running, ok := pr.result(out.Startup.KVCacheGiB); ok {
+			wr.Peak = pk
+			if running > 0 {
+				wr.Running = min(running, w.Concurrency)
+			}
+		}
+		out.Workloads[w.Name] = wr
+	}
+	r.progress("done "+l.Run, len(workloads), len(workloads))
+	return out, nil
+}
+
+// why turns a workload's error into the job's: the engine's own failure
+// when it died or went over its cap (that is the cause, the broken stream
+// the symptom), ctx's error when the runner is stopping, else the load
+// generator's classified error.
+func (r *Runner) why(ctx, jctx context.Context, e *engine.Engine, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if cause := context.Cause(jctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	select {
+	case <-e.Exited():
+		return e.Failure()
+	case <-time.After(200 * time.Millisecond):
+	}
+	return err
+}
+
+func (r *Runner) interval() time.Duration {
+	if r.SampleInterval > 0 {
+		return r.SampleInterval
+	}
+	return 100 * time.Millisecond
+}
+
+func (r *Runner) progress(phase string, done, total int) {
+	if r.Progress != nil {
+		r.Progress(phase, done, total)
+	}
+}
+
+// startup reads the engine's start-up report: its endpoint where it
+// serves one, else the lines of its log.
+func (r *Runner) startup(ctx context.Context, hc *http.Client, base, log string) (record.Startup, error) {
+	var s record.Startup
+	err := getJSON(ctx, hc, base+startupPath, &s)
+	if err == nil {
+		return s, nil
+	}
+	if !errors.Is(err, errNoEndpoint) && r.Log != nil {
+		r.Log.Warn("engine start-up report unreadable; reading its log", "err", err)
+	}
+	s, ok := ParseStartup(log)
+	if !ok {
+		return s, &engine.Failure{Reason: ReasonNoStartup, LogTail: log,
+			Message: "the engine became healthy but reported neither its KV cache size nor its token count (no start-up endpoint, no vLLM start-up lines in its log)"}
+	}
+	return s, nil
+}
+
+// ReasonNoStartup is the failure of an engine whose start-up the runner
+// cannot read.
+const ReasonNoStartup = "engine_no_startup_report"
+
+// servedModel is the id the engine serves the checkpoint under (the first
+// of /v1/models), or the checkpoint path, as vLLM names it by default.
+func servedModel(ctx context.Context, hc *http.Client, base, checkpoint string) string {
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := getJSON(ctx, hc, base+"/v1/models", &list); err != nil || len(list.Data) == 0 || list.Data[0].ID == "" {
+		return checkpoint
+	}
+	return list.Data[0].ID
+}
+
+// flat joins a log on one line and keeps its last n bytes.
+func flat(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = "..." + s[len(s)-n:]
+	}
+	return s
+}
