@@ -103,6 +103,12 @@ type ContractCompletedData struct {
 	SubmissionID      string          `json:"submission_id"`
 	Contract          record.Contract `json:"contract"`
 	DetectedPrecision string          `json:"detected_precision"`
+	// TaskID, BundleDigest, Artifact and KVCacheDType carry forward what
+	// the stages after the contract need to serve the checkpoint.
+	TaskID       string     `json:"task_id,omitempty"`
+	BundleDigest string     `json:"bundle_digest,omitempty"`
+	Artifact     *BundleRef `json:"artifact,omitempty"`
+	KVCacheDType string     `json:"kv_cache_dtype,omitempty"`
 }
 
 // QualityCompletedData is the payload of quality.completed.
@@ -125,6 +131,12 @@ type EfficiencyCompletedData struct {
 	GPUHours         float64                      `json:"gpu_hours"`
 	GPU              string                       `json:"gpu"`
 	Simulated        bool                         `json:"simulated"`
+	// BudgetReason is the first failed budget's sentence ("contract:
+	// limited to a hard cap of ..."), empty when every budget held; the
+	// score disqualifies with it.
+	BudgetReason string `json:"budget_reason,omitempty"`
+	// Pod is where the submission and its reference were measured.
+	Pod string `json:"pod,omitempty"`
 }
 
 // ScoreCompletedData is the payload of score.completed.
@@ -157,6 +169,7 @@ type RunnerJobStartedData struct {
 	Kind         string `json:"kind"`
 	SubmissionID string `json:"submission_id,omitempty"`
 	RoundID      string `json:"round_id,omitempty"`
+	Pod          string `json:"pod,omitempty"`
 	Runner       string `json:"runner"`
 	GPU          string `json:"gpu"`
 	Simulated    bool   `json:"simulated"`
@@ -179,6 +192,7 @@ type RunnerJobCompletedData struct {
 	Kind         string          `json:"kind"`
 	SubmissionID string          `json:"submission_id,omitempty"`
 	RoundID      string          `json:"round_id,omitempty"`
+	Pod          string          `json:"pod,omitempty"`
 	Runner       string          `json:"runner"`
 	GPUHours     float64         `json:"gpu_hours"`
 	Result       json.RawMessage `json:"result"`
@@ -191,6 +205,7 @@ type RunnerJobFailedData struct {
 	Kind         string  `json:"kind"`
 	SubmissionID string  `json:"submission_id,omitempty"`
 	RoundID      string  `json:"round_id,omitempty"`
+	Pod          string  `json:"pod,omitempty"`
 	Runner       string  `json:"runner"`
 	Reason       string  `json:"reason"`
 	Message      string  `json:"message"`

@@ -142,7 +142,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	require.Len(t, streamMsgs(t, b, events.StreamArena), 1, "and keeps the messages")
 	require.Len(t, before, 8, "3 streams, 3 KV buckets, 2 object stores")
 	for _, name := range []string{events.StreamArena, events.StreamRunnerJobs, events.StreamDLQ,
-		"KV_" + bus.BucketSubmissions, "KV_" + bus.BucketRounds, "KV_" + bus.BucketBundles, "OBJ_" + bus.ObjectUploads, "OBJ_" + bus.ObjectArtifacts} {
+		"KV_" + bus.BucketSubmissions, "KV_" + bus.BucketRounds, "KV_" + bus.BucketBundles, "KV_" + bus.BucketReferences, "OBJ_" + bus.ObjectUploads, "OBJ_" + bus.ObjectArtifacts} {
 		require.Contains(t, before, name)
 	}
 	require.Equal(t, 24*time.Hour, before[events.StreamArena].Duplicates)

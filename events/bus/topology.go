@@ -25,6 +25,9 @@ const (
 	// BucketBundles maps a bundle digest to the first submission that
 	// carried it, so the build stage recognises a bundle submitted twice.
 	BucketBundles = "bundles"
+	// BucketReferences caches BF16 reference measurements per pod,
+	// campaign and reference digest, so a pod measures its reference once.
+	BucketReferences = "references"
 	// ObjectUploads holds bundles as participants upload them.
 	ObjectUploads = "uploads"
 	// ObjectArtifacts holds bundles the build stage accepted, content
@@ -113,6 +116,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		{Bucket: BucketSubmissions, Description: "submission records", History: 8, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketRounds, Description: "round state", History: 8, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketBundles, Description: "bundle digest to its first submission", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketReferences, Description: "BF16 reference measurements per pod and campaign", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
 			return fmt.Errorf("bus: provision KV bucket %s: %w", kv.Bucket, err)

@@ -117,7 +117,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Retry(0, err)
 	}
 	t0 := time.Now()
-	c, read, err := s.Check(ctx, in)
+	c, read, decl, err := s.check(ctx, in)
 	var r *refusal
 	switch {
 	case errors.As(err, &r):
@@ -140,7 +140,12 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	default:
 		s.log.Info("contract kept", "submission", id, "detected", c.DetectedPrecision, "bits_per_weight", c.BitsPerWeight,
 			"header_bytes_read", read, "took", time.Since(t0).Round(time.Millisecond))
-		err = publish(events.ContractCompleted, events.ContractCompletedData{SubmissionID: id, Contract: c, DetectedPrecision: c.DetectedPrecision})
+		out := events.ContractCompletedData{SubmissionID: id, Contract: c, DetectedPrecision: c.DetectedPrecision,
+			TaskID: decl.TaskID, BundleDigest: in.BundleDigest, Artifact: &in.Artifact}
+		if decl.Engine != nil {
+			out.KVCacheDType = decl.Engine.KVCacheDType
+		}
+		err = publish(events.ContractCompleted, out)
 	}
 	if err != nil {
 		return bus.Retry(0, err)
@@ -152,14 +157,19 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 // the bytes of safetensors headers it read, and an error: a *refusal for
 // input that cannot be checked, anything else for a store that failed.
 func (s *Service) Check(ctx context.Context, in events.BuildCompletedData) (record.Contract, int64, error) {
+	c, read, _, err := s.check(ctx, in)
+	return c, read, err
+}
+
+func (s *Service) check(ctx context.Context, in events.BuildCompletedData) (record.Contract, int64, *bundle.Declaration, error) {
 	m, err := s.artifacts.Manifest(ctx, in.Artifact)
 	switch {
 	case errors.Is(err, artifact.ErrNotFound):
-		return record.Contract{}, 0, &refusal{CodeArtifactMissing, fmt.Sprintf("the built bundle %s is not in the artifact store; submit again", in.Artifact.Object)}
+		return record.Contract{}, 0, nil, &refusal{CodeArtifactMissing, fmt.Sprintf("the built bundle %s is not in the artifact store; submit again", in.Artifact.Object)}
 	case errors.Is(err, artifact.ErrCorrupt):
-		return record.Contract{}, 0, &refusal{CodeArtifactCorrupt, err.Error()}
+		return record.Contract{}, 0, nil, &refusal{CodeArtifactCorrupt, err.Error()}
 	case err != nil:
-		return record.Contract{}, 0, err
+		return record.Contract{}, 0, nil, err
 	}
 	open := func(name string) (io.ReadCloser, error) {
 		f, ok := m.File(name)
@@ -171,19 +181,19 @@ func (s *Service) Check(ctx context.Context, in events.BuildCompletedData) (reco
 
 	declData, err := s.small(open, m, bundle.DeclarationFile)
 	if err != nil {
-		return record.Contract{}, 0, err
+		return record.Contract{}, 0, nil, err
 	}
 	decl, err := bundle.ParseDeclaration(declData)
 	if err != nil {
-		return record.Contract{}, 0, &refusal{CodeBadDeclaration, err.Error()}
+		return record.Contract{}, 0, nil, &refusal{CodeBadDeclaration, err.Error()}
 	}
 	camp, err := s.campaigns.Lookup(decl.TaskID)
 	if err != nil {
-		return record.Contract{}, 0, &refusal{CodeUnknownTask, err.Error()}
+		return record.Contract{}, 0, nil, &refusal{CodeUnknownTask, err.Error()}
 	}
 	config, err := s.small(open, m, "config.json")
 	if err != nil {
-		return record.Contract{}, 0, err
+		return record.Contract{}, 0, nil, err
 	}
 
 	// The top of the bundle is the checkpoint folder.
@@ -197,9 +207,9 @@ func (s *Service) Check(ctx context.Context, in events.BuildCompletedData) (reco
 	if err != nil {
 		code := safetensors.CodeOf(err)
 		if code == "" || code == safetensors.CodeIO {
-			return record.Contract{}, 0, fmt.Errorf("contract: read headers: %w", err)
+			return record.Contract{}, 0, nil, fmt.Errorf("contract: read headers: %w", err)
 		}
-		return record.Contract{}, 0, &refusal{string(code), fileMessage(err)}
+		return record.Contract{}, 0, nil, &refusal{string(code), fileMessage(err)}
 	}
 	kv := ""
 	if decl.Engine != nil {
@@ -212,11 +222,11 @@ func (s *Service) Check(ctx context.Context, in events.BuildCompletedData) (reco
 	if err != nil {
 		code := analyze.CodeOf(err)
 		if code == "" {
-			return record.Contract{}, 0, fmt.Errorf("contract: %w", err)
+			return record.Contract{}, 0, nil, fmt.Errorf("contract: %w", err)
 		}
-		return record.Contract{}, 0, &refusal{string(code), err.Error()}
+		return record.Contract{}, 0, nil, &refusal{string(code), err.Error()}
 	}
-	return c, ck.BytesRead(), nil
+	return c, ck.BytesRead(), decl, nil
 }
 
 // small reads a small file of the bundle whole, bounded.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/record"
 	"github.com/lowbarena/lowbarena/services/efficiency/formula"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
@@ -12,29 +13,19 @@ import (
 
 // KindEfficiency is the job kind that measures a checkpoint's speed and
 // memory beside its BF16 reference, and replays it under its budget.
-const KindEfficiency = "efficiency"
+const KindEfficiency = events.JobEfficiency
 
-// EngineSpec is how the campaign serves its checkpoints.
-type EngineSpec struct {
-	// Command is the template; see engine.Render for its placeholders.
-	Command    string `json:"command"`
-	MaxNumSeqs int    `json:"max_num_seqs,omitempty"`
-}
-
-// WorkloadSpec sizes the three workloads.
-type WorkloadSpec struct {
-	// RequestsPerSlot is how many requests each concurrent slot sends.
-	RequestsPerSlot int `json:"requests_per_slot"`
-	// MaxTokens is each request's output length.
-	MaxTokens int `json:"max_tokens"`
-	// PromptWords and LongPromptWords size the prompts of serve and
-	// interactive, and of long_context (defaults: loadgen.Standard's).
-	PromptWords     int `json:"prompt_words,omitempty"`
-	LongPromptWords int `json:"long_prompt_words,omitempty"`
-}
+// The wire types of an efficiency job live in package events, shared with
+// the efficiency service.
+type (
+	EfficiencyParams = events.EfficiencyJobParams
+	Efficiency       = events.EfficiencyJobResult
+	EngineSpec       = events.EngineSpec
+	WorkloadSpec     = events.WorkloadSpec
+)
 
 // Workloads returns the standard workloads sized by w.
-func (w WorkloadSpec) Workloads() []loadgen.Workload {
+func Workloads(w WorkloadSpec) []loadgen.Workload {
 	wls := loadgen.Standard(max(w.RequestsPerSlot, 1), max(w.MaxTokens, 1))
 	for i := range wls {
 		switch {
@@ -45,39 +36,6 @@ func (w WorkloadSpec) Workloads() []loadgen.Workload {
 		}
 	}
 	return wls
-}
-
-// EfficiencyParams are the params of an efficiency job.
-type EfficiencyParams struct {
-	Campaign string       `json:"campaign"`
-	Engine   EngineSpec   `json:"engine"`
-	Workload WorkloadSpec `json:"workload"`
-	// KVCacheDType is the candidate's KV dtype (its declaration's).
-	KVCacheDType string `json:"kv_cache_dtype"`
-	// ReferenceDigest names the campaign's BF16 reference bundle, whose
-	// checkpoint comes with the job.
-	ReferenceDigest string `json:"reference_digest"`
-	// BudgetFactor is the budget replay's allowance (1.02); 0 skips the
-	// replay.
-	BudgetFactor float64 `json:"budget_factor"`
-}
-
-// Efficiency is the result of an efficiency job.
-type Efficiency struct {
-	GPU       string `json:"gpu"`
-	Simulated bool   `json:"simulated"`
-	// Reference is the BF16 reference measured on this pod; Cached says
-	// it came from an earlier job.
-	Reference Served `json:"reference"`
-	Cached    bool   `json:"reference_cached"`
-	Candidate Served `json:"candidate"`
-	// Budget is the replay of each workload under its budget, keyed
-	// "{w}@{factor}".
-	Budget  map[string]record.Budget `json:"budget"`
-	HardCap bool                     `json:"hard_cap"`
-	// Seconds is the GPU time this job took (reference included when it
-	// was measured here).
-	Seconds float64 `json:"seconds"`
 }
 
 // ReferenceCache keeps BF16 reference measurements per pod and campaign.
@@ -92,8 +50,8 @@ type ReferenceCache interface {
 // failure under the budget is a failed verdict, not a failed job.
 func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache) (Efficiency, error) {
 	var out Efficiency
-	wls := p.Workload.Workloads()
-	ref, err := cache.Get(ctx, p.Campaign, p.ReferenceDigest)
+	wls := Workloads(p.Workload)
+	ref, err := cache.Get(ctx, p.Campaign, p.Reference.SHA256)
 	if err != nil {
 		return out, err
 	}
@@ -106,7 +64,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		if err != nil {
 			return out, fmt.Errorf("the BF16 reference: %w", err)
 		}
-		if err := cache.Put(ctx, p.Campaign, p.ReferenceDigest, s); err != nil {
+		if err := cache.Put(ctx, p.Campaign, p.Reference.SHA256, s); err != nil {
 			return out, err
 		}
 		out.Reference = s
@@ -153,19 +111,4 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		out.Budget[key] = v
 	}
 	return out, nil
-}
-
-// Verdict is the first failed budget's sentence, or "" when every budget
-// held.
-func (e Efficiency) Verdict(factor float64) string {
-	for _, w := range formula.Workloads {
-		key := fmt.Sprintf("%s@%g", w.Name, factor)
-		b, ok := e.Budget[key]
-		if !ok || b.Healthy {
-			continue
-		}
-		return formula.Reason(w.Name, formula.Budget{Factor: b.Factor, BudgetGiB: b.BudgetGiB, CapGiB: b.CapGiB},
-			formula.Replay{Running: b.Running, Full: b.FullRunning, Rate: b.Value}, e.Candidate.Workloads[w.Name].Rate)
-	}
-	return ""
 }

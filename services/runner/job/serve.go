@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/record"
 	"github.com/lowbarena/lowbarena/services/efficiency/formula"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
@@ -69,37 +70,12 @@ type Launch struct {
 	CapGiB float64
 }
 
-// WorkloadResult is one workload on one engine.
-type WorkloadResult struct {
-	Rate float64 `json:"rate"`
-	// Running is the most requests the engine ran at once: its own count
-	// where it reports one, else the load generator's overlap.
-	Running int `json:"running"`
-	// Full is the requests the workload keeps in flight.
-	Full    int     `json:"full"`
-	TTFTP50 float64 `json:"ttft_p50_ms"`
-	TTFTP99 float64 `json:"ttft_p99_ms"`
-	TPOTP50 float64 `json:"tpot_p50_ms"`
-	TPOTP99 float64 `json:"tpot_p99_ms"`
-	ITLP50  float64 `json:"itl_p50_ms"`
-	ITLP90  float64 `json:"itl_p90_ms"`
-	ITLP99  float64 `json:"itl_p99_ms"`
-	Tokens  int     `json:"output_tokens"`
-	// Peak is the memory breakdown at the workload's peak.
-	Peak record.PeakMemory `json:"peak"`
-}
-
-// Served is what one engine run measured.
-type Served struct {
-	Startup   record.Startup            `json:"startup"`
-	Workloads map[string]WorkloadResult `json:"workloads"`
-	// DevicePeakGiB is the most device memory NVML saw.
-	DevicePeakGiB float64 `json:"device_peak_gib"`
-	GPU           string  `json:"gpu"`
-	Simulated     bool    `json:"simulated"`
-	// Seconds is the engine's wall time, start to stop.
-	Seconds float64 `json:"seconds"`
-}
+// Served is what one engine run measured; WorkloadResult one workload of
+// it.
+type (
+	Served         = events.EngineRun
+	WorkloadResult = events.WorkloadRun
+)
 
 // freePort asks the kernel for a free loopback port.
 func freePort() (int, error) {
