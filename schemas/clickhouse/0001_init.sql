@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
     simulated  UInt8
 ) ENGINE = ReplacingMergeTree()
 PARTITION BY toYYYYMMDD(toDateTime(intDiv(ts_ms, 1000)))
-ORDER BY (job_id, gpu, seq);
+ORDER BY (job_id, run_id, gpu, seq);
 
 CREATE TABLE IF NOT EXISTS requests (
     ts_ms          UInt64,
@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS requests (
     simulated      UInt8
 ) ENGINE = ReplacingMergeTree()
 PARTITION BY toYYYYMMDD(toDateTime(intDiv(ts_ms, 1000)))
-ORDER BY (job_id, workload, seq);
+ORDER BY (job_id, run_id, workload, seq);
 
 CREATE TABLE IF NOT EXISTS quality_items (
     ts_ms          UInt64,

@@ -70,6 +70,9 @@ type probe struct {
 	peak    MemoryReport
 	running int
 	seen    bool
+	// simulated stays set once any report said the engine is simulated
+	// (a simulated engine on a real GPU's NVML is still a simulation).
+	simulated bool
 }
 
 func (p *probe) reset() {
@@ -90,6 +93,7 @@ func (p *probe) read(ctx context.Context) error {
 	}
 	p.running = max(p.running, m.Running)
 	p.seen = true
+	p.simulated = p.simulated || m.Simulated
 	return nil
 }
 

@@ -91,9 +91,8 @@ func freePort() (int, error) {
 // An engine failure (it did not start, died, went over its cap) is an
 // *engine.Failure; a bad stream is a *loadgen.Error; ctx ending is
 // ctx.Err(). The engine is stopped on every path.
-func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Workload) (Served, error) {
+func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Workload) (out Served, err error) {
 	t0 := time.Now()
-	var out Served
 	port, err := freePort()
 	if err != nil {
 		return out, err
@@ -203,6 +202,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 		}
 		out.Workloads[w.Name] = wr
 	}
+	out.Simulated = out.Simulated || pr.simulated
 	r.progress("done "+l.Run, len(workloads), len(workloads))
 	return out, nil
 }
