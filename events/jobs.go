@@ -93,4 +93,10 @@ type EfficiencyJobResult struct {
 	// Seconds is the GPU time the job took (the reference's included when
 	// it was measured in this job).
 	Seconds float64 `json:"seconds"`
+	// StoredBytes is the candidate's safetensors bytes.
+	StoredBytes int64 `json:"stored_bytes"`
+	// KVCacheDType is the KV dtype the job asked the candidate's engine
+	// for (the declaration's), beside what the engine reported running
+	// (Candidate.Startup.KVCacheDType).
+	KVCacheDType string `json:"kv_cache_dtype"`
 }

@@ -7,6 +7,16 @@
 //	<task_id>/campaign.json   {"task_id", "name", "family", "policy": {"allow_sparse", "foreign_share_limit"}}
 //	<task_id>/config.json     the source model's config.json
 //	<task_id>/tensors.json    {"tensors": {"name": {"dtype", "shape"}}}
+//	<task_id>/reference/      the BF16 reference checkpoint (config.json,
+//	                          *.safetensors) the efficiency stage measures
+//	                          every submission beside, when the campaign
+//	                          has an "engine"
+//
+// campaign.json may also say how the campaign serves checkpoints:
+// "engine": {"command", "max_num_seqs"} (the operator's command template:
+// a submission never chooses what runs), "efficiency": {"requests_per_slot",
+// "max_tokens", "prompt_words", "long_prompt_words", "budget_factor"} and
+// "reference" (the folder above, relative to the campaign's).
 //
 // and a folder of campaigns holds one such folder per task.
 package campaign
@@ -50,8 +60,36 @@ type Campaign struct {
 	// Policy is what the campaign allows.
 	Policy Policy `json:"policy"`
 
+	// Engine is how the campaign serves checkpoints; nil when it measures
+	// no efficiency.
+	Engine *events.EngineSpec `json:"engine,omitempty"`
+	// Efficiency sizes the efficiency stage's workloads.
+	Efficiency Efficiency `json:"efficiency"`
+	// Reference is the BF16 reference checkpoint's folder, relative to the
+	// campaign folder; default "reference".
+	Reference string `json:"reference,omitempty"`
+
 	// Source is the source model, read from config.json and tensors.json.
 	Source analyze.Source `json:"-"`
+	// Dir is the campaign folder.
+	Dir string `json:"-"`
+}
+
+// Efficiency sizes the efficiency stage.
+type Efficiency struct {
+	events.WorkloadSpec
+	// BudgetFactor is the budget replay's allowance over the measured
+	// peak; default 1.02.
+	BudgetFactor float64 `json:"budget_factor,omitempty"`
+}
+
+// ReferenceDir is the absolute folder of the BF16 reference checkpoint.
+func (c *Campaign) ReferenceDir() string {
+	ref := c.Reference
+	if ref == "" {
+		ref = "reference"
+	}
+	return filepath.Join(c.Dir, ref)
 }
 
 // Policy is the campaign's contract policy.
@@ -82,6 +120,21 @@ func Load(dir string) (*Campaign, error) {
 	}
 	if l := c.Policy.ForeignShareLimit; l < 0 || l >= 1 {
 		return nil, fmt.Errorf("campaign: %s: policy.foreign_share_limit %v must be in [0, 1)", filepath.Join(dir, File), l)
+	}
+	if c.Engine != nil && strings.TrimSpace(c.Engine.Command) == "" {
+		return nil, fmt.Errorf("campaign: %s: engine.command is empty", filepath.Join(dir, File))
+	}
+	if c.Reference != "" && (filepath.IsAbs(c.Reference) || !filepath.IsLocal(c.Reference)) {
+		return nil, fmt.Errorf("campaign: %s: reference %q must be a folder inside the campaign's", filepath.Join(dir, File), c.Reference)
+	}
+	if c.Efficiency.BudgetFactor == 0 {
+		c.Efficiency.BudgetFactor = 1.02
+	}
+	if f := c.Efficiency.BudgetFactor; f < 1 || f > 2 {
+		return nil, fmt.Errorf("campaign: %s: efficiency.budget_factor %v must be in [1, 2]", filepath.Join(dir, File), f)
+	}
+	if c.Dir, err = filepath.Abs(dir); err != nil {
+		return nil, fmt.Errorf("campaign: %w", err)
 	}
 	if c.Source.Config, err = readBounded(filepath.Join(dir, ConfigFile), maxFileBytes); err != nil {
 		return nil, err

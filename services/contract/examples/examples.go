@@ -228,14 +228,18 @@ func Write(dir string) ([]Example, error) {
 		return nil, fmt.Errorf("examples: %w", err)
 	}
 	m := newModel()
-	if err := writeCampaign(filepath.Join(abs, CampaignsDir, TaskID), m); err != nil {
+	campDir := filepath.Join(abs, CampaignsDir, TaskID)
+	if err := writeCampaign(campDir, m); err != nil {
 		return nil, err
 	}
 	common, err := tokenizerFiles()
 	if err != nil {
 		return nil, err
 	}
-	forms := map[form][]safetensors.Tensor{}
+	forms := map[form][]safetensors.Tensor{formBF16: m.checkpoint(formBF16)}
+	if err := writeReference(filepath.Join(campDir, "reference"), forms[formBF16], common); err != nil {
+		return nil, err
+	}
 	var out []Example
 	for _, s := range specs() {
 		if forms[s.form] == nil {
@@ -256,6 +260,31 @@ func Write(dir string) ([]Example, error) {
 		out = append(out, ex)
 	}
 	return out, nil
+}
+
+// EngineCommand is the example campaign's engine: the simulated engine,
+// standing a 5 MB checkpoint in for an 8B model (x3000 every weight byte,
+// x144 the KV bytes per token: Qwen3-8B's 147,456 bytes per token in
+// BF16), on a simulated H200.
+const EngineCommand = "simengine --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}} " +
+	"--max-num-seqs {{.MaxNumSeqs}} --gpu-memory-gib {{.GPUMemoryGiB}} --scale 3000 --kv-scale 144 --startup-seconds 0.5"
+
+// writeReference writes the campaign's BF16 reference checkpoint: the
+// source model's config and weights, as served.
+func writeReference(dir string, tensors []safetensors.Tensor, common map[string][]byte) error {
+	if err := resetDir(dir); err != nil {
+		return err
+	}
+	cfg, err := jsonBytes(sourceConfig())
+	if err != nil {
+		return err
+	}
+	files := maps.Clone(common)
+	files["config.json"] = cfg
+	if err := writeFiles(dir, files); err != nil {
+		return err
+	}
+	return writeShard(filepath.Join(dir, "model.safetensors"), tensors)
 }
 
 // resetDir removes a folder of Write's and creates it empty.
@@ -287,6 +316,14 @@ func writeCampaign(dir string, m *model) error {
 		"name":    "Qwen3 tiny (2 layers, hidden 256): example campaign",
 		"family":  "qwen3",
 		"policy":  map[string]any{"allow_sparse": false, "foreign_share_limit": analyze.DefaultForeignShareLimit},
+		"engine": map[string]any{
+			"command":      EngineCommand,
+			"max_num_seqs": 256,
+		},
+		"efficiency": map[string]any{
+			"requests_per_slot": 1, "max_tokens": 64, "prompt_words": 128, "long_prompt_words": 1024, "budget_factor": 1.02,
+		},
+		"reference": "reference",
 	})
 	if err != nil {
 		return err

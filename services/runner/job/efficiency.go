@@ -3,6 +3,8 @@ package job
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/record"
@@ -49,8 +51,12 @@ type ReferenceCache interface {
 // engine failure of the reference or the candidate fails the job; a
 // failure under the budget is a failed verdict, not a failed job.
 func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache) (Efficiency, error) {
-	var out Efficiency
+	out := Efficiency{KVCacheDType: p.KVCacheDType}
 	wls := Workloads(p.Workload)
+	var err error
+	if out.StoredBytes, err = safetensorBytes(candidate); err != nil {
+		return out, err
+	}
 	ref, err := cache.Get(ctx, p.Campaign, p.Reference.SHA256)
 	if err != nil {
 		return out, err
@@ -111,4 +117,21 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		out.Budget[key] = v
 	}
 	return out, nil
+}
+
+// safetensorBytes is the size of the *.safetensors files of a checkpoint.
+func safetensorBytes(dir string) (int64, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	if err != nil {
+		return 0, fmt.Errorf("job: %w", err)
+	}
+	var n int64
+	for _, m := range matches {
+		fi, err := os.Stat(m)
+		if err != nil {
+			return 0, fmt.Errorf("job: %w", err)
+		}
+		n += fi.Size()
+	}
+	return n, nil
 }

@@ -168,7 +168,6 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 	defer func() {
 		stopSampler()
 		wg.Wait()
-		out.DevicePeakGiB = formula.Round(float64(sampler.Peak())/formula.GiB, 3)
 	}()
 
 	pr := &probe{url: base + memoryPath, hc: hc}
@@ -177,6 +176,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 	for i, w := range workloads {
 		r.progress(w.Name+" "+l.Run, i, len(workloads))
 		pr.reset()
+		sampler.ResetPeak()
 		pctx, stopProbe := context.WithCancel(jctx)
 		var pwg sync.WaitGroup
 		pwg.Go(func() { pr.run(pctx, r.interval()) })
@@ -194,12 +194,15 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 		wr := WorkloadResult{Rate: res.Rate, Running: res.Held, Full: w.Concurrency,
 			TTFTP50: res.TTFTP50, TTFTP99: res.TTFTP99, TPOTP50: res.TPOTP50, TPOTP99: res.TPOTP99,
 			ITLP50: res.ITLP50, ITLP90: res.ITLP90, ITLP99: res.ITLP99, Tokens: res.OutputTokens}
+		devicePeak := formula.Round(float64(sampler.Peak())/formula.GiB, 3)
+		out.DevicePeakGiB = max(out.DevicePeakGiB, devicePeak)
 		if pk, running, ok := pr.result(out.Startup.KVCacheGiB); ok {
 			wr.Peak = pk
 			if running > 0 {
 				wr.Running = min(running, w.Concurrency)
 			}
 		}
+		wr.Peak.DevicePeakGiB = devicePeak
 		out.Workloads[w.Name] = wr
 	}
 	out.Simulated = out.Simulated || pr.simulated

@@ -214,6 +214,16 @@ func (s *Sampler) Peak() uint64 {
 	return s.peak
 }
 
+// ResetPeak forgets the highest used memory seen so far and returns it, so
+// that each workload of an engine run gets its own device peak.
+func (s *Sampler) ResetPeak() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.peak
+	s.peak = 0
+	return p
+}
+
 // Run samples until ctx ends, then flushes what is left.
 func (s *Sampler) Run(ctx context.Context) error {
 	iv := s.Interval
