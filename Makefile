@@ -45,6 +45,7 @@ deps-clickhouse:
 build: deps-chdb
 	mkdir -p $(BIN)
 	cd tools/arena && go build -o $(BIN)/arena .
+	cd tools/simengine && go build -o $(BIN)/simengine .
 
 vet:
 	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go vet $$m"; (cd $$m && go vet ./...); done

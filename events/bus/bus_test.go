@@ -140,7 +140,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	require.NoError(t, bus.Provision(ctx, b.JetStream(), bus.Topology{}))
 	require.Equal(t, before, streamConfigs(t, b), "a second Provision changes nothing")
 	require.Len(t, streamMsgs(t, b, events.StreamArena), 1, "and keeps the messages")
-	require.Len(t, before, 8, "3 streams, 3 KV buckets, 2 object stores")
+	require.Len(t, before, 9, "3 streams, 4 KV buckets, 2 object stores")
 	for _, name := range []string{events.StreamArena, events.StreamRunnerJobs, events.StreamDLQ,
 		"KV_" + bus.BucketSubmissions, "KV_" + bus.BucketRounds, "KV_" + bus.BucketBundles, "KV_" + bus.BucketReferences, "OBJ_" + bus.ObjectUploads, "OBJ_" + bus.ObjectArtifacts} {
 		require.Contains(t, before, name)
@@ -425,4 +425,27 @@ func TestHeartbeatsKeepLongWorkFromRedelivery(t *testing.T) {
 	require.Equal(t, 0, info.NumRedelivered, "the ack timer never ran out")
 	require.Equal(t, uint64(1), info.Delivered.Consumer, "delivered once")
 	require.Equal(t, 1, rec.count())
+}
+
+// TestLongHandlerIsAcked: a handler that runs longer than the settling
+// deadline still gets its ack through (the deadline starts when the
+// handler returns), so a long GPU job is not redelivered and run twice.
+func TestLongHandlerIsAcked(t *testing.T) {
+	defer bus.SetAckTimeout(300 * time.Millisecond)()
+	b, _ := bustest.Bus(t)
+	rec := newRecorder()
+	consume(t, b, bus.ConsumerConfig{Name: "long", AckWait: 3 * time.Second, Prefetch: 1},
+		func(_ context.Context, d *bus.Delivery) bus.Outcome {
+			rec.add(d)
+			time.Sleep(time.Second)
+			return bus.Ack()
+		})
+	publishSample(t, b, events.BuildStarted, "long-1")
+	require.Equal(t, uint64(1), rec.next(t).NumDelivered)
+	require.Eventually(t, func() bool {
+		info := consumerInfo(t, b, events.StreamArena, "long")
+		return info.NumAckPending == 0 && info.AckFloor.Consumer == 1
+	}, wait, 20*time.Millisecond, "the ack went through")
+	time.Sleep(3500 * time.Millisecond) // past AckWait: nothing comes back
+	require.Equal(t, 1, rec.count(), "delivered once, not redelivered")
 }

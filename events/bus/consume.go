@@ -249,7 +249,7 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) 
 // ackTimeout bounds acks, naks and dead-letter publishes; they run on a
 // context that outlives the consumer's, so a shutdown still settles the
 // message in hand.
-const ackTimeout = 10 * time.Second
+var ackTimeout = 10 * time.Second
 
 func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handler Handler) {
 	start := time.Now()
@@ -338,6 +338,12 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 	out := b.run(hctx, handler, &Delivery{Event: ev, Subject: m.Subject(), NumDelivered: meta.NumDelivered, StreamSeq: meta.Sequence.Stream, msg: m})
 	close(stop)
 	<-done
+	// The settling deadline starts now, not when the message arrived: a
+	// handler may run far longer than ackTimeout (a GPU job), and its ack
+	// must not inherit a deadline that passed while it ran.
+	cancel()
+	settle, cancel = context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
 
 	switch out.kind {
 	case kindAck:

@@ -8,7 +8,9 @@ require (
 	github.com/lowbarena/lowbarena/observability v0.0.0
 	github.com/lowbarena/lowbarena/services/build v0.0.0
 	github.com/lowbarena/lowbarena/services/contract v0.0.0
+	github.com/lowbarena/lowbarena/services/efficiency v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/gateway v0.0.0
+	github.com/lowbarena/lowbarena/services/runner v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.3
@@ -19,6 +21,7 @@ require (
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0 // indirect
+	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 	github.com/andybalholm/brotli v1.2.7 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -77,7 +80,9 @@ replace (
 	github.com/lowbarena/lowbarena/schemas => ../../schemas
 	github.com/lowbarena/lowbarena/services/build => ../../services/build
 	github.com/lowbarena/lowbarena/services/contract => ../../services/contract
+	github.com/lowbarena/lowbarena/services/efficiency => ../../services/efficiency
 	github.com/lowbarena/lowbarena/services/gateway => ../../services/gateway
+	github.com/lowbarena/lowbarena/services/runner => ../../services/runner
 	github.com/lowbarena/lowbarena/services/runtime => ../../services/runtime
 	github.com/lowbarena/lowbarena/services/store => ../../services/store
 )

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lowbarena/lowbarena/services/efficiency/formula"
 	"io"
 	"strings"
 
@@ -120,6 +121,7 @@ func renderRecord(w io.Writer, r *record.Submission) {
 			fmt.Fprintf(w, "              - %s: %s\n", v.Code, v.Message)
 		}
 	}
+	renderEfficiency(w, res)
 	if q := res.DevQuality; q != nil {
 		fmt.Fprintf(w, "  quality     tier %s · recovery %.4f · worst %s (upper %.4f)\n", q.Tier, q.Recovery, q.WorstDomain, q.WorstUpper)
 	}
@@ -165,4 +167,54 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// renderEfficiency writes the efficiency block: per workload the rate and
+// peak beside BF16's on the same GPU, their geometric means and E, and
+// each budget verdict.
+func renderEfficiency(w io.Writer, res record.Result) {
+	if res.Efficiency == nil || res.AnchorEfficiency == nil {
+		return
+	}
+	sum, err := formula.Summarize(res.Efficiency, res.AnchorEfficiency, peaks(res.PeakMemory), peaks(res.AnchorPeakMemory))
+	if err != nil {
+		fmt.Fprintf(w, "  efficiency  unreadable: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "  efficiency  speed %.3fx · memory %.3fx · E %.3f · memory saved %.1f%% (serve %.3f GiB vs BF16 %.3f GiB)\n",
+		sum.Speed, sum.Memory, sum.Gain, 100*sum.Saved, sum.PeakGiB, sum.BF16PeakGiB)
+	for _, wl := range formula.Workloads {
+		line := fmt.Sprintf("              %-12s %8.1f tok/s vs %8.1f (x%.3f) · peak %7.3f GiB vs %7.3f (x%.3f)",
+			wl.Name, res.Efficiency[wl.Name], res.AnchorEfficiency[wl.Name], sum.Speeds[wl.Name],
+			res.PeakMemory[wl.Name].PeakGiB, res.AnchorPeakMemory[wl.Name].PeakGiB, sum.Memories[wl.Name])
+		if res.Engine != nil {
+			for key, b := range res.Engine.Budget {
+				if !strings.HasPrefix(key, wl.Name+"@") {
+					continue
+				}
+				verdict := "held"
+				if !b.Healthy {
+					verdict = "FAILED"
+				}
+				line += fmt.Sprintf(" · budget %.3f GiB %s (%g/%g running)", b.BudgetGiB, verdict, b.Running, b.FullRunning)
+			}
+		}
+		fmt.Fprintln(w, line)
+	}
+	if e := res.Engine; e != nil {
+		fmt.Fprintf(w, "              engine: %s KV, %.2f GiB weights, KV pool %.2f GiB (%.0f tokens), stored %.3f GiB",
+			e.Startup.KVCacheDType, e.Startup.WeightsGiB, e.Startup.KVCacheGiB, e.Startup.KVCacheTokens, e.StoredGiB)
+		if res.GPUHours != nil {
+			fmt.Fprintf(w, " · %.4f GPU-hours", *res.GPUHours)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func peaks(m map[string]record.PeakMemory) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = v.PeakGiB
+	}
+	return out
 }

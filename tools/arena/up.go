@@ -21,8 +21,13 @@ import (
 	build "github.com/lowbarena/lowbarena/services/build/service"
 	"github.com/lowbarena/lowbarena/services/contract/campaign"
 	contract "github.com/lowbarena/lowbarena/services/contract/service"
+	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
 	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
+	"github.com/lowbarena/lowbarena/services/runner/job"
+	runner "github.com/lowbarena/lowbarena/services/runner/service"
+	"github.com/lowbarena/lowbarena/services/runner/telemetry"
 	"github.com/lowbarena/lowbarena/services/runtime"
+	"github.com/lowbarena/lowbarena/services/store"
 	_ "github.com/lowbarena/lowbarena/services/store/chdb"
 	_ "github.com/lowbarena/lowbarena/services/store/clickhouse"
 )
@@ -36,6 +41,11 @@ type upOptions struct {
 	otel       string
 	logLevel   string
 	campaigns  string
+	// runners is how many GPU runners run in this process (0: none; the
+	// efficiency stage then waits for runners elsewhere); pod names them.
+	runners  int
+	pod      string
+	ackWait  time.Duration
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
@@ -46,6 +56,9 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.otel, "otel", runtime.EnvOr(runtime.EnvOTel, "none"), "telemetry exporter: none, stdout or otlp")
 	fs.StringVar(&o.logLevel, "log-level", runtime.EnvOr(runtime.EnvLogLevel, "info"), "log level: debug, info, warn, error")
 	fs.StringVar(&o.campaigns, "campaigns", runtime.EnvOr("LOWBARENA_CAMPAIGNS", ""), "folder of campaign folders (default DIR/campaigns; `arena example DIR` writes one)")
+	fs.IntVar(&o.runners, "runners", 1, "GPU runners in this process, one per GPU (0: jobs wait for runners started elsewhere)")
+	fs.StringVar(&o.pod, "pod", runtime.EnvOr("LOWBARENA_POD", "pod-0"), "name of this machine for its runners: BF16 references are measured once per pod")
+	fs.DurationVar(&o.ackWait, "runner-ack-wait", 30*time.Second, "a runner job's ack deadline (a dead runner's job moves on after about this long)")
 }
 
 func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -76,7 +89,8 @@ type arenaProc struct {
 	// campaigns lists the tasks the arena runs.
 	campaigns []string
 
-	ns   *server.Server
+	store store.Store
+	ns    *server.Server
 	rts  []*runtime.Runtime
 	done chan error
 	lock *os.File
@@ -151,6 +165,9 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 		return nil, err
 	}
 	a.storeEngine = rt.Store.Engine()
+	// The runners share the gateway's store: chDB is one engine per
+	// process.
+	a.store = rt.Store
 	gw, err := gateway.New(ctx, rt, gateway.Options{HTTPAddr: o.httpAddr})
 	if err != nil {
 		return nil, err
@@ -185,6 +202,43 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	actors = append(actors, cs.Actors()...)
 	a.campaigns = set.Tasks()
 	a.stages = []string{build.Name, contract.Name}
+
+	if rt, err = newRuntime(efficiency.Name, false); err != nil {
+		return nil, err
+	}
+	es, err := efficiency.New(ctx, rt.Bus, rt.Log, efficiency.Options{Campaigns: set})
+	if err != nil {
+		return nil, err
+	}
+	actors = append(actors, es.Actors()...)
+	a.stages = append(a.stages, efficiency.Name)
+
+	if o.runners > 0 {
+		// Engines named by a bare command ("simengine ...") are looked up
+		// beside this binary first: make build puts simengine there.
+		if exe, err := os.Executable(); err == nil {
+			os.Setenv("PATH", filepath.Dir(exe)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		}
+		nvml, err := telemetry.Open()
+		switch {
+		case errors.Is(err, telemetry.ErrNoNVML):
+			log.Warn("no NVML: runners watch engines through a simulated GPU and every figure says simulated", "err", err)
+		case err != nil:
+			return nil, fmt.Errorf("up: GPU telemetry: %w", err)
+		}
+		for i := range o.runners {
+			if rt, err = newRuntime(runner.Name, false); err != nil {
+				return nil, err
+			}
+			jr := job.Runner{NVML: nvml, SampleInterval: 100 * time.Millisecond, HealthTimeout: 5 * time.Minute, IdleTimeout: 60 * time.Second, StopGrace: 5 * time.Second}
+			rs, err := runner.New(ctx, rt.Bus, rt.Log, runner.Options{Pod: o.pod, Runner: fmt.Sprintf("%s/runner-%d", o.pod, i),
+				WorkDir: filepath.Join(data, "runner"), AckWait: o.ackWait, Job: jr, Store: a.store})
+			if err != nil {
+				return nil, err
+			}
+			actors = append(actors, rs.Actors()...)
+		}
+	}
 
 	go func() { a.done <- runtime.RunActors(ctx, log, actors...) }()
 	log.Info("arena up", "nats", a.natsURL, "http", a.httpAddr, "store", a.storeEngine, "data", data, "services", len(a.rts))
