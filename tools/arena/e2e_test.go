@@ -45,6 +45,12 @@ func TestMain(m *testing.M) {
 		os.Stderr.Write(out)
 		panic("build arena: " + err.Error())
 	}
+	// The example campaign's engine is simengine, found beside the arena
+	// binary as make build lays them out.
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "simengine"), "../simengine").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic("build simengine: " + err.Error())
+	}
 	// The examples come from the CLI itself, as a participant would make them.
 	exampleDir = filepath.Join(dir, "examples")
 	if out, err := exec.Command(arenaBin, "example", exampleDir).CombinedOutput(); err != nil {
@@ -260,6 +266,35 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.Equal(t, true, contract["ok"])
 	require.InDelta(t, 8.1, contract["bits_per_weight"], 0.1)
 
+	// The efficiency stage: the runner measures the checkpoint beside the
+	// campaign's BF16 reference on the simulated GPU and replays it under
+	// its budget; the record gets the fixtures' efficiency layout.
+	require.Eventually(t, func() bool {
+		rec, raw = showJSON(t, up.natsURL, id)
+		return rec.Stages[3].Status != record.StatusPending && rec.Stages[3].Status != record.StatusRunning
+	}, 3*time.Minute, 500*time.Millisecond, "efficiency ends")
+	require.Equal(t, record.StatusDone, rec.Stages[3].Status, "efficiency: %+v", rec.Error)
+	result := raw["result"].(map[string]any)
+	for _, k := range []string{"efficiency", "anchor_efficiency", "peak_memory", "anchor_peak_memory", "engine", "workload", "gpu_hours"} {
+		require.Contains(t, result, k, "the efficiency block has the fixtures' layout")
+	}
+	for _, w := range []string{"serve", "interactive", "long_context"} {
+		pm := result["peak_memory"].(map[string]any)[w].(map[string]any)
+		for _, k := range []string{"device_peak_gib", "kv_bytes_per_token", "kv_gib", "kv_usage", "other_gib", "peak_gib", "weights_gib"} {
+			require.Contains(t, pm, k)
+		}
+		// FP8 weights are fewer bytes than BF16's: less memory at every
+		// workload, and faster decode where weights dominate a step.
+		require.Less(t, rec.Result.PeakMemory[w].PeakGiB, rec.Result.AnchorPeakMemory[w].PeakGiB, w)
+		b := rec.Result.Engine.Budget[w+"@1.02"]
+		require.True(t, b.Healthy, "%s budget: %+v", w, b)
+	}
+	require.Greater(t, rec.Result.Efficiency["serve"], 1.05*rec.Result.AnchorEfficiency["serve"])
+	require.Equal(t, "fp8", rec.Result.Engine.Startup.KVCacheDType)
+	require.True(t, rec.Result.Simulated)
+	require.Contains(t, rec.Result.GPU, "simulated")
+	require.Greater(t, *rec.Result.GPUHours, 0.0)
+
 	// The same record over HTTP.
 	resp, err := http.Get("http://" + up.http + "/v1/submissions/" + id)
 	require.NoError(t, err)
@@ -312,6 +347,8 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.Contains(t, r.stdout, "submission "+id+"  RUNNING")
 	require.Contains(t, r.stdout, "build done · contract done · quality pending")
 	require.Contains(t, r.stdout, "contract    kept · reads W8A8KV8")
+	require.Contains(t, r.stdout, "efficiency  speed ")
+	require.Contains(t, r.stdout, "figures from a simulation (NVIDIA H200 (simulated))")
 	r = arena(t, "show", "0000000000000000", "--nats", up.natsURL)
 	require.Equal(t, exitFailed, r.code)
 	require.Contains(t, r.stderr, "no such submission: the arena has no submission 0000000000000000")

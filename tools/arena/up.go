@@ -43,9 +43,9 @@ type upOptions struct {
 	campaigns  string
 	// runners is how many GPU runners run in this process (0: none; the
 	// efficiency stage then waits for runners elsewhere); pod names them.
-	runners  int
-	pod      string
-	ackWait  time.Duration
+	runners int
+	pod     string
+	ackWait time.Duration
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
@@ -91,11 +91,11 @@ type arenaProc struct {
 
 	store store.Store
 	ns    *server.Server
-	rts  []*runtime.Runtime
-	done chan error
-	lock *os.File
-	log  *slog.Logger
-	prov *observability.Providers
+	rts   []*runtime.Runtime
+	done  chan error
+	lock  *os.File
+	log   *slog.Logger
+	prov  *observability.Providers
 }
 
 // startArena starts the embedded NATS server, then every service, each
