@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/ce"
 	"github.com/lowbarena/lowbarena/events/record"
 	"github.com/lowbarena/lowbarena/services/contract/examples"
 )
@@ -69,6 +73,13 @@ func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Dura
 	}
 	defer c.close()
 	fmt.Fprintf(stdout, "stages served by this arena: %s\n", servedLine(a.stages))
+	// GPU jobs take a while: show the runners' progress as it happens.
+	sub, err := c.nc.Subscribe(events.SubjectRootArena+".runner.job.>", func(m *nats.Msg) {
+		fmt.Fprintln(stdout, jobLine(m))
+	})
+	if err == nil {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
 	ids := make([]string, len(bundles))
 	for i, dir := range bundles {
 		if ids[i], err = submit(ctx, c, dir, stderr); err != nil {
@@ -99,6 +110,34 @@ func settled(r *record.Submission, served []string) bool {
 		}
 	}
 	return true
+}
+
+// jobLine is one line of runner progress for people, from a runner.job
+// event (its data is the payload; its type is a header).
+func jobLine(m *nats.Msg) string {
+	var d struct {
+		JobID        string  `json:"job_id"`
+		SubmissionID string  `json:"submission_id"`
+		Phase        string  `json:"phase"`
+		Done         int     `json:"done"`
+		Total        int     `json:"total"`
+		Reason       string  `json:"reason"`
+		GPUHours     float64 `json:"gpu_hours"`
+		GPU          string  `json:"gpu"`
+	}
+	_ = json.Unmarshal(m.Data, &d)
+	at := time.Now().Format("15:04:05")
+	switch events.Type(m.Header.Get(ce.HeaderType)) {
+	case events.RunnerJobStarted:
+		return fmt.Sprintf("  %s  runner  %s started for %s on %s", at, d.JobID, d.SubmissionID, d.GPU)
+	case events.RunnerJobProgress:
+		return fmt.Sprintf("  %s  runner  %s %-28s [%d/%d workloads]", at, d.JobID, d.Phase, d.Done, d.Total)
+	case events.RunnerJobCompleted:
+		return fmt.Sprintf("  %s  runner  %s completed (%.4f GPU-hours)", at, d.JobID, d.GPUHours)
+	case events.RunnerJobFailed:
+		return fmt.Sprintf("  %s  runner  %s FAILED: %s", at, d.JobID, d.Reason)
+	}
+	return fmt.Sprintf("  %s  runner  %s", at, m.Subject)
 }
 
 func servedLine(stages []string) string {

@@ -159,7 +159,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
 	}
 	p.Engine.Command = req.Engine
-	gpu := "simulated"
+	gpu := "simulated (no NVML)"
 	if s.opts.Job.NVML != nil {
 		gpu = s.opts.Job.NVML.GPU()
 	}
