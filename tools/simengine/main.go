@@ -93,6 +93,7 @@ func run(args []string, stderr io.Writer) int {
 	logf("INFO", "Loading weights took %.2f seconds", *startupSec/2)
 	logf("INFO", "Model loading took %.4f GiB and %.6f seconds", plan.WeightsBytes/GiB, *startupSec/2)
 	logf("INFO", "GPU KV cache size: %d tokens", plan.KVTokens())
+	logf("INFO", "answer model: damage %.3f from the stored weight dtypes and kv_cache_dtype=%s (simulated accuracy)", Damage(m.Checkpoint, plan.KVDType), plan.KVDType)
 	logf("INFO", "Available KV cache memory: %.2f GiB", plan.KVPoolBytes/GiB)
 	logf("INFO", "Maximum concurrency for 32,768 tokens per request: %.2fx", float64(plan.KVTokens())/32768)
 
@@ -110,7 +111,8 @@ func run(args []string, stderr io.Writer) int {
 			os.Exit(1)
 		}
 	}
-	srv := &Server{Plan: plan, Sched: sched, Fault: fault, ModelID: m.Name, StartupSeconds: *startupSec, Seed: *seed}
+	srv := &Server{Plan: plan, Sched: sched, Fault: fault, ModelID: m.Name, StartupSeconds: *startupSec, Seed: *seed,
+		Damage: Damage(m.Checkpoint, plan.KVDType)}
 	schedCtx, schedCancel := context.WithCancel(context.Background())
 	defer schedCancel()
 	go sched.Run(schedCtx)

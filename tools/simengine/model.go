@@ -115,9 +115,10 @@ func WeightsOf(c *safetensors.Checkpoint) Weights {
 
 // LoadedModel is a checkpoint read from disk.
 type LoadedModel struct {
-	Name    string
-	Config  ModelConfig
-	Weights Weights
+	Name       string
+	Config     ModelConfig
+	Weights    Weights
+	Checkpoint *safetensors.Checkpoint
 }
 
 // LoadCheckpoint reads config.json and the safetensors headers of dir.
@@ -135,7 +136,7 @@ func LoadCheckpoint(dir string) (LoadedModel, error) {
 	if err != nil {
 		return m, fmt.Errorf("safetensors: %w", err)
 	}
-	m.Weights = WeightsOf(c)
+	m.Weights, m.Checkpoint = WeightsOf(c), c
 	return m, nil
 }
 

@@ -46,7 +46,9 @@ type Server struct {
 	Fault          Fault
 	ModelID        string
 	StartupSeconds float64
-	Seed           int64
+	// Damage is the answer model's damage of this checkpoint (Damage).
+	Damage float64
+	Seed   int64
 
 	ready atomic.Bool
 	seq   atomic.Int64
@@ -180,6 +182,31 @@ type completionRequest struct {
 	MaxTokens *int64 `json:"max_tokens"`
 	Stream    bool   `json:"stream"`
 	IgnoreEOS bool   `json:"ignore_eos"`
+	// Seed picks the sample of an eval answer (the answer model is
+	// deterministic under it).
+	Seed *int64 `json:"seed"`
+	// Logprobs is the completions API's top-k count, or the chat API's
+	// flag with TopLogprobs the count.
+	Logprobs    json.RawMessage `json:"logprobs"`
+	TopLogprobs *int            `json:"top_logprobs"`
+}
+
+// topK is how many top logprobs the request asks for (0: none).
+func (c *completionRequest) topK(chat bool) int {
+	if chat {
+		if string(c.Logprobs) == "true" && c.TopLogprobs != nil {
+			return max(*c.TopLogprobs, 1)
+		}
+		if string(c.Logprobs) == "true" {
+			return 1
+		}
+		return 0
+	}
+	var k int
+	if json.Unmarshal(c.Logprobs, &k) == nil {
+		return min(max(k, 0), 20)
+	}
+	return 0
 }
 
 // CountTokens is the deterministic prompt-token count: ceil(len(text)/4)
@@ -263,6 +290,43 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	prompt := CountTokens(text)
+	// An eval item gets the answer model's reply, ending where the reply
+	// ends (finish "stop") or at max_tokens ("length").
+	var answer []string
+	finish := "length"
+	seed := int64(0)
+	if req.Seed != nil {
+		seed = *req.Seed
+	}
+	if reply, ok := Reply(text, seed, s.Damage); ok && (s.Fault.Kind == "none" || s.Fault.Kind == "") {
+		answer = pieces(reply)
+		if int64(len(answer)) <= maxTokens {
+			maxTokens, finish = int64(len(answer)), "stop"
+		} else {
+			answer = answer[:maxTokens]
+		}
+	}
+	word := func(req, i int64) string {
+		if answer != nil && i < int64(len(answer)) {
+			return answer[i]
+		}
+		return s.tokenText(req, i)
+	}
+	topK := req.topK(chat)
+	logprobs := func(i int64, tok string) any {
+		if topK == 0 {
+			return nil
+		}
+		top := TopLogprobs(text, int(i), tok, topK, s.Damage)
+		if chat {
+			var tl []map[string]any
+			for t, lp := range top {
+				tl = append(tl, map[string]any{"token": t, "logprob": lp})
+			}
+			return map[string]any{"content": []any{map[string]any{"token": tok, "logprob": top[tok], "top_logprobs": tl}}}
+		}
+		return map[string]any{"tokens": []string{tok}, "token_logprobs": []float64{top[tok]}, "top_logprobs": []any{top}}
+	}
 	id := s.seq.Add(1)
 	idStr := fmt.Sprintf("cmpl-sim-%d", id)
 	obj, chunkObj := "text_completion", "text_completion"
@@ -298,6 +362,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		}
 		return c
 	}
+	withLogprobs := func(c map[string]any, i int64, tok string) map[string]any {
+		if lp := logprobs(i, tok); lp != nil {
+			c["logprobs"] = lp
+		}
+		return c
+	}
 	usage := func(n int64) Usage {
 		if s.Fault.Kind == "lie-tokens" {
 			n *= 2
@@ -316,12 +386,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 				if !ok {
 					goto done
 				}
-				sb.WriteString(s.tokenText(id, i))
+				sb.WriteString(word(id, i))
 				n++
 			}
 		}
 	done:
-		c := choice(sb.String(), "length")
+		c := choice(sb.String(), finish)
 		if chat {
 			delete(c, "delta")
 			c["message"] = map[string]any{"role": "assistant", "content": sb.String()}
@@ -354,14 +424,14 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		case i, ok := <-tokens:
 			if !ok {
 				send(map[string]any{"id": idStr, "object": chunkObj, "created": created, "model": s.ModelID,
-					"choices": []any{choice("", "length")}, "usage": usage(n)})
+					"choices": []any{choice("", finish)}, "usage": usage(n)})
 				fmt.Fprint(w, "data: [DONE]\n\n")
 				flush()
 				return
 			}
 			n++
 			send(map[string]any{"id": idStr, "object": chunkObj, "created": created, "model": s.ModelID,
-				"choices": []any{choice(s.tokenText(id, i), nil)}})
+				"choices": []any{withLogprobs(choice(word(id, i), nil), i, word(id, i))}})
 			if n == 1 && s.Fault.Kind == "malformed-sse" {
 				fmt.Fprint(w, "data: {not json\n\n")
 				flush()
