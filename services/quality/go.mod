@@ -11,3 +11,7 @@ replace (
 	github.com/lowbarena/lowbarena/services/runtime => ../runtime
 	github.com/lowbarena/lowbarena/services/store => ../store
 )
+
+require github.com/stretchr/testify v1.12.1
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
