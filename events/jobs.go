@@ -100,3 +100,67 @@ type EfficiencyJobResult struct {
 	// (Candidate.Startup.KVCacheDType).
 	KVCacheDType string `json:"kv_cache_dtype"`
 }
+
+// JobQuality answers a campaign's eval suite with one checkpoint (the BF16
+// reference or a candidate), grades every sample and writes the graded
+// rows to quality_items.
+const JobQuality = "quality"
+
+// Quality roles: the BF16 reference's rows are computed once per campaign
+// and suite version; a candidate's are paired with them.
+const (
+	RoleBF16      = "bf16"
+	RoleCandidate = "candidate"
+)
+
+// QualityJobParams are the params of a quality job.
+type QualityJobParams struct {
+	Campaign string     `json:"campaign"`
+	Role     string     `json:"role"`
+	Engine   EngineSpec `json:"engine"`
+	// KVCacheDType is the checkpoint's KV dtype ("auto" for BF16).
+	KVCacheDType string `json:"kv_cache_dtype"`
+	// Suite is the suite folder in the artifact store; SuiteKey names it
+	// (name@version/split) in the rows.
+	Suite    BundleRef `json:"suite"`
+	SuiteKey string    `json:"suite_key"`
+	Sampling Sampling  `json:"sampling"`
+}
+
+// Sampling is the campaign's fixed generation settings.
+type Sampling struct {
+	Temperature float64 `json:"temperature"`
+	// Samples per item, unless the item says otherwise.
+	Samples int `json:"samples"`
+	// MaxTokens per generation, unless the item says otherwise.
+	MaxTokens int `json:"max_tokens"`
+	// TopLogprobs is k of the top-k logprobs kept for the KL, on the
+	// first KLSequences items.
+	TopLogprobs int `json:"top_logprobs"`
+	KLSequences int `json:"kl_sequences"`
+	// Concurrency is how many generations are in flight at once.
+	Concurrency int `json:"concurrency"`
+}
+
+// TopK is one generated token's top-k logprobs, token to logprob.
+type TopK map[string]float64
+
+// QualityJobResult is the result of a quality job; the graded rows are in
+// quality_items.
+type QualityJobResult struct {
+	Role      string `json:"role"`
+	SuiteKey  string `json:"suite_key"`
+	GPU       string `json:"gpu"`
+	Simulated bool   `json:"simulated"`
+	// Items and Generations are what was answered; Empty counts
+	// generations with no gradeable answer.
+	Items       int `json:"items"`
+	Generations int `json:"generations"`
+	Empty       int `json:"empty"`
+	// Logprobs holds, per KL sequence (the first KLSequences items, first
+	// sample), the top-k logprobs of each generated token.
+	Logprobs [][]TopK `json:"logprobs,omitempty"`
+	// KLItems are the ids of those sequences, in order.
+	KLItems []string `json:"kl_items,omitempty"`
+	Seconds float64  `json:"seconds"`
+}

@@ -117,6 +117,11 @@ type QualityCompletedData struct {
 	DevQuality   record.Quality `json:"dev_quality"`
 	KL           *record.KL     `json:"kl,omitempty"`
 	Simulated    bool           `json:"simulated"`
+	// TierReason is "quality tier fail below B" when the tier fails, ""
+	// otherwise; the score disqualifies with it.
+	TierReason string `json:"tier_reason,omitempty"`
+	// MeanDrop is the mean drop over the valid domains, 5 decimals.
+	MeanDrop float64 `json:"mean_drop"`
 }
 
 // EfficiencyCompletedData is the payload of efficiency.completed.

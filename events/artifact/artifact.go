@@ -30,6 +30,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -207,4 +209,51 @@ func decodeManifest(data []byte, ref events.BundleRef) (Manifest, error) {
 	}
 	m.Files = again.Files
 	return m, nil
+}
+
+// PutDir stores the regular files directly in dir (not its sub-folders)
+// as one bundle, each file content addressed (storing it again is a
+// no-op), and returns the bundle's reference. A campaign's BF16 reference
+// checkpoint and its eval suite are stored this way.
+func PutDir(ctx context.Context, s Store, dir string) (events.BundleRef, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return events.BundleRef{}, err
+	}
+	var files []events.FileDigest
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		f, err := putPath(ctx, s, filepath.Join(dir, e.Name()), e.Name())
+		if err != nil {
+			return events.BundleRef{}, err
+		}
+		files = append(files, f)
+	}
+	if len(files) == 0 {
+		return events.BundleRef{}, fmt.Errorf("%w: no files in %s", os.ErrNotExist, dir)
+	}
+	return s.PutManifest(ctx, NewManifest(files))
+}
+
+func putPath(ctx context.Context, s Store, path, name string) (events.FileDigest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return events.FileDigest{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return events.FileDigest{}, fmt.Errorf("artifact: read %s: %w", path, err)
+	}
+	fd := events.FileDigest{Path: name, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fd, fmt.Errorf("artifact: %w", err)
+	}
+	if _, err := s.PutFile(ctx, fd.SHA256, fd.Size, f); err != nil {
+		return fd, fmt.Errorf("artifact: store %s: %w", path, err)
+	}
+	return fd, nil
 }

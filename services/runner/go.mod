@@ -6,7 +6,8 @@ require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/lowbarena/lowbarena/events v0.0.0
 	github.com/lowbarena/lowbarena/services/efficiency v0.0.0-00010101000000-000000000000
-	github.com/lowbarena/lowbarena/services/runtime v0.0.0-00010101000000-000000000000
+	github.com/lowbarena/lowbarena/services/quality v0.0.0-00010101000000-000000000000
+	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats.go v1.56.0
 	github.com/stretchr/testify v1.12.1
@@ -74,7 +75,9 @@ replace (
 	github.com/lowbarena/lowbarena/events => ../../events
 	github.com/lowbarena/lowbarena/observability => ../../observability
 	github.com/lowbarena/lowbarena/schemas => ../../schemas
+	github.com/lowbarena/lowbarena/services/contract => ../contract
 	github.com/lowbarena/lowbarena/services/efficiency => ../efficiency
+	github.com/lowbarena/lowbarena/services/quality => ../quality
 	github.com/lowbarena/lowbarena/services/runtime => ../runtime
 	github.com/lowbarena/lowbarena/services/store => ../store
 )

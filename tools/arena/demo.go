@@ -35,7 +35,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		// No bundles: the examples, written afresh (they are
 		// deterministic, so a second demo submits the same digests).
 		dir := filepath.Join(o.data, "examples")
-		exs, err := examples.Write(dir)
+		exs, err := writeExamples(dir)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/lowbarena/lowbarena/services/contract/examples"
+	"github.com/lowbarena/lowbarena/services/quality/suite"
 )
 
 // cmdExample writes the example campaign and bundles: small real
@@ -20,7 +21,7 @@ func cmdExample(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) != 1 {
 		return usageErr("example takes one folder (arena example DIR)")
 	}
-	exs, err := examples.Write(pos[0])
+	exs, err := writeExamples(pos[0])
 	if err != nil {
 		return err
 	}
@@ -36,4 +37,24 @@ func cmdExample(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "bundles in %s; run them with: arena demo --data DIR --campaigns %s %s/*\n",
 		filepath.Join(dir, examples.SubmissionsDir), filepath.Join(dir, examples.CampaignsDir), filepath.Join(dir, examples.SubmissionsDir))
 	return nil
+}
+
+// SuiteName and SuiteVersion name the shipped generated suite.
+const (
+	SuiteName    = "lowb-gen"
+	SuiteVersion = "1"
+)
+
+// writeExamples writes the example campaign and bundles, and the
+// campaign's dev eval suite, generated from its seed.
+func writeExamples(dir string) ([]examples.Example, error) {
+	exs, err := examples.Write(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := suite.Generate(SuiteName, SuiteVersion, suite.SplitDev, suite.SeedDev, suite.DevSizes)
+	if err := suite.Write(filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "suite-dev"), s); err != nil {
+		return nil, err
+	}
+	return exs, nil
 }

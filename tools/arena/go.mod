@@ -10,6 +10,7 @@ require (
 	github.com/lowbarena/lowbarena/services/contract v0.0.0
 	github.com/lowbarena/lowbarena/services/efficiency v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/gateway v0.0.0
+	github.com/lowbarena/lowbarena/services/quality v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runner v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0
@@ -82,6 +83,7 @@ replace (
 	github.com/lowbarena/lowbarena/services/contract => ../../services/contract
 	github.com/lowbarena/lowbarena/services/efficiency => ../../services/efficiency
 	github.com/lowbarena/lowbarena/services/gateway => ../../services/gateway
+	github.com/lowbarena/lowbarena/services/quality => ../../services/quality
 	github.com/lowbarena/lowbarena/services/runner => ../../services/runner
 	github.com/lowbarena/lowbarena/services/runtime => ../../services/runtime
 	github.com/lowbarena/lowbarena/services/store => ../../services/store

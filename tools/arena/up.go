@@ -23,6 +23,7 @@ import (
 	contract "github.com/lowbarena/lowbarena/services/contract/service"
 	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
 	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
+	quality "github.com/lowbarena/lowbarena/services/quality/service"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	runner "github.com/lowbarena/lowbarena/services/runner/service"
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"
@@ -202,6 +203,16 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	actors = append(actors, cs.Actors()...)
 	a.campaigns = set.Tasks()
 	a.stages = []string{build.Name, contract.Name}
+
+	if rt, err = newRuntime(quality.Name, false); err != nil {
+		return nil, err
+	}
+	qs, err := quality.New(ctx, rt.Bus, rt.Log, quality.Options{Campaigns: set, Store: a.store})
+	if err != nil {
+		return nil, err
+	}
+	actors = append(actors, qs.Actors()...)
+	a.stages = append(a.stages, quality.Name)
 
 	if rt, err = newRuntime(efficiency.Name, false); err != nil {
 		return nil, err

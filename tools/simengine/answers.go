@@ -37,10 +37,12 @@ func Damage(c *safetensors.Checkpoint, kvDType string) float64 {
 	d := 0.0
 	for _, t := range c.Tensors() {
 		switch t.DType {
-		case safetensors.U8, safetensors.I8, safetensors.I32, safetensors.U32:
-			d = math.Max(d, 0.06) // packed 4-bit (INT4, NVFP4)
+		case safetensors.U8, safetensors.I8:
+			d = math.Max(d, 0.06) // packed FP4 (NVFP4, MXFP4)
+		case safetensors.I32, safetensors.U32:
+			d = math.Max(d, 0.05) // packed INT4 (compressed-tensors)
 		case safetensors.F8E4M3, safetensors.F8E5M2:
-			d = math.Max(d, 0.015)
+			d = math.Max(d, 0.006)
 		}
 	}
 	switch strings.ToLower(kvDType) {

@@ -68,6 +68,9 @@ type Campaign struct {
 	// Reference is the BF16 reference checkpoint's folder, relative to the
 	// campaign folder; default "reference".
 	Reference string `json:"reference,omitempty"`
+	// Quality is the quality stage's suite and sampling; nil when the
+	// campaign measures no quality.
+	Quality *Quality `json:"quality,omitempty"`
 
 	// Source is the source model, read from config.json and tensors.json.
 	Source analyze.Source `json:"-"`
@@ -81,6 +84,21 @@ type Efficiency struct {
 	// BudgetFactor is the budget replay's allowance over the measured
 	// peak; default 1.02.
 	BudgetFactor float64 `json:"budget_factor,omitempty"`
+}
+
+// Quality is the campaign's eval suite and its fixed sampling settings.
+type Quality struct {
+	// Suite is the suite folder, relative to the campaign folder.
+	Suite    string          `json:"suite"`
+	Sampling events.Sampling `json:"sampling"`
+}
+
+// SuiteDir is the absolute folder of the quality suite.
+func (c *Campaign) SuiteDir() string {
+	if c.Quality == nil {
+		return ""
+	}
+	return filepath.Join(c.Dir, c.Quality.Suite)
 }
 
 // ReferenceDir is the absolute folder of the BF16 reference checkpoint.
@@ -126,6 +144,9 @@ func Load(dir string) (*Campaign, error) {
 	}
 	if c.Reference != "" && (filepath.IsAbs(c.Reference) || !filepath.IsLocal(c.Reference)) {
 		return nil, fmt.Errorf("campaign: %s: reference %q must be a folder inside the campaign's", filepath.Join(dir, File), c.Reference)
+	}
+	if q := c.Quality; q != nil && (q.Suite == "" || filepath.IsAbs(q.Suite) || !filepath.IsLocal(q.Suite)) {
+		return nil, fmt.Errorf("campaign: %s: quality.suite %q must be a folder inside the campaign's", filepath.Join(dir, File), q.Suite)
 	}
 	if c.Efficiency.BudgetFactor == 0 {
 		c.Efficiency.BudgetFactor = 1.02

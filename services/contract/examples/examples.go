@@ -324,6 +324,10 @@ func writeCampaign(dir string, m *model) error {
 			"requests_per_slot": 1, "max_tokens": 64, "prompt_words": 128, "long_prompt_words": 1024, "budget_factor": 1.02,
 		},
 		"reference": "reference",
+		"quality": map[string]any{
+			"suite": "suite-dev",
+			"sampling": map[string]any{"temperature": 0, "samples": 2, "max_tokens": 64, "top_logprobs": 5, "kl_sequences": 16, "concurrency": 32},
+		},
 	})
 	if err != nil {
 		return err

@@ -8,17 +8,12 @@ package service
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -164,56 +159,20 @@ func (s *Service) reference(ctx context.Context, c *campaign.Campaign) (events.B
 	if ref, ok := s.refs[c.TaskID]; ok {
 		return ref, nil
 	}
-	dir := c.ReferenceDir()
-	entries, err := os.ReadDir(dir)
+	ref, err := artifact.PutDir(ctx, s.artifacts, c.ReferenceDir())
 	if err != nil {
 		return events.BundleRef{}, err
 	}
-	var files []events.FileDigest
-	hasWeights := false
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		f, err := s.putFile(ctx, dir, e.Name())
-		if err != nil {
-			return events.BundleRef{}, err
-		}
-		hasWeights = hasWeights || strings.HasSuffix(e.Name(), ".safetensors")
-		files = append(files, f)
-	}
-	if !hasWeights {
-		return events.BundleRef{}, fmt.Errorf("%w: no *.safetensors in %s", fs.ErrNotExist, dir)
-	}
-	ref, err := s.artifacts.PutManifest(ctx, artifact.NewManifest(files))
+	m, err := s.artifacts.Manifest(ctx, ref)
 	if err != nil {
 		return events.BundleRef{}, fmt.Errorf("efficiency: store reference: %w", err)
 	}
-	s.log.Info("BF16 reference stored", "campaign", c.TaskID, "digest", ref.SHA256[:12], "files", len(files), "bytes", ref.Size)
+	if !slices.ContainsFunc(m.Files, func(f events.FileDigest) bool { return strings.HasSuffix(f.Path, ".safetensors") }) {
+		return events.BundleRef{}, fmt.Errorf("%w: no *.safetensors in %s", fs.ErrNotExist, c.ReferenceDir())
+	}
+	s.log.Info("BF16 reference stored", "campaign", c.TaskID, "digest", ref.SHA256[:12], "files", ref.Files, "bytes", ref.Size)
 	s.refs[c.TaskID] = ref
 	return ref, nil
-}
-
-func (s *Service) putFile(ctx context.Context, dir, name string) (events.FileDigest, error) {
-	path := filepath.Join(dir, name)
-	f, err := os.Open(path)
-	if err != nil {
-		return events.FileDigest{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return events.FileDigest{}, fmt.Errorf("efficiency: read %s: %w", path, err)
-	}
-	fd := events.FileDigest{Path: name, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return fd, fmt.Errorf("efficiency: %w", err)
-	}
-	if _, err := s.artifacts.PutFile(ctx, fd.SHA256, fd.Size, f); err != nil {
-		return fd, fmt.Errorf("efficiency: store %s: %w", path, err)
-	}
-	return fd, nil
 }
 
 // HandleResult turns a finished efficiency job into efficiency.completed

@@ -91,7 +91,53 @@ func freePort() (int, error) {
 // An engine failure (it did not start, died, went over its cap) is an
 // *engine.Failure; a bad stream is a *loadgen.Error; ctx ending is
 // ctx.Err(). The engine is stopped on every path.
-func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Workload) (out Served, err error) {
+func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Workload) (Served, error) {
+	return r.session(ctx, l, len(workloads), func(ss *session, out *Served) error {
+		ctx, jctx, e, base, hc, sampler := ss.ctx, ss.jctx, ss.e, ss.base, ss.hc, ss.sampler
+		pr := &probe{url: base + memoryPath, hc: hc}
+		client := &loadgen.Client{BaseURL: base, Model: ss.model, IdleTimeout: r.IdleTimeout}
+		out.Workloads = make(map[string]WorkloadResult, len(workloads))
+		for i, w := range workloads {
+			r.progress(w.Name+" "+l.Run, i, len(workloads))
+			pr.reset()
+			sampler.ResetPeak()
+			pctx, stopProbe := context.WithCancel(jctx)
+			var pwg sync.WaitGroup
+			pwg.Go(func() { pr.run(pctx, r.interval()) })
+			res, err := client.Run(jctx, w)
+			stopProbe()
+			pwg.Wait()
+			if err != nil {
+				return r.why(ctx, jctx, e, err)
+			}
+			if r.Requests != nil {
+				if err := r.Requests(ctx, l.Run, res); err != nil && r.Log != nil {
+					r.Log.Warn("request rows not written", "run", l.Run, "workload", w.Name, "err", err)
+				}
+			}
+			wr := WorkloadResult{Rate: res.Rate, Running: res.Held, Full: w.Concurrency,
+				TTFTP50: res.TTFTP50, TTFTP99: res.TTFTP99, TPOTP50: res.TPOTP50, TPOTP99: res.TPOTP99,
+				ITLP50: res.ITLP50, ITLP90: res.ITLP90, ITLP99: res.ITLP99, Tokens: res.OutputTokens}
+			devicePeak := formula.Round(float64(sampler.Peak())/formula.GiB, 3)
+			out.DevicePeakGiB = max(out.DevicePeakGiB, devicePeak)
+			if pk, running, ok := pr.result(out.Startup.KVCacheGiB); ok {
+				wr.Peak = pk
+				if running > 0 {
+					wr.Running = min(running, w.Concurrency)
+				}
+			}
+			wr.Peak.DevicePeakGiB = devicePeak
+			out.Workloads[w.Name] = wr
+		}
+		out.Simulated = out.Simulated || pr.simulated
+		return nil
+	})
+}
+
+// session starts the engine of l, reads its start-up, watches it with
+// telemetry (and its hard cap), runs body on it and stops it on every
+// path. steps is the count of body's phases, for progress.
+func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss *session, out *Served) error) (out Served, err error) {
 	t0 := time.Now()
 	port, err := freePort()
 	if err != nil {
@@ -102,7 +148,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 	if err != nil {
 		return out, err
 	}
-	r.progress("starting_engine "+l.Run, 0, len(workloads))
+	r.progress("starting_engine "+l.Run, 0, steps)
 	e, err := engine.Start(ctx, engine.Options{Command: argv, Port: port, HealthTimeout: r.HealthTimeout,
 		StopGrace: r.StopGrace, TailLines: 200})
 	if err != nil {
@@ -170,44 +216,24 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 		wg.Wait()
 	}()
 
-	pr := &probe{url: base + memoryPath, hc: hc}
-	client := &loadgen.Client{BaseURL: base, Model: servedModel(ctx, hc, base, l.Checkpoint), IdleTimeout: r.IdleTimeout}
-	out.Workloads = make(map[string]WorkloadResult, len(workloads))
-	for i, w := range workloads {
-		r.progress(w.Name+" "+l.Run, i, len(workloads))
-		pr.reset()
-		sampler.ResetPeak()
-		pctx, stopProbe := context.WithCancel(jctx)
-		var pwg sync.WaitGroup
-		pwg.Go(func() { pr.run(pctx, r.interval()) })
-		res, err := client.Run(jctx, w)
-		stopProbe()
-		pwg.Wait()
-		if err != nil {
-			return out, r.why(ctx, jctx, e, err)
-		}
-		if r.Requests != nil {
-			if err := r.Requests(ctx, l.Run, res); err != nil && r.Log != nil {
-				r.Log.Warn("request rows not written", "run", l.Run, "workload", w.Name, "err", err)
-			}
-		}
-		wr := WorkloadResult{Rate: res.Rate, Running: res.Held, Full: w.Concurrency,
-			TTFTP50: res.TTFTP50, TTFTP99: res.TTFTP99, TPOTP50: res.TPOTP50, TPOTP99: res.TPOTP99,
-			ITLP50: res.ITLP50, ITLP90: res.ITLP90, ITLP99: res.ITLP99, Tokens: res.OutputTokens}
-		devicePeak := formula.Round(float64(sampler.Peak())/formula.GiB, 3)
-		out.DevicePeakGiB = max(out.DevicePeakGiB, devicePeak)
-		if pk, running, ok := pr.result(out.Startup.KVCacheGiB); ok {
-			wr.Peak = pk
-			if running > 0 {
-				wr.Running = min(running, w.Concurrency)
-			}
-		}
-		wr.Peak.DevicePeakGiB = devicePeak
-		out.Workloads[w.Name] = wr
+	ss := &session{ctx: ctx, jctx: jctx, e: e, base: base, hc: hc, sampler: sampler,
+		model: servedModel(ctx, hc, base, l.Checkpoint)}
+	if err := body(ss, &out); err != nil {
+		return out, err
 	}
-	out.Simulated = out.Simulated || pr.simulated
-	r.progress("done "+l.Run, len(workloads), len(workloads))
+	r.progress("done "+l.Run, steps, steps)
 	return out, nil
+}
+
+// session is a running engine, for a job's body.
+type session struct {
+	// ctx is the job's; jctx ends also when the engine dies or goes over
+	// its cap.
+	ctx, jctx   context.Context
+	e           *engine.Engine
+	base, model string
+	hc          *http.Client
+	sampler     *telemetry.Sampler
 }
 
 // why turns a workload's error into the job's: the engine's own failure

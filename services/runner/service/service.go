@@ -25,6 +25,7 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/services/quality/suite"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
@@ -41,6 +42,7 @@ const (
 	ReasonUnknownKind     = "job_unknown_kind"
 	ReasonBadParams       = "job_bad_params"
 	ReasonArtifactMissing = "artifact_missing"
+	ReasonBadSuite        = "suite_invalid"
 )
 
 // Options configure a runner.
@@ -151,14 +153,24 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		}
 		return bus.Ack()
 	}
-	if req.Kind != events.JobEfficiency {
-		return fail(ReasonUnknownKind, fmt.Sprintf("this runner runs %s jobs, not %q", events.JobEfficiency, req.Kind), "", 0)
+	var (
+		p  events.EfficiencyJobParams
+		qp events.QualityJobParams
+	)
+	switch req.Kind {
+	case events.JobEfficiency:
+		if err := json.Unmarshal(req.Params, &p); err != nil {
+			return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
+		}
+		p.Engine.Command = req.Engine
+	case events.JobQuality:
+		if err := json.Unmarshal(req.Params, &qp); err != nil {
+			return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
+		}
+		qp.Engine.Command = req.Engine
+	default:
+		return fail(ReasonUnknownKind, fmt.Sprintf("this runner runs %s and %s jobs, not %q", events.JobEfficiency, events.JobQuality, req.Kind), "", 0)
 	}
-	var p events.EfficiencyJobParams
-	if err := json.Unmarshal(req.Params, &p); err != nil {
-		return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
-	}
-	p.Engine.Command = req.Engine
 	gpu := "simulated (no NVML)"
 	if s.opts.Job.NVML != nil {
 		gpu = s.opts.Job.NVML.GPU()
@@ -177,9 +189,13 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	} else if err != nil {
 		return bus.Retry(0, err)
 	}
-	ref, err := s.fetch(ctx, p.Reference)
+	second, what := p.Reference, "the campaign's BF16 reference"
+	if req.Kind == events.JobQuality {
+		second, what = qp.Suite, "the campaign's eval suite"
+	}
+	ref, err := s.fetch(ctx, second)
 	if errors.Is(err, artifact.ErrNotFound) || errors.Is(err, artifact.ErrCorrupt) {
-		return fail(ReasonArtifactMissing, "the campaign's BF16 reference is not in the artifact store: "+err.Error(), "", 0)
+		return fail(ReasonArtifactMissing, what+" is not in the artifact store: "+err.Error(), "", 0)
 	} else if err != nil {
 		return bus.Retry(0, err)
 	}
@@ -202,7 +218,25 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 			s.log.Warn("progress not published", "job", req.JobID, "err", err)
 		}
 	}
-	res, err := jr.Efficiency(ctx, p, cand, ref, &refCache{kv: s.refs, pod: s.opts.Pod})
+	var (
+		res     any
+		seconds float64
+		cached  bool
+	)
+	if req.Kind == events.JobQuality {
+		st, lerr := suite.Load(ref)
+		if lerr != nil {
+			return fail(ReasonBadSuite, lerr.Error(), "", 0)
+		}
+		sim := jr.NVML == nil
+		qr, qerr := jr.Quality(ctx, qp, cand, st, func(ctx context.Context, b []job.Graded) error {
+			return s.graded(ctx, req, qp, b, sim)
+		})
+		res, seconds, err = qr, qr.Seconds, qerr
+	} else {
+		er, eerr := jr.Efficiency(ctx, p, cand, ref, &refCache{kv: s.refs, pod: s.opts.Pod})
+		res, seconds, cached, err = er, er.Seconds, er.Cached, eerr
+	}
 	switch {
 	case ctx.Err() != nil:
 		// The engine is already stopped (Serve stops it on every path);
@@ -211,10 +245,10 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Retry(0, ctx.Err())
 	case engine.AsFailure(err) != nil:
 		f := engine.AsFailure(err)
-		return fail(f.Reason, prefix(err, f.Message), f.LogTail, res.Seconds)
+		return fail(f.Reason, prefix(err, f.Message), f.LogTail, seconds)
 	case loadgen.AsError(err) != nil:
 		le := loadgen.AsError(err)
-		return fail(le.Code, prefix(err, le.Message), "", res.Seconds)
+		return fail(le.Code, prefix(err, le.Message), "", seconds)
 	case err != nil:
 		return bus.Retry(0, err)
 	}
@@ -223,11 +257,11 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Poison("result_unencodable", err)
 	}
 	done := events.RunnerJobCompletedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: body}
+		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(seconds), Result: body}
 	if _, err := s.bus.PublishNew(ctx, events.DeriveID(d.Event.ID(), string(events.RunnerJobCompleted)), events.RunnerJobCompleted, src, req.JobID, done); err != nil {
 		return bus.Retry(0, err)
 	}
-	s.log.Info("job completed", "job", req.JobID, "submission", req.SubmissionID, "gpu_hours", done.GPUHours, "reference_cached", res.Cached)
+	s.log.Info("job completed", "job", req.JobID, "submission", req.SubmissionID, "gpu_hours", done.GPUHours, "reference_cached", cached)
 	return bus.Ack()
 }
 
@@ -263,6 +297,35 @@ func (s *Service) samples(ctx context.Context, req events.RunnerJobRequestedData
 		rows[i] = store.GPUSample{TsMs: uint64(x.At.UnixMilli()), Pod: s.opts.Pod, GPU: uint32(x.GPU), GPUUUID: x.UUID,
 			RunID: run, JobID: req.JobID, Seq: seq.Add(1), MemUsed: x.MemUsed, MemTotal: x.MemTotal, ProcMem: x.ProcMem,
 			Util: x.Util, Power: x.PowerW, Simulated: sim}
+	}
+	return store.Insert(ctx, s.opts.Store, rows)
+}
+
+// graded writes a quality job's graded samples to quality_items. The
+// BF16 reference's rows carry the submission id "bf16-reference".
+func (s *Service) graded(ctx context.Context, req events.RunnerJobRequestedData, p events.QualityJobParams, b []job.Graded, simulated bool) error {
+	if s.opts.Store == nil {
+		return nil
+	}
+	sub := req.SubmissionID
+	if p.Role == events.RoleBF16 {
+		sub = "bf16-reference"
+	}
+	sim := uint8(0)
+	if simulated {
+		sim = 1
+	}
+	now := uint64(time.Now().UnixMilli())
+	name, _, _ := strings.Cut(p.SuiteKey, "@")
+	rows := make([]store.QualityItem, len(b))
+	for i, g := range b {
+		f := uint8(0)
+		if g.Formatted {
+			f = 1
+		}
+		rows[i] = store.QualityItem{TsMs: now, Campaign: p.Campaign, Suite: name, SuiteVersion: p.SuiteKey, SubmissionID: sub, Role: p.Role,
+			Domain: g.Item.Domain, ItemID: g.Item.ID, Sample: uint32(g.Sample), Score: g.Score, Formatted: f,
+			OutputTokens: uint32(g.OutputTokens), Simulated: sim}
 	}
 	return store.Insert(ctx, s.opts.Store, rows)
 }

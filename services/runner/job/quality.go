@@ -1,0 +1,242 @@
+package job
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/quality/grade"
+	"github.com/lowbarena/lowbarena/services/quality/suite"
+	"github.com/lowbarena/lowbarena/services/runner/loadgen"
+)
+
+// KindQuality is the job kind that answers and grades an eval suite.
+const KindQuality = events.JobQuality
+
+// Graded is one graded sample of one item.
+type Graded struct {
+	Item         suite.Item
+	Sample       int
+	Score        float64
+	Formatted    bool
+	Empty        bool
+	OutputTokens int
+}
+
+// CodeEngineAnswer is the code of an engine whose answers cannot be read
+// (an HTTP error, a body that is not a completion).
+const CodeEngineAnswer = "engine_bad_answer"
+
+// Quality starts the engine on the checkpoint, answers every item of the
+// suite (each sample with seed = its index, the campaign's temperature),
+// grades every answer (code runs in a sandboxed subprocess, never here),
+// hands the graded rows to rows in batches, and keeps the top-k logprobs
+// of the first KLSequences items for the KL against BF16. An engine
+// failure is an *engine.Failure; an unreadable answer a *loadgen.Error.
+// A job that fails leaves no result: its rows are tagged with its run and
+// never read as complete.
+func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpoint string, s *suite.Suite,
+	rows func(ctx context.Context, batch []Graded) error) (events.QualityJobResult, error) {
+	out := events.QualityJobResult{Role: p.Role, SuiteKey: p.SuiteKey}
+	kv := p.KVCacheDType
+	if kv == "" {
+		kv = "auto"
+	}
+	type task struct {
+		it     suite.Item
+		sample int
+		kl     int // index of its KL sequence, or -1
+	}
+	var tasks []task
+	klIndex := 0
+	for _, d := range s.Domains {
+		for _, it := range s.Items[d] {
+			n := it.Samples
+			if n <= 0 {
+				n = max(p.Sampling.Samples, 1)
+			}
+			out.Items++
+			for j := range n {
+				t := task{it: it, sample: j, kl: -1}
+				if j == 0 && klIndex < p.Sampling.KLSequences && it.Prompt != "" {
+					t.kl = klIndex
+					out.KLItems = append(out.KLItems, it.ID)
+					klIndex++
+				}
+				tasks = append(tasks, t)
+			}
+		}
+	}
+	out.Generations = len(tasks)
+	out.Logprobs = make([][]events.TopK, klIndex)
+	graders := map[string]grade.Grader{}
+	for _, t := range tasks {
+		if _, ok := graders[t.it.ID]; ok {
+			continue
+		}
+		g, err := grade.For(t.it)
+		if err != nil {
+			return out, fmt.Errorf("job: item %s: %w", t.it.ID, err)
+		}
+		graders[t.it.ID] = g
+	}
+
+	served, err := r.session(ctx, Launch{Run: p.Role, Command: p.Engine.Command, Checkpoint: checkpoint, KVCacheDType: kv,
+		MaxNumSeqs: p.Engine.MaxNumSeqs}, len(tasks), func(ss *session, _ *Served) error {
+		hc := &http.Client{Timeout: 4 * max(r.IdleTimeout, 30*time.Second)}
+		conc := max(p.Sampling.Concurrency, 1)
+		work := make(chan task)
+		var (
+			mu       sync.Mutex
+			firstErr error
+			batch    []Graded
+			done     int
+		)
+		flush := func(force bool) error {
+			if len(batch) == 0 || (!force && len(batch) < 256) {
+				return nil
+			}
+			b := batch
+			batch = nil
+			if rows == nil {
+				return nil
+			}
+			return rows(ss.ctx, b)
+		}
+		var wg sync.WaitGroup
+		for range conc {
+			wg.Go(func() {
+				for t := range work {
+					g, err := r.answer(ss, hc, p, t.it, t.sample, t.kl >= 0)
+					var gr grade.Result
+					if err == nil {
+						gr, err = graders[t.it.ID].Grade(ss.jctx, t.it, g.text)
+					}
+					mu.Lock()
+					if err != nil {
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+						continue
+					}
+					if t.kl >= 0 {
+						out.Logprobs[t.kl] = g.logprobs
+					}
+					if gr.Empty {
+						out.Empty++
+					}
+					batch = append(batch, Graded{Item: t.it, Sample: t.sample, Score: gr.Score, Formatted: gr.Formatted,
+						Empty: gr.Empty, OutputTokens: g.tokens})
+					done++
+					if done%max(len(tasks)/10, 1) == 0 {
+						r.progress("answering "+p.Role, done, len(tasks))
+					}
+					if ferr := flush(false); ferr != nil && firstErr == nil {
+						firstErr = ferr
+					}
+					mu.Unlock()
+				}
+			})
+		}
+	feed:
+		for _, t := range tasks {
+			mu.Lock()
+			failed := firstErr != nil
+			mu.Unlock()
+			if failed {
+				break
+			}
+			select {
+			case work <- t:
+			case <-ss.jctx.Done():
+				break feed
+			}
+		}
+		close(work)
+		wg.Wait()
+		if firstErr == nil && ss.jctx.Err() != nil {
+			firstErr = ss.jctx.Err()
+		}
+		if firstErr != nil {
+			return r.why(ss.ctx, ss.jctx, ss.e, firstErr)
+		}
+		return flush(true)
+	})
+	out.Seconds, out.GPU, out.Simulated = served.Seconds, served.GPU, served.Simulated
+	return out, err
+}
+
+type answer struct {
+	text     string
+	tokens   int
+	logprobs []events.TopK
+}
+
+// answer asks the engine for one sample of one item.
+func (r *Runner) answer(ss *session, hc *http.Client, p events.QualityJobParams, it suite.Item, sample int, withLogprobs bool) (answer, error) {
+	maxTokens := it.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = max(p.Sampling.MaxTokens, 1)
+	}
+	body := map[string]any{"model": ss.model, "max_tokens": maxTokens, "temperature": p.Sampling.Temperature, "seed": sample}
+	path := "/v1/completions"
+	if it.Prompt != "" {
+		body["prompt"] = it.Prompt
+		if withLogprobs && p.Sampling.TopLogprobs > 0 {
+			body["logprobs"] = p.Sampling.TopLogprobs
+		}
+	} else {
+		path = "/v1/chat/completions"
+		body["messages"] = it.Messages
+	}
+	buf, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ss.jctx, http.MethodPost, ss.base+path, bytes.NewReader(buf))
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return answer{}, &loadgen.Error{Code: loadgen.CodeDisconnected, Message: fmt.Sprintf("item %s: %v", it.ID, err), Err: err}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return answer{}, &loadgen.Error{Code: loadgen.CodeDisconnected, Message: fmt.Sprintf("item %s: %v", it.ID, err), Err: err}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return answer{}, &loadgen.Error{Code: loadgen.CodeHTTP, Message: fmt.Sprintf("item %s: HTTP %d: %.300s", it.ID, resp.StatusCode, data)}
+	}
+	var c struct {
+		Choices []struct {
+			Text     string `json:"text"`
+			Message  *struct {
+				Content string `json:"content"`
+			} `json:"message"`
+			Logprobs *struct {
+				TopLogprobs []events.TopK `json:"top_logprobs"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil || len(c.Choices) == 0 {
+		return answer{}, &loadgen.Error{Code: CodeEngineAnswer, Message: fmt.Sprintf("item %s: the engine's answer is not a completion: %.200s", it.ID, data)}
+	}
+	a := answer{text: c.Choices[0].Text, tokens: c.Usage.CompletionTokens}
+	if m := c.Choices[0].Message; m != nil {
+		a.text = m.Content
+	}
+	if lp := c.Choices[0].Logprobs; lp != nil {
+		a.logprobs = lp.TopLogprobs
+	}
+	return a, nil
+}
