@@ -216,8 +216,8 @@ func (r *Runner) answer(ss *session, hc *http.Client, p events.QualityJobParams,
 	}
 	var c struct {
 		Choices []struct {
-			Text     string `json:"text"`
-			Message  *struct {
+			Text    string `json:"text"`
+			Message *struct {
 				Content string `json:"content"`
 			} `json:"message"`
 			Logprobs *struct {
