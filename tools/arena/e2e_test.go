@@ -271,8 +271,9 @@ func TestArenaEndToEnd(t *testing.T) {
 	// its budget; the record gets the fixtures' efficiency layout.
 	require.Eventually(t, func() bool {
 		rec, raw = showJSON(t, up.natsURL, id)
-		return rec.Stages[3].Status != record.StatusPending && rec.Stages[3].Status != record.StatusRunning
-	}, 3*time.Minute, 500*time.Millisecond, "efficiency ends")
+		ended := func(st record.Stage) bool { return st.Status != record.StatusPending && st.Status != record.StatusRunning }
+		return ended(rec.Stages[2]) && ended(rec.Stages[3])
+	}, 4*time.Minute, 500*time.Millisecond, "quality and efficiency end")
 	require.Equal(t, record.StatusDone, rec.Stages[3].Status, "efficiency: %+v", rec.Error)
 	result := raw["result"].(map[string]any)
 	for _, k := range []string{"efficiency", "anchor_efficiency", "peak_memory", "anchor_peak_memory", "engine", "workload", "gpu_hours"} {
@@ -295,6 +296,24 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.Contains(t, rec.Result.GPU, "simulated")
 	require.Greater(t, *rec.Result.GPUHours, 0.0)
 
+	// The quality stage: the campaign's suite answered by the checkpoint
+	// and by BF16 (computed once), paired item by item; the record gets
+	// the fixtures' dev_quality layout.
+	require.Equal(t, record.StatusDone, rec.Stages[2].Status, "quality: %+v", rec.Error)
+	dq := result["dev_quality"].(map[string]any)
+	for _, k := range []string{"domains", "evaluations", "first_quality", "length", "recovery", "recovery_se", "reference_rows", "tier", "valid_domains", "worst_domain", "worst_drop", "worst_upper"} {
+		require.Contains(t, dq, k, "dev_quality has the fixtures' layout")
+	}
+	require.Len(t, rec.Result.DevQuality.Domains, 6)
+	for name, d := range rec.Result.DevQuality.Domains {
+		require.InDelta(t, d.Drop+1.645*d.SE, d.Upper, 1e-12, name)
+		require.Contains(t, []string{"valid", "R5_diagnostic"}, d.Status)
+	}
+	require.Equal(t, "R5_diagnostic", rec.Result.DevQuality.Domains["expert"].Status)
+	require.Contains(t, []string{"A", "B", "fail"}, rec.Result.DevQuality.Tier)
+	require.NotNil(t, rec.Result.KL)
+	require.Equal(t, 16, rec.Result.KL.Sequences)
+
 	// The same record over HTTP.
 	resp, err := http.Get("http://" + up.http + "/v1/submissions/" + id)
 	require.NoError(t, err)
@@ -311,7 +330,7 @@ func TestArenaEndToEnd(t *testing.T) {
 	r = arena(t, "submit", bundleDir("fp8-w8a8"), "--wait", "--timeout", "5s", "--nats", up.natsURL)
 	require.Equal(t, exitFailed, r.code)
 	require.Contains(t, r.stderr, "gave up waiting after 5s; still running: ")
-	require.Contains(t, r.stderr, "quality pending")
+	require.Contains(t, r.stderr, "score pending")
 	m := regexp.MustCompile(`submitted \S+ as (\S+); waiting`).FindStringSubmatch(r.stderr)
 	require.NotNil(t, m, r.stderr)
 	again := m[1]
@@ -345,7 +364,7 @@ func TestArenaEndToEnd(t *testing.T) {
 	r = arena(t, "show", id, "--nats", up.natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "submission "+id+"  RUNNING")
-	require.Contains(t, r.stdout, "build done · contract done · quality pending")
+	require.Contains(t, r.stdout, "build done · contract done · quality done · efficiency done · score pending")
 	require.Contains(t, r.stdout, "contract    kept · reads W8A8KV8")
 	require.Contains(t, r.stdout, "efficiency  speed ")
 	require.Contains(t, r.stdout, "figures from a simulation (NVIDIA H200 (simulated))")

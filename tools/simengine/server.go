@@ -378,6 +378,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !req.Stream {
 		var sb strings.Builder
 		var n int64
+		var (
+			lpTokens []string
+			lpValues []float64
+			lpTop    []map[string]float64
+		)
 		for {
 			select {
 			case <-r.Context().Done():
@@ -386,12 +391,20 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 				if !ok {
 					goto done
 				}
-				sb.WriteString(word(id, i))
+				w := word(id, i)
+				sb.WriteString(w)
+				if topK > 0 {
+					top := TopLogprobs(text, int(i), w, topK, s.Damage)
+					lpTokens, lpValues, lpTop = append(lpTokens, w), append(lpValues, top[w]), append(lpTop, top)
+				}
 				n++
 			}
 		}
 	done:
 		c := choice(sb.String(), finish)
+		if topK > 0 && !chat {
+			c["logprobs"] = map[string]any{"tokens": lpTokens, "token_logprobs": lpValues, "top_logprobs": lpTop}
+		}
 		if chat {
 			delete(c, "delta")
 			c["message"] = map[string]any{"role": "assistant", "content": sb.String()}
