@@ -271,7 +271,9 @@ func TestArenaEndToEnd(t *testing.T) {
 	// its budget; the record gets the fixtures' efficiency layout.
 	require.Eventually(t, func() bool {
 		rec, raw = showJSON(t, up.natsURL, id)
-		ended := func(st record.Stage) bool { return st.Status != record.StatusPending && st.Status != record.StatusRunning }
+		ended := func(st record.Stage) bool {
+			return st.Status != record.StatusPending && st.Status != record.StatusRunning
+		}
 		return ended(rec.Stages[2]) && ended(rec.Stages[3])
 	}, 4*time.Minute, 500*time.Millisecond, "quality and efficiency end")
 	require.Equal(t, record.StatusDone, rec.Stages[3].Status, "efficiency: %+v", rec.Error)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"github.com/lowbarena/lowbarena/services/efficiency/formula"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -123,7 +125,20 @@ func renderRecord(w io.Writer, r *record.Submission) {
 	}
 	renderEfficiency(w, res)
 	if q := res.DevQuality; q != nil {
-		fmt.Fprintf(w, "  quality     tier %s · recovery %.4f · worst %s (upper %.4f)\n", q.Tier, q.Recovery, q.WorstDomain, q.WorstUpper)
+		fmt.Fprintf(w, "  quality     tier %s · recovery %.4f ± %.4f · worst %s (drop %.4f, upper %.4f) · %d valid domains",
+			q.Tier, q.Recovery, q.RecoverySE, q.WorstDomain, q.WorstDrop, q.WorstUpper, q.ValidDomains)
+		if q.Tier == "fail" {
+			fmt.Fprint(w, " · quality tier fail below B")
+		}
+		fmt.Fprintln(w)
+		for _, name := range slices.Sorted(maps.Keys(q.Domains)) {
+			d := q.Domains[name]
+			fmt.Fprintf(w, "              %-12s bf16 %.3f · quantized %.3f · drop %+.4f ± %.4f (upper %.4f) · %d items · %s\n",
+				name, d.BF16, d.Quantized, d.Drop, d.SE, d.Upper, d.Items, d.Status)
+		}
+		if kl := res.KL; kl != nil {
+			fmt.Fprintf(w, "              KL vs BF16 %.5f ± %.5f over %d sequences · length shift %+.2f%%\n", kl.KL, kl.KLSE, kl.Sequences, 100*q.Length.LengthShift)
+		}
 	}
 	if s := res.DevScore; s != nil {
 		fmt.Fprintf(w, "  score       %.4f", s.Score)
