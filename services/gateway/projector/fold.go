@@ -150,6 +150,11 @@ func Fold(rec *record.Submission, e event.Event) (*record.Submission, bool, erro
 		st.FinishedAt, st.Reason = &t, d.Reason
 	}
 	st.Status = status
+	// An entry that is not qualified keeps its dev_score for display,
+	// and its score stage reads skipped, as in the arena's records.
+	if spec.Type == events.ScoreCompleted && next.Result.DevScore != nil && !next.Result.DevScore.Qualified {
+		st.Status, st.Reason = record.StatusSkipped, "not_qualified"
+	}
 	next.Status = overall(next.Stages)
 	next.UpdatedAt = t
 	next.Events++

@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 }
 
 func command(extra string) string {
-	return simengine + " --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}} --max-num-seqs {{.MaxNumSeqs}} --gpu-memory-gib {{.GPUMemoryGiB}} --scale 2048 --kv-scale 64 --startup-seconds 0.2 " + extra
+	return simengine + " --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}} --max-num-seqs {{.MaxNumSeqs}} --gpu-memory-gib {{.GPUMemoryGiB}} --scale 8192 --kv-scale 64 --startup-seconds 0.2 " + extra
 }
 
 // putCheckpoint stores a one-tensor checkpoint in the artifact store.
