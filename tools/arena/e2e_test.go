@@ -316,6 +316,39 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.NotNil(t, rec.Result.KL)
 	require.Equal(t, 16, rec.Result.KL.Sequences)
 
+	// The score joins the three outcomes under lowb-score/v1; the dev
+	// split is never ranked. The leaderboard and history answer from
+	// ClickHouse, and a rescore reproduces the score from stored data.
+	require.Eventually(t, func() bool {
+		rec, raw = showJSON(t, up.natsURL, id)
+		return rec.Result.DevScore != nil
+	}, time.Minute, 300*time.Millisecond, "scored")
+	ds := rec.Result.DevScore
+	require.Equal(t, "lowb-score/v1", ds.Policy)
+	require.NotNil(t, ds.EfficiencyGain)
+	for _, k := range []string{"speeds", "speed", "memories", "memory", "efficiency_gain", "memory_saved", "peak_gib", "bf16_peak_gib", "drift", "mean_drop", "precision", "qualified", "reason", "score"} {
+		require.Contains(t, raw["result"].(map[string]any)["dev_score"], k, "dev_score has the fixtures' layout")
+	}
+	require.Equal(t, "W8A8KV8", ds.Precision.Label)
+	lb := arena(t, "leaderboard", "--json", "--nats", up.natsURL)
+	require.Equal(t, 0, lb.code, lb.stderr)
+	require.Contains(t, lb.stdout, id)
+	hist := arena(t, "history", "--participant", "example-team", "--nats", up.natsURL)
+	require.Equal(t, 0, hist.code, hist.stderr)
+	require.Contains(t, hist.stdout, id)
+	res := arena(t, "rescore", "--policy", "lowb-score/v1", "--json", "--nats", up.natsURL)
+	require.Equal(t, 0, res.code, res.stderr)
+	var rescored []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &rescored))
+	found := false
+	for _, row := range rescored {
+		if row["submission_id"] == id {
+			found = true
+			require.Equal(t, ds.Score, row["score"], "rescore reproduces the score")
+		}
+	}
+	require.True(t, found, res.stdout)
+
 	// The same record over HTTP.
 	resp, err := http.Get("http://" + up.http + "/v1/submissions/" + id)
 	require.NoError(t, err)
@@ -332,7 +365,7 @@ func TestArenaEndToEnd(t *testing.T) {
 	r = arena(t, "submit", bundleDir("fp8-w8a8"), "--wait", "--timeout", "5s", "--nats", up.natsURL)
 	require.Equal(t, exitFailed, r.code)
 	require.Contains(t, r.stderr, "gave up waiting after 5s; still running: ")
-	require.Contains(t, r.stderr, "score pending")
+	require.Contains(t, r.stderr, "still running")
 	m := regexp.MustCompile(`submitted \S+ as (\S+); waiting`).FindStringSubmatch(r.stderr)
 	require.NotNil(t, m, r.stderr)
 	again := m[1]
@@ -365,8 +398,9 @@ func TestArenaEndToEnd(t *testing.T) {
 	// Human output and unknown ids.
 	r = arena(t, "show", id, "--nats", up.natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, "submission "+id+"  RUNNING")
-	require.Contains(t, r.stdout, "build done · contract done · quality done · efficiency done · score pending")
+	require.Contains(t, r.stdout, "submission "+id+"  DONE")
+	require.Contains(t, r.stdout, "score       ")
+	require.Regexp(t, `build done · contract done · quality done · efficiency done · score (done|skipped)`, r.stdout)
 	require.Contains(t, r.stdout, "contract    kept · reads W8A8KV8")
 	require.Contains(t, r.stdout, "efficiency  speed ")
 	require.Contains(t, r.stdout, "figures from a simulation (NVIDIA H200 (simulated))")

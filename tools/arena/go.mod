@@ -13,6 +13,7 @@ require (
 	github.com/lowbarena/lowbarena/services/quality v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runner v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
+	github.com/lowbarena/lowbarena/services/score v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
@@ -86,5 +87,6 @@ replace (
 	github.com/lowbarena/lowbarena/services/quality => ../../services/quality
 	github.com/lowbarena/lowbarena/services/runner => ../../services/runner
 	github.com/lowbarena/lowbarena/services/runtime => ../../services/runtime
+	github.com/lowbarena/lowbarena/services/score => ../../services/score
 	github.com/lowbarena/lowbarena/services/store => ../../services/store
 )

@@ -31,6 +31,12 @@ usage:
                follow pipeline and round events live
   arena show   ID [--json] [--nats URL]
                print a submission's record
+  arena leaderboard [--campaign C] [--policy V] [--json]
+               scores best first (ClickHouse, through the score service)
+  arena history [--model M] [--participant P] [--campaign C] [--json]
+               scores over time
+  arena rescore --policy V [--since T] [--json]
+               recompute scores from stored outcomes under policy V (no GPU work)
 
 Commands that talk to a running arena read LOWBARENA_NATS_URL (default
 nats://127.0.0.1:4222) unless --nats is given.
@@ -91,6 +97,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdWatch(ctx, rest, stdout, stderr)
 	case "show":
 		return cmdShow(ctx, rest, stdout, stderr)
+	case "leaderboard":
+		return cmdLeaderboard(ctx, rest, stdout, stderr)
+	case "history":
+		return cmdHistory(ctx, rest, stdout, stderr)
+	case "rescore":
+		return cmdRescore(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -24,6 +24,7 @@ import (
 	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
 	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
 	quality "github.com/lowbarena/lowbarena/services/quality/service"
+	score "github.com/lowbarena/lowbarena/services/score/service"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	runner "github.com/lowbarena/lowbarena/services/runner/service"
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"
@@ -214,6 +215,15 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	actors = append(actors, qs.Actors()...)
 	a.stages = append(a.stages, quality.Name)
 
+	if rt, err = newRuntime(score.Name, false); err != nil {
+		return nil, err
+	}
+	ss, err := score.New(ctx, rt.Bus, rt.Log, score.Options{Store: a.store})
+	if err != nil {
+		return nil, err
+	}
+	actors = append(actors, ss.Actors()...)
+
 	if rt, err = newRuntime(efficiency.Name, false); err != nil {
 		return nil, err
 	}
@@ -222,7 +232,7 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 		return nil, err
 	}
 	actors = append(actors, es.Actors()...)
-	a.stages = append(a.stages, efficiency.Name)
+	a.stages = append(a.stages, efficiency.Name, score.Name)
 
 	if o.runners > 0 {
 		// Engines named by a bare command ("simengine ...") are looked up
