@@ -15,6 +15,7 @@ import (
 	"github.com/lowbarena/lowbarena/events/ce"
 	"github.com/lowbarena/lowbarena/events/record"
 	"github.com/lowbarena/lowbarena/services/contract/examples"
+	score "github.com/lowbarena/lowbarena/services/score/service"
 )
 
 // cmdDemo is what `make run` does: start the arena, submit the bundled
@@ -94,6 +95,16 @@ func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Dura
 		}
 		fmt.Fprintf(stdout, "\n%s\n", bundles[i])
 		renderRecord(stdout, rec)
+	}
+	if slices.Contains(a.stages, "score") {
+		rows, err := ask(ctx, a.natsURL, score.SubjectLeaderboard, score.Query{}, 30*time.Second)
+		if err != nil {
+			return fmt.Errorf("leaderboard: %w", err)
+		}
+		fmt.Fprintf(stdout, "\nleaderboard (lowb-score/v1; dev submissions are never ranked):\n")
+		if err := printRows(stdout, rows, false); err != nil {
+			return err
+		}
 	}
 	return nil
 }
