@@ -164,3 +164,16 @@ type QualityJobResult struct {
 	KLItems []string `json:"kl_items,omitempty"`
 	Seconds float64  `json:"seconds"`
 }
+
+// JobSLA serves one round entry through the three workloads on the
+// round's pod: its rates beside the in-round baseline's.
+const JobSLA = "sla"
+
+// SLAJobParams are the params of an SLA job.
+type SLAJobParams struct {
+	Engine       EngineSpec   `json:"engine"`
+	Workload     WorkloadSpec `json:"workload"`
+	KVCacheDType string       `json:"kv_cache_dtype"`
+	// Entry names the entry in its round ("baseline", "candidate-2").
+	Entry string `json:"entry"`
+}

@@ -266,6 +266,10 @@ type RoundCompletedData struct {
 	DurationSeconds float64      `json:"duration_seconds"`
 	GPUHours        float64      `json:"gpu_hours"`
 	Drift           *float64     `json:"drift,omitempty"`
+	// DriftMarked says the drift baseline moved beyond the campaign's
+	// threshold: the pod changed during the round, and its speeds are
+	// suspect.
+	DriftMarked bool `json:"drift_marked,omitempty"`
 }
 
 // RoundFailedData is the payload of round.failed.

@@ -15,6 +15,7 @@ import (
 	"github.com/lowbarena/lowbarena/events/ce"
 	"github.com/lowbarena/lowbarena/events/record"
 	"github.com/lowbarena/lowbarena/services/contract/examples"
+	round "github.com/lowbarena/lowbarena/services/round/service"
 	score "github.com/lowbarena/lowbarena/services/score/service"
 )
 
@@ -88,13 +89,34 @@ func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Dura
 		}
 		fmt.Fprintf(stdout, "submitted %s as %s\n", dir, ids[i])
 	}
+	recs := make([]*record.Submission, len(ids))
 	for i, id := range ids {
 		rec, err := waitFor(ctx, c, id, timeout, func(r *record.Submission) bool { return settled(r, a.stages) }, io.Discard)
 		if err != nil {
 			return err
 		}
+		recs[i] = rec
 		fmt.Fprintf(stdout, "\n%s\n", bundles[i])
 		renderRecord(stdout, rec)
+	}
+	// A round on the entries that kept their contracts: the leader of the
+	// campaign comes out of it.
+	var entrants []string
+	var camp string
+	for i, id := range ids {
+		if recs[i] != nil && recs[i].Result.Contract != nil && recs[i].Result.Contract.OK && len(entrants) < 5 {
+			entrants, camp = append(entrants, id), recs[i].TaskID
+		}
+	}
+	if len(entrants) > 0 && slices.Contains(a.stages, "score") {
+		rid, err := startRound(ctx, a.natsURL, round.StartRequest{Campaign: camp, Candidates: entrants})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "\nround %s on %d candidates:\n", rid, len(entrants))
+		if err := cmdWatch(ctx, []string{"--round", rid, "--nats", a.natsURL}, stdout, io.Discard); err != nil {
+			return err
+		}
 	}
 	if slices.Contains(a.stages, "score") {
 		rows, err := ask(ctx, a.natsURL, score.SubjectLeaderboard, score.Query{}, 30*time.Second)

@@ -349,6 +349,17 @@ func TestArenaEndToEnd(t *testing.T) {
 	}
 	require.True(t, found, res.stdout)
 
+	// A round on the pod: the in-round baseline, no incumbent yet, the
+	// candidate, the drift baseline; followed step by step.
+	rr := arena(t, "round", "start", "--campaign", examples.TaskID, "--candidates", id, "--wait", "--nats", up.natsURL)
+	require.Equal(t, 0, rr.code, rr.stderr)
+	require.Contains(t, rr.stdout, "15/15 Releasing the pod · done")
+	require.Contains(t, rr.stdout, "round.completed")
+	require.Contains(t, rr.stdout, "leader "+id+" (changed true)")
+	bad2 := arena(t, "round", "start", "--campaign", examples.TaskID, "--candidates", "0000000000000000", "--nats", up.natsURL)
+	require.Equal(t, exitFailed, bad2.code)
+	require.Contains(t, bad2.stderr, "round refused: candidate 0000000000000000: the arena has no submission 0000000000000000")
+
 	// The same record over HTTP.
 	resp, err := http.Get("http://" + up.http + "/v1/submissions/" + id)
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ require (
 	github.com/lowbarena/lowbarena/services/efficiency v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/gateway v0.0.0
 	github.com/lowbarena/lowbarena/services/quality v0.0.0-00010101000000-000000000000
+	github.com/lowbarena/lowbarena/services/round v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runner v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/lowbarena/lowbarena/services/score v0.0.0-00010101000000-000000000000
@@ -85,6 +86,7 @@ replace (
 	github.com/lowbarena/lowbarena/services/efficiency => ../../services/efficiency
 	github.com/lowbarena/lowbarena/services/gateway => ../../services/gateway
 	github.com/lowbarena/lowbarena/services/quality => ../../services/quality
+	github.com/lowbarena/lowbarena/services/round => ../../services/round
 	github.com/lowbarena/lowbarena/services/runner => ../../services/runner
 	github.com/lowbarena/lowbarena/services/runtime => ../../services/runtime
 	github.com/lowbarena/lowbarena/services/score => ../../services/score

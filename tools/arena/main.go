@@ -27,8 +27,10 @@ usage:
                small real checkpoints, honest and dishonest
   arena submit DIR [--wait] [--timeout 30m] [--nats URL]
                submit the bundle in DIR; prints its id as the last word
-  arena watch  [--json] [--all] [--id ID] [--nats URL]
-               follow pipeline and round events live
+  arena watch  [--json] [--all] [--id ID] [--round ID] [--nats URL]
+               follow pipeline and round events live (--round: one round, step by step)
+  arena round start --campaign C --candidates ID... [--pod P] [--wait]
+               run a round: the in-round baseline, the leader and up to 5 candidates on one pod
   arena show   ID [--json] [--nats URL]
                print a submission's record
   arena leaderboard [--campaign C] [--policy V] [--json]
@@ -103,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdHistory(ctx, rest, stdout, stderr)
 	case "rescore":
 		return cmdRescore(ctx, rest, stdout, stderr)
+	case "round":
+		return cmdRound(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

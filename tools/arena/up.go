@@ -24,6 +24,7 @@ import (
 	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
 	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
 	quality "github.com/lowbarena/lowbarena/services/quality/service"
+	round "github.com/lowbarena/lowbarena/services/round/service"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	runner "github.com/lowbarena/lowbarena/services/runner/service"
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"
@@ -223,6 +224,15 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 		return nil, err
 	}
 	actors = append(actors, ss.Actors()...)
+
+	if rt, err = newRuntime(round.Name, false); err != nil {
+		return nil, err
+	}
+	rds, err := round.New(ctx, rt.Bus, rt.Log, round.Options{Campaigns: set, Store: a.store, Pod: o.pod})
+	if err != nil {
+		return nil, err
+	}
+	actors = append(actors, rds.Actors()...)
 
 	if rt, err = newRuntime(efficiency.Name, false); err != nil {
 		return nil, err

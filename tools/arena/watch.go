@@ -22,12 +22,17 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "one JSON object per event: time, type, id, subject, data")
 	all := fs.Bool("all", false, "replay every stored event first, then follow")
 	only := fs.String("id", "", "follow one submission or round id")
+	roundID := fs.String("round", "", "follow one round step by step (its steps, with progress)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 {
 		return usageErr("watch takes no arguments (arena watch [--json] [--all] [--id ID])")
+	}
+	if *roundID != "" {
+		*only = *roundID
+		*all = true // a round's earlier steps come first
 	}
 	if *only != "" && !events.ValidID(*only) {
 		return usageErr("%q is not a submission or round id", *only)
@@ -78,6 +83,9 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			continue
 		}
 		fmt.Fprintln(stdout, eventLine(ev))
+		if *roundID != "" && (ev.Type() == string(events.RoundCompleted) || ev.Type() == string(events.RoundFailed)) {
+			return nil
+		}
 	}
 }
 
@@ -124,6 +132,29 @@ func gist(ev event.Event) string {
 	}
 	str := func(k string) string { s, _ := d[k].(string); return s }
 	switch events.Type(ev.Type()) {
+	case events.RoundStep:
+		bar := ""
+		if of, _ := d["of"].(float64); of > 0 {
+			n := int(d["step"].(float64))
+			bar = fmt.Sprintf("[%s%s] %2d/%d ", strings.Repeat("#", n*20/int(of)), strings.Repeat(".", 20-n*20/int(of)), n, int(of))
+		}
+		line := bar + str("name") + " · " + str("status")
+		if dt := str("detail"); dt != "" {
+			if len(dt) > 160 {
+				dt = dt[:157] + "..."
+			}
+			line += " · " + dt
+		}
+		return line
+	case events.RoundCompleted:
+		out := fmt.Sprintf("leader %s (changed %v) · top score %v · %.0f s · %.4f GPU-hours", str("leader"), d["leader_changed"], d["top_score"], d["duration_seconds"], d["gpu_hours"])
+		if es, ok := d["entries"].([]any); ok {
+			for _, e := range es {
+				m, _ := e.(map[string]any)
+				out += fmt.Sprintf("\n      %-16v %-10v %-12v score %v %v", m["entry_id"], m["role"], m["status"], m["score"], m["reason"])
+			}
+		}
+		return out
 	case events.SubmissionReceived:
 		sol, _ := d["solution"].(map[string]any)
 		decl, _ := sol["precision"].(string)

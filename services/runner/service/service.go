@@ -156,6 +156,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	var (
 		p  events.EfficiencyJobParams
 		qp events.QualityJobParams
+		sp events.SLAJobParams
 	)
 	switch req.Kind {
 	case events.JobEfficiency:
@@ -168,8 +169,13 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 			return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
 		}
 		qp.Engine.Command = req.Engine
+	case events.JobSLA:
+		if err := json.Unmarshal(req.Params, &sp); err != nil {
+			return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
+		}
+		sp.Engine.Command = req.Engine
 	default:
-		return fail(ReasonUnknownKind, fmt.Sprintf("this runner runs %s and %s jobs, not %q", events.JobEfficiency, events.JobQuality, req.Kind), "", 0)
+		return fail(ReasonUnknownKind, fmt.Sprintf("this runner runs %s, %s and %s jobs, not %q", events.JobEfficiency, events.JobQuality, events.JobSLA, req.Kind), "", 0)
 	}
 	gpu := "simulated (no NVML)"
 	if s.opts.Job.NVML != nil {
@@ -189,15 +195,18 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	} else if err != nil {
 		return bus.Retry(0, err)
 	}
-	second, what := p.Reference, "the campaign's BF16 reference"
-	if req.Kind == events.JobQuality {
-		second, what = qp.Suite, "the campaign's eval suite"
-	}
-	ref, err := s.fetch(ctx, second)
-	if errors.Is(err, artifact.ErrNotFound) || errors.Is(err, artifact.ErrCorrupt) {
-		return fail(ReasonArtifactMissing, what+" is not in the artifact store: "+err.Error(), "", 0)
-	} else if err != nil {
-		return bus.Retry(0, err)
+	var ref string
+	if req.Kind != events.JobSLA {
+		second, what := p.Reference, "the campaign's BF16 reference"
+		if req.Kind == events.JobQuality {
+			second, what = qp.Suite, "the campaign's eval suite"
+		}
+		ref, err = s.fetch(ctx, second)
+		if errors.Is(err, artifact.ErrNotFound) || errors.Is(err, artifact.ErrCorrupt) {
+			return fail(ReasonArtifactMissing, what+" is not in the artifact store: "+err.Error(), "", 0)
+		} else if err != nil {
+			return bus.Retry(0, err)
+		}
 	}
 
 	jr := s.opts.Job
@@ -223,7 +232,16 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		seconds float64
 		cached  bool
 	)
-	if req.Kind == events.JobQuality {
+	switch req.Kind {
+	case events.JobSLA:
+		kv := sp.KVCacheDType
+		if kv == "" {
+			kv = "auto"
+		}
+		sr, serr := jr.Serve(ctx, job.Launch{Run: sp.Entry, Command: sp.Engine.Command, Checkpoint: cand, KVCacheDType: kv,
+			MaxNumSeqs: sp.Engine.MaxNumSeqs}, job.Workloads(sp.Workload))
+		res, seconds, err = sr, sr.Seconds, serr
+	case events.JobQuality:
 		st, lerr := suite.Load(ref)
 		if lerr != nil {
 			return fail(ReasonBadSuite, lerr.Error(), "", 0)
@@ -233,7 +251,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 			return s.graded(ctx, req, qp, b, sim)
 		})
 		res, seconds, err = qr, qr.Seconds, qerr
-	} else {
+	default:
 		er, eerr := jr.Efficiency(ctx, p, cand, ref, &refCache{kv: s.refs, pod: s.opts.Pod})
 		res, seconds, cached, err = er, er.Seconds, er.Cached, eerr
 	}
