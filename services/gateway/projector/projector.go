@@ -98,7 +98,7 @@ func (p *Projector) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+		if bus.Conflict(err) {
 			continue // someone else wrote first: read again and refold
 		}
 		return bus.Retry(0, fmt.Errorf("write record %s: %w", id, err))
@@ -107,11 +107,6 @@ func (p *Projector) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Retry(0, err)
 	}
 	return bus.Ack()
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 func (p *Projector) writeStageResult(ctx context.Context, spec events.Spec, d *bus.Delivery) error {

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"sort"
 	"sync"
 	"time"
@@ -126,11 +125,9 @@ func ReferenceJobID(campaign, suiteKey, referenceDigest string) string {
 	return "qref-" + events.DeriveID(campaign, suiteKey, referenceDigest)[:24]
 }
 
-var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
-
 // refKey is the references-bucket key of a BF16 quality reference.
 func refKey(campaign, suiteKey string) string {
-	return "quality." + keyUnsafe.ReplaceAllString(campaign, "_") + "." + keyUnsafe.ReplaceAllString(suiteKey, "_")
+	return bus.Key("quality", campaign, suiteKey)
 }
 
 // refState is what the references bucket holds for a quality reference.

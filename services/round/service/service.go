@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -179,10 +178,8 @@ type Round struct {
 	camp *campaign.Campaign
 }
 
-var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
-
-func podKey(pod string) string     { return "pod." + keyUnsafe.ReplaceAllString(pod, "_") }
-func leaderKey(camp string) string { return "leader." + keyUnsafe.ReplaceAllString(camp, "_") }
+func podKey(pod string) string     { return bus.Key("pod", pod) }
+func leaderKey(camp string) string { return bus.Key("leader", camp) }
 func roundKey(id string) string    { return "round." + id }
 
 // Leader is the reigning leader of a campaign.

@@ -453,10 +453,8 @@ type refCache struct {
 	pod string
 }
 
-var keyUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]`)
-
 func (c *refCache) key(campaign, digest string) string {
-	return keyUnsafe.ReplaceAllString(c.pod, "_") + "." + keyUnsafe.ReplaceAllString(campaign, "_") + "." + keyUnsafe.ReplaceAllString(digest, "_")
+	return bus.Key(c.pod, campaign, digest)
 }
 
 func (c *refCache) Get(ctx context.Context, campaign, digest string) (*job.Served, error) {

@@ -151,7 +151,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		if err == nil {
 			break
 		}
-		if attempt < 10 && (errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err)) {
+		if attempt < 10 && bus.Conflict(err) {
 			continue // another outcome of this submission landed first
 		}
 		return bus.Retry(0, err)
@@ -160,11 +160,6 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Ack()
 	}
 	return s.score(ctx, id, j, s.policy)
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // score computes, stores and publishes a submission's score under p.
