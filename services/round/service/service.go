@@ -41,6 +41,9 @@ const Name = "round"
 // SubjectStart is the request subject of `arena round start`.
 const SubjectStart = "lowbarena.ctl.round.start"
 
+// EntryTimeout bounds one entry's SLA job, queue time included.
+var EntryTimeout = 30 * time.Minute
+
 // MaxCandidates is how many candidates a round takes.
 const MaxCandidates = 5
 
@@ -149,15 +152,15 @@ type Entry struct {
 	ID   string `json:"entry_id"`
 	Role string `json:"role"` // baseline, incumbent, candidate, drift_baseline
 	// Submission is the entry's submission ("" for the BF16 baselines).
-	Submission   string           `json:"submission,omitempty"`
-	Checkpoint   events.BundleRef `json:"-"`
-	KVCacheDType string           `json:"-"`
-	Record       *record.Submission
-	Run          *events.EngineRun `json:"run,omitempty"`
-	Status       string            `json:"status"`
-	Reason       string            `json:"reason,omitempty"`
-	Score        *float64          `json:"score,omitempty"`
-	GPUHours     float64           `json:"gpu_hours"`
+	Submission   string             `json:"submission,omitempty"`
+	Checkpoint   events.BundleRef   `json:"-"`
+	KVCacheDType string             `json:"-"`
+	Record       *record.Submission `json:"-"`
+	Run          *events.EngineRun  `json:"run,omitempty"`
+	Status       string             `json:"status"`
+	Reason       string             `json:"reason,omitempty"`
+	Score        *float64           `json:"score,omitempty"`
+	GPUHours     float64            `json:"gpu_hours"`
 }
 
 // Step is one step of the plan.
@@ -460,9 +463,22 @@ func (s *Service) runEntry(ctx context.Context, r *Round, e *Entry, i int) {
 		return
 	}
 	engineUp := false
+	deadline := time.Now().Add(EntryTimeout)
 	for {
-		msg, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+		msg, err := cons.Next(jetstream.FetchMaxWait(min(30*time.Second, max(time.Until(deadline), 100*time.Millisecond))))
 		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && time.Now().After(deadline) {
+			// No runner took the job, or it never ended: the entry is
+			// disqualified and the round goes on rather than hang.
+			e.Status, e.Reason = "disqualified", fmt.Sprintf("round_job_timeout: its SLA job %s did not end within %s (is the pod's runner up?)", job, EntryTimeout)
+			if !engineUp {
+				s.mark(ctx, r, i, "failed", e.Reason)
+				s.mark(ctx, r, i+1, "skipped", "the engine did not start")
+			} else {
+				s.mark(ctx, r, i+1, "failed", e.Reason)
+			}
 			return
 		}
 		if err != nil {

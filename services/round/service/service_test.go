@@ -230,3 +230,35 @@ func sha(data []byte) string {
 	h := sha256.Sum256(data)
 	return hex.EncodeToString(h[:])
 }
+
+// TestRoundWithoutRunnerEnds: no runner takes the round's jobs; each entry
+// is disqualified at its deadline and the round ends instead of hanging.
+func TestRoundWithoutRunnerEnds(t *testing.T) {
+	defer func(d time.Duration) { round.EntryTimeout = d }(round.EntryTimeout)
+	round.EntryTimeout = 500 * time.Millisecond
+	dir := t.TempDir()
+	_, err := examples.Write(dir)
+	require.NoError(t, err)
+	set, err := campaign.LoadDir(filepath.Join(dir, examples.CampaignsDir))
+	require.NoError(t, err)
+	b, _ := bustest.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	svc, err := round.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), round.Options{Campaigns: set, Pod: "lonely"})
+	require.NoError(t, err)
+	go func() { _ = svc.Actors()[0].Run(ctx) }()
+	arts, err := artifact.NewJetStream(ctx, b.JetStream(), bus.ObjectArtifacts)
+	require.NoError(t, err)
+	h := &harness{b: b, ctx: ctx, arts: arts}
+	h.submit(t, "c1", filepath.Join(dir, examples.SubmissionsDir, "fp8-w8a8"), true, true, 1.4)
+	r, err := svc.Start(ctx, round.StartRequest{Campaign: examples.TaskID, Candidates: []string{"c1"}})
+	require.NoError(t, err)
+	e := bustest.Await(t, b, "arena.round.completed."+r.ID, events.RoundCompleted)
+	var res events.RoundCompletedData
+	require.NoError(t, json.Unmarshal(e.Data(), &res))
+	for _, en := range res.Entries {
+		require.Equal(t, "disqualified", en.Status, en.EntryID)
+		require.Contains(t, en.Reason, "round_job_timeout")
+	}
+	require.Nil(t, res.TopScore)
+}
