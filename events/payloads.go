@@ -122,6 +122,8 @@ type QualityCompletedData struct {
 	TierReason string `json:"tier_reason,omitempty"`
 	// MeanDrop is the mean drop over the valid domains, 5 decimals.
 	MeanDrop float64 `json:"mean_drop"`
+	// BundleDigest is the bundle the candidate's answers came from.
+	BundleDigest string `json:"bundle_digest,omitempty"`
 }
 
 // EfficiencyCompletedData is the payload of efficiency.completed.
@@ -142,6 +144,8 @@ type EfficiencyCompletedData struct {
 	BudgetReason string `json:"budget_reason,omitempty"`
 	// Pod is where the submission and its reference were measured.
 	Pod string `json:"pod,omitempty"`
+	// BundleDigest is the bundle that was served.
+	BundleDigest string `json:"bundle_digest,omitempty"`
 }
 
 // ScoreCompletedData is the payload of score.completed.
@@ -201,6 +205,8 @@ type RunnerJobCompletedData struct {
 	Runner       string          `json:"runner"`
 	GPUHours     float64         `json:"gpu_hours"`
 	Result       json.RawMessage `json:"result"`
+	// CheckpointDigest is the bundle digest of the checkpoint the job ran.
+	CheckpointDigest string `json:"checkpoint_digest,omitempty"`
 }
 
 // RunnerJobFailedData is the payload of runner.job.failed: a classified

@@ -242,7 +242,7 @@ func (e *kvMismatch) Error() string {
 
 // Block builds the record's efficiency block from a runner's measurement.
 func Block(c events.RunnerJobCompletedData, res events.EfficiencyJobResult) (events.EfficiencyCompletedData, error) {
-	out := events.EfficiencyCompletedData{SubmissionID: c.SubmissionID, GPU: res.GPU, Simulated: res.Simulated, Pod: c.Pod,
+	out := events.EfficiencyCompletedData{SubmissionID: c.SubmissionID, GPU: res.GPU, Simulated: res.Simulated, Pod: c.Pod, BundleDigest: c.CheckpointDigest,
 		GPUHours: c.GPUHours, Efficiency: map[string]float64{}, AnchorEfficiency: map[string]float64{},
 		PeakMemory: map[string]record.PeakMemory{}, AnchorPeakMemory: map[string]record.PeakMemory{}}
 	for _, w := range formula.Workloads {

@@ -381,7 +381,7 @@ func (s *Service) candidateDone(ctx context.Context, d *bus.Delivery, c events.R
 	}
 	md, _ := stats.MeanDrop(block.Domains)
 	out := events.QualityCompletedData{SubmissionID: id, DevQuality: block, KL: kl, Simulated: res.Simulated || ref.Result.Simulated,
-		TierReason: stats.Reason(block.Tier), MeanDrop: md}
+		TierReason: stats.Reason(block.Tier), MeanDrop: md, BundleDigest: c.CheckpointDigest}
 	s.log.Info("quality measured", "submission", id, "tier", block.Tier, "recovery", block.Recovery, "worst", block.WorstDomain, "worst_upper", block.WorstUpper)
 	if _, err := s.bus.PublishNew(ctx, events.DeriveID(c.JobID, string(events.QualityCompleted)), events.QualityCompleted, events.Source(Name), id, out); err != nil {
 		return bus.Retry(0, err)

@@ -275,7 +275,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Poison("result_unencodable", err)
 	}
 	done := events.RunnerJobCompletedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(seconds), Result: body}
+		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(seconds), Result: body, CheckpointDigest: req.Checkpoint.SHA256}
 	if _, err := s.bus.PublishNew(ctx, events.DeriveID(d.Event.ID(), string(events.RunnerJobCompleted)), events.RunnerJobCompleted, src, req.JobID, done); err != nil {
 		return bus.Retry(0, err)
 	}

@@ -31,6 +31,7 @@ const Name = "score"
 const (
 	ReasonUnknownSubmission = "submission_unknown"
 	ReasonBadInputs         = "score_bad_inputs"
+	ReasonDigestMismatch    = "score_digest_mismatch"
 )
 
 // Options configure the stage.
@@ -179,6 +180,20 @@ func (s *Service) score(ctx context.Context, id string, j joined, p policy.Polic
 	var rec record.Submission
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return bus.Retry(0, fmt.Errorf("score: record %s: %w", id, err))
+	}
+	// The three outcomes must be of one bundle: a quality or efficiency
+	// figure of another checkpoint is never scored.
+	if d := j.Contract.BundleDigest; d != "" {
+		for stage, got := range map[string]string{"quality": j.Quality.BundleDigest, "efficiency": j.Efficiency.BundleDigest} {
+			if got != "" && got != d {
+				data := events.StageFailedData{SubmissionID: id, Stage: Name, Reason: ReasonDigestMismatch,
+					Message: fmt.Sprintf("the %s outcome is of bundle %.12s, the contract of %.12s; nothing is scored", stage, got, d)}
+				if _, err := s.bus.PublishNew(ctx, events.DeriveID(id, string(events.ScoreFailed), p.Version), events.ScoreFailed, src, id, data); err != nil {
+					return bus.Retry(0, err)
+				}
+				return bus.Ack()
+			}
+		}
 	}
 	ds, err := p.Compute(policy.Inputs{Contract: *j.Contract, Quality: *j.Quality, Efficiency: *j.Efficiency})
 	if err != nil {

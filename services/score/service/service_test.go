@@ -166,3 +166,35 @@ func containsAll(s string, parts ...string) bool {
 	}
 	return true
 }
+
+// Quality and efficiency of different bundles are never scored.
+func TestDigestMismatchIsRefused(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := store.Open(ctx, "chdb://"+t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	recs, err := b.JetStream().KeyValue(ctx, bus.BucketSubmissions)
+	require.NoError(t, err)
+	rec, _ := json.Marshal(record.Submission{ID: "s1", TaskID: "tiny", Split: "dev"})
+	_, err = recs.Put(ctx, "s1", rec)
+	require.NoError(t, err)
+	defer start(t, ctx, b, st)()
+	c, q, e := inputs()
+	c.BundleDigest, q.BundleDigest, e.BundleDigest = strings.Repeat("a", 64), strings.Repeat("a", 64), strings.Repeat("b", 64)
+	for _, x := range []struct {
+		id string
+		t  events.Type
+		d  any
+	}{{"c", events.ContractCompleted, c}, {"q", events.QualityCompleted, q}, {"e", events.EfficiencyCompleted, e}} {
+		_, err := b.PublishNew(ctx, x.id, x.t, events.Source("test"), "s1", x.d)
+		require.NoError(t, err)
+	}
+	ev := bustest.Await(t, b, "arena.score.*.s1", events.ScoreCompleted, events.ScoreFailed)
+	require.Equal(t, string(events.ScoreFailed), ev.Type())
+	var f events.StageFailedData
+	require.NoError(t, json.Unmarshal(ev.Data(), &f))
+	require.Equal(t, score.ReasonDigestMismatch, f.Reason)
+	require.Contains(t, f.Message, "efficiency outcome is of bundle bbbbbbbbbbbb")
+}
