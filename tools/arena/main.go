@@ -35,8 +35,8 @@ usage:
                print a submission's record
   arena leaderboard [--campaign C] [--policy V] [--json]
                scores best first (ClickHouse, through the score service)
-  arena history [--model M] [--participant P] [--campaign C] [--json]
-               scores over time
+  arena history [--model M] [--participant P] [--campaign C] [--rounds] [--json]
+               scores over time, or (--rounds) the rounds and their results
   arena rescore --policy V [--since T] [--json]
                recompute scores from stored outcomes under policy V (no GPU work)
 

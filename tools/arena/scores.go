@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	round "github.com/lowbarena/lowbarena/services/round/service"
 	score "github.com/lowbarena/lowbarena/services/score/service"
 )
 
@@ -92,8 +93,12 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	participant := fs.String("participant", "", "only this participant")
 	model := fs.String("model", "", "only this method")
 	asJSON := fs.Bool("json", false, "print JSON")
+	rounds := fs.Bool("rounds", false, "the rounds and their results instead of the scores")
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *rounds {
+		return roundHistory(ctx, *natsURL, *camp, *asJSON, stdout)
 	}
 	rows, err := ask(ctx, *natsURL, score.SubjectHistory, score.Query{Campaign: *camp, Participant: *participant, Model: *model}, 30*time.Second)
 	if err != nil {
@@ -130,4 +135,57 @@ func cmdRescore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stderr, "%d submissions scored under %s\n", len(rows), *pol)
 	return printRows(stdout, rows, *asJSON)
+}
+
+// roundHistory prints the rounds and their results.
+func roundHistory(ctx context.Context, natsURL, campaign string, asJSON bool, w io.Writer) error {
+	c, err := dial(ctx, natsURL)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	body, _ := json.Marshal(round.ListRequest{Campaign: campaign})
+	m, err := c.nc.RequestWithContext(ctx, round.SubjectList, body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%w: no round service answers (is `arena up` running?)", ErrArenaDown)
+	}
+	if err != nil {
+		return fmt.Errorf("round history: %w", err)
+	}
+	var rep round.ListReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil {
+		return fmt.Errorf("round history: %w", err)
+	}
+	if rep.Error != "" {
+		return errors.New(rep.Error)
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep.Rounds)
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STARTED\tROUND\tCAMPAIGN\tPOD\tSTATUS\tSTEPS\tSCORED\tDISQUALIFIED\tTOP\tLEADER\tCHANGED\tDRIFT")
+	for _, r := range rep.Rounds {
+		scored, disq, top, leader, changed, drift := 0, 0, "-", "-", "-", "-"
+		if res := r.Result; res != nil {
+			for _, e := range res.Entries {
+				if e.Status == "scored" {
+					scored++
+				} else {
+					disq++
+				}
+			}
+			if res.TopScore != nil {
+				top = fmt.Sprintf("%.4f", *res.TopScore)
+			}
+			leader, changed = res.Leader, fmt.Sprint(res.LeaderChanged)
+			if res.Drift != nil {
+				drift = fmt.Sprintf("%.2f%%", 100**res.Drift)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.StartedAt.Format("2006-01-02 15:04"), r.RoundID, r.Campaign, r.Pod,
+			r.Status, r.Steps, scored, disq, top, leader, changed, drift)
+	}
+	return tw.Flush()
 }

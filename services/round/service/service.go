@@ -38,8 +38,12 @@ import (
 // Name is the round service's name and event source.
 const Name = "round"
 
-// SubjectStart is the request subject of `arena round start`.
-const SubjectStart = "lowbarena.ctl.round.start"
+// SubjectStart is the request subject of `arena round start`, and
+// SubjectList that of `arena history --rounds`.
+const (
+	SubjectStart = "lowbarena.ctl.round.start"
+	SubjectList  = "lowbarena.ctl.round.list"
+)
 
 // EntryTimeout bounds one entry's SLA job, queue time included.
 var EntryTimeout = 30 * time.Minute
@@ -141,8 +145,25 @@ func (s *Service) serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("round: subscribe: %w", err)
 	}
+	list, err := s.bus.Conn().QueueSubscribe(SubjectList, Name, func(m *nats.Msg) {
+		var req ListRequest
+		_ = json.Unmarshal(m.Data, &req)
+		rep := ListReply{Rounds: []Summary{}}
+		rounds, err := s.List(ctx, req.Campaign)
+		if err != nil {
+			rep.Error = err.Error()
+		} else {
+			rep.Rounds = rounds
+		}
+		body, _ := json.Marshal(rep)
+		_ = m.Respond(body)
+	})
+	if err != nil {
+		return fmt.Errorf("round: subscribe: %w", err)
+	}
 	<-ctx.Done()
 	_ = sub.Drain()
+	_ = list.Drain()
 	s.wg.Wait()
 	return nil
 }
@@ -634,4 +655,51 @@ func (s *Service) inRound(base *events.EngineRun, e *Entry) (float64, string) {
 		drift = *ds.Drift
 	}
 	return s.policy.Score(formula.Gain(formula.GeoMean(speeds), memory), drift), ""
+}
+
+// ListRequest asks for the rounds of a campaign ("" for all).
+type ListRequest struct {
+	Campaign string `json:"campaign,omitempty"`
+}
+
+// Summary is one round's result, for people.
+type Summary struct {
+	RoundID   string                     `json:"round_id"`
+	Campaign  string                     `json:"campaign"`
+	Pod       string                     `json:"pod"`
+	Status    string                     `json:"status"`
+	StartedAt time.Time                  `json:"started_at"`
+	Steps     int                        `json:"steps"`
+	Result    *events.RoundCompletedData `json:"result,omitempty"`
+}
+
+// ListReply answers a ListRequest.
+type ListReply struct {
+	Rounds []Summary `json:"rounds"`
+	Error  string    `json:"error,omitempty"`
+}
+
+// List returns the rounds kept in the rounds bucket, oldest first.
+func (s *Service) List(ctx context.Context, campaignID string) ([]Summary, error) {
+	keys, err := s.rounds.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Summary
+	for k := range keys.Keys() {
+		if !strings.HasPrefix(k, "round.") {
+			continue
+		}
+		e, err := s.rounds.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var r Round
+		if json.Unmarshal(e.Value(), &r) != nil || (campaignID != "" && r.Campaign != campaignID) {
+			continue
+		}
+		out = append(out, Summary{RoundID: r.ID, Campaign: r.Campaign, Pod: r.Pod, Status: r.Status, StartedAt: r.StartedAt, Steps: len(r.Steps), Result: r.Result})
+	}
+	slices.SortFunc(out, func(a, b Summary) int { return a.StartedAt.Compare(b.StartedAt) })
+	return out, nil
 }

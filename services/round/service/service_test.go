@@ -219,6 +219,13 @@ func TestRoundOfFiveWithOneDeadEngine(t *testing.T) {
 	require.NoError(t, h.st.Select(h.ctx, &rows, "SELECT count() AS n FROM round_steps FINAL WHERE round_id = ?", id))
 	require.Equal(t, uint64(23), rows[0].N)
 
+	// The round's result is listed for `arena history --rounds`.
+	list, err := h.svc.List(h.ctx, examples.TaskID)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, "complete", list[0].Status)
+	require.Equal(t, "c2", list[0].Result.Leader)
+
 	// The next round meets the leader as its incumbent.
 	require.Eventually(t, func() bool {
 		_, err := h.svc.Start(h.ctx, round.StartRequest{Campaign: examples.TaskID, Candidates: []string{"c1"}})
