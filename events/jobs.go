@@ -148,6 +148,7 @@ type TopK map[string]float64
 // QualityJobResult is the result of a quality job; the graded rows are in
 // quality_items.
 type QualityJobResult struct {
+	Campaign  string `json:"campaign,omitempty"`
 	Role      string `json:"role"`
 	SuiteKey  string `json:"suite_key"`
 	GPU       string `json:"gpu"`

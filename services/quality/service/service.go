@@ -346,7 +346,7 @@ func (s *Service) candidateDone(ctx context.Context, d *bus.Delivery, c events.R
 	var task string
 	var l *loaded
 	for t, ll := range s.snapshot() {
-		if ll.suite.Key() == res.SuiteKey {
+		if ll.suite.Key() == res.SuiteKey && (res.Campaign == "" || res.Campaign == t) {
 			task, l = t, ll
 		}
 	}

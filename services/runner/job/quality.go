@@ -43,7 +43,7 @@ const CodeEngineAnswer = "engine_bad_answer"
 // never read as complete.
 func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpoint string, s *suite.Suite,
 	rows func(ctx context.Context, batch []Graded) error) (events.QualityJobResult, error) {
-	out := events.QualityJobResult{Role: p.Role, SuiteKey: p.SuiteKey}
+	out := events.QualityJobResult{Campaign: p.Campaign, Role: p.Role, SuiteKey: p.SuiteKey}
 	kv := p.KVCacheDType
 	if kv == "" {
 		kv = "auto"
