@@ -32,6 +32,28 @@ func start(t *testing.T, ctx context.Context, b *bus.Bus, st store.Store) contex
 	return func() { cancel(); <-done; <-done }
 }
 
+// env is a NATS server with the arena's streams and a chDB store.
+func env(t *testing.T) (*bus.Bus, store.Store, context.Context) {
+	t.Helper()
+	b, _ := bustest.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	st, err := store.Open(ctx, "chdb://"+t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	return b, st, ctx
+}
+
+// putRecord writes a submission's record as the gateway would.
+func putRecord(t *testing.T, ctx context.Context, b *bus.Bus, rec record.Submission) {
+	t.Helper()
+	recs, err := b.JetStream().KeyValue(ctx, bus.BucketSubmissions)
+	require.NoError(t, err)
+	body, _ := json.Marshal(rec)
+	_, err = recs.Put(ctx, rec.ID, body)
+	require.NoError(t, err)
+}
+
 func inputs() (events.ContractCompletedData, events.QualityCompletedData, events.EfficiencyCompletedData) {
 	c := events.ContractCompletedData{SubmissionID: "s1", Contract: record.Contract{OK: true, WeightBits: 8, ActivationBits: 8, BitsPerWeight: 8.104},
 		DetectedPrecision: "W8A8KV8"}
@@ -54,21 +76,12 @@ func inputs() (events.ContractCompletedData, events.QualityCompletedData, events
 // contract and quality outcomes and a new one gets the efficiency outcome
 // (twice): one score is published, one row kept.
 func TestRestartBetweenOutcomesScoresOnce(t *testing.T) {
-	b, _ := bustest.Bus(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := store.Open(ctx, "chdb://"+t.TempDir())
-	require.NoError(t, err)
-	defer st.Close()
-	recs, err := b.JetStream().KeyValue(ctx, bus.BucketSubmissions)
-	require.NoError(t, err)
-	rec, _ := json.Marshal(record.Submission{ID: "s1", TaskID: "tiny", Participant: "p1", Split: "dev", Solution: record.Solution{Method: "FP8"}})
-	_, err = recs.Put(ctx, "s1", rec)
-	require.NoError(t, err)
+	b, st, ctx := env(t)
+	putRecord(t, ctx, b, record.Submission{ID: "s1", TaskID: "tiny", Participant: "p1", Split: "dev", Solution: record.Solution{Method: "FP8"}})
 
 	c, q, e := inputs()
 	stop := start(t, ctx, b, st)
-	_, err = b.PublishNew(ctx, "c1", events.ContractCompleted, events.Source("contract"), "s1", c)
+	_, err := b.PublishNew(ctx, "c1", events.ContractCompleted, events.Source("contract"), "s1", c)
 	require.NoError(t, err)
 	_, err = b.PublishNew(ctx, "q1", events.QualityCompleted, events.Source("quality"), "s1", q)
 	require.NoError(t, err)
@@ -136,12 +149,7 @@ func TestRestartBetweenOutcomesScoresOnce(t *testing.T) {
 
 // An outcome set for a submission the arena has no record of is refused.
 func TestUnknownSubmission(t *testing.T) {
-	b, _ := bustest.Bus(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := store.Open(ctx, "chdb://"+t.TempDir())
-	require.NoError(t, err)
-	defer st.Close()
+	b, st, ctx := env(t)
 	defer start(t, ctx, b, st)()
 	c, q, e := inputs()
 	for _, x := range []struct {
@@ -169,17 +177,8 @@ func containsAll(s string, parts ...string) bool {
 
 // Quality and efficiency of different bundles are never scored.
 func TestDigestMismatchIsRefused(t *testing.T) {
-	b, _ := bustest.Bus(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := store.Open(ctx, "chdb://"+t.TempDir())
-	require.NoError(t, err)
-	defer st.Close()
-	recs, err := b.JetStream().KeyValue(ctx, bus.BucketSubmissions)
-	require.NoError(t, err)
-	rec, _ := json.Marshal(record.Submission{ID: "s1", TaskID: "tiny", Split: "dev"})
-	_, err = recs.Put(ctx, "s1", rec)
-	require.NoError(t, err)
+	b, st, ctx := env(t)
+	putRecord(t, ctx, b, record.Submission{ID: "s1", TaskID: "tiny", Split: "dev"})
 	defer start(t, ctx, b, st)()
 	c, q, e := inputs()
 	c.BundleDigest, q.BundleDigest, e.BundleDigest = strings.Repeat("a", 64), strings.Repeat("a", 64), strings.Repeat("b", 64)
