@@ -19,10 +19,18 @@ import (
 //	GET /healthz                  200 when the bucket answers
 //	GET /v1/submissions/{id}      the record, as stored
 //	GET /v1/submissions?limit=N   records, newest first
+//	GET /v1/live                  every record and round as it changes (Server-Sent Events)
+//	GET /                         the live web page over /v1/live
 //
-// Errors are JSON: {"error": {"code": "...", "message": "..."}}.
-func New(kv jetstream.KeyValue) http.Handler {
+// Errors are JSON: {"error": {"code": "...", "message": "..."}}. rounds
+// may be nil (no rounds on the live stream).
+func New(kv, rounds jetstream.KeyValue) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/live", live(kv, rounds))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(indexHTML)
+	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := kv.Status(r.Context()); err != nil {
 			writeError(w, http.StatusServiceUnavailable, "nats_unavailable", "the submissions bucket does not answer: "+err.Error())

@@ -25,7 +25,7 @@ func TestAPI(t *testing.T) {
 		_, err := kv.Put(ctx, id, body)
 		require.NoError(t, err)
 	}
-	srv := httptest.NewServer(New(kv))
+	srv := httptest.NewServer(New(kv, nil))
 	defer srv.Close()
 	get := func(path string) (int, map[string]any) {
 		resp, err := http.Get(srv.URL + path)

@@ -39,6 +39,10 @@ func New(ctx context.Context, rt *runtime.Runtime, o Options) (*Gateway, error) 
 	if err != nil {
 		return nil, fmt.Errorf("gateway: open bucket %s: %w", bus.BucketSubmissions, err)
 	}
+	rounds, err := rt.Bus.JetStream().KeyValue(ctx, bus.BucketRounds)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: open bucket %s: %w", bus.BucketRounds, err)
+	}
 	ln, err := net.Listen("tcp", o.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: listen on %s: %w", o.HTTPAddr, err)
@@ -47,7 +51,7 @@ func New(ctx context.Context, rt *runtime.Runtime, o Options) (*Gateway, error) 
 	return &Gateway{
 		Actors: []runtime.Actor{
 			{Name: "gateway-projector", Run: p.Run},
-			runtime.HTTPActor("gateway-api", ln, api.New(kv), 10*time.Second),
+			runtime.HTTPActor("gateway-api", ln, api.New(kv, rounds), 10*time.Second),
 		},
 		Addr: ln.Addr(),
 	}, nil
