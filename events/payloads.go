@@ -106,6 +106,7 @@ type ContractCompletedData struct {
 	// TaskID, BundleDigest, Artifact and KVCacheDType carry forward what
 	// the stages after the contract need to serve the checkpoint.
 	TaskID       string     `json:"task_id,omitempty"`
+	Split        string     `json:"split,omitempty"`
 	BundleDigest string     `json:"bundle_digest,omitempty"`
 	Artifact     *BundleRef `json:"artifact,omitempty"`
 	KVCacheDType string     `json:"kv_cache_dtype,omitempty"`

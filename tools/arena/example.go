@@ -56,5 +56,10 @@ func writeExamples(dir string) ([]examples.Example, error) {
 	if err := suite.Write(filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "suite-dev"), s); err != nil {
 		return nil, err
 	}
+	// The held-out ranked split: another seed, never shown to participants.
+	ranked := suite.Generate(SuiteName, SuiteVersion, suite.SplitRanked, suite.SeedRanked, suite.DevSizes)
+	if err := suite.Write(filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "suite-ranked"), ranked); err != nil {
+		return nil, err
+	}
 	return exs, nil
 }

@@ -88,9 +88,12 @@ type Efficiency struct {
 
 // Quality is the campaign's eval suite and its fixed sampling settings.
 type Quality struct {
-	// Suite is the suite folder, relative to the campaign folder.
-	Suite    string          `json:"suite"`
-	Sampling events.Sampling `json:"sampling"`
+	// Suite is the dev suite folder, relative to the campaign folder;
+	// RankedSuite the held-out ranked one ("" when the campaign ranks
+	// nothing yet).
+	Suite       string          `json:"suite"`
+	RankedSuite string          `json:"ranked_suite,omitempty"`
+	Sampling    events.Sampling `json:"sampling"`
 }
 
 // SuiteDir is the absolute folder of the quality suite.
@@ -99,6 +102,14 @@ func (c *Campaign) SuiteDir() string {
 		return ""
 	}
 	return filepath.Join(c.Dir, c.Quality.Suite)
+}
+
+// RankedSuiteDir is the absolute folder of the ranked suite, or "".
+func (c *Campaign) RankedSuiteDir() string {
+	if c.Quality == nil || c.Quality.RankedSuite == "" {
+		return ""
+	}
+	return filepath.Join(c.Dir, c.Quality.RankedSuite)
 }
 
 // ReferenceDir is the absolute folder of the BF16 reference checkpoint.
@@ -145,8 +156,8 @@ func Load(dir string) (*Campaign, error) {
 	if c.Reference != "" && (filepath.IsAbs(c.Reference) || !filepath.IsLocal(c.Reference)) {
 		return nil, fmt.Errorf("campaign: %s: reference %q must be a folder inside the campaign's", filepath.Join(dir, File), c.Reference)
 	}
-	if q := c.Quality; q != nil && (q.Suite == "" || filepath.IsAbs(q.Suite) || !filepath.IsLocal(q.Suite)) {
-		return nil, fmt.Errorf("campaign: %s: quality.suite %q must be a folder inside the campaign's", filepath.Join(dir, File), q.Suite)
+	if q := c.Quality; q != nil && (q.Suite == "" || !filepath.IsLocal(q.Suite) || (q.RankedSuite != "" && !filepath.IsLocal(q.RankedSuite))) {
+		return nil, fmt.Errorf("campaign: %s: quality.suite %q and quality.ranked_suite %q must be folders inside the campaign's", filepath.Join(dir, File), q.Suite, q.RankedSuite)
 	}
 	if c.Efficiency.BudgetFactor == 0 {
 		c.Efficiency.BudgetFactor = 1.02

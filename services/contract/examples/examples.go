@@ -325,7 +325,7 @@ func writeCampaign(dir string, m *model) error {
 		},
 		"reference": "reference",
 		"quality": map[string]any{
-			"suite":    "suite-dev",
+			"suite": "suite-dev", "ranked_suite": "suite-ranked",
 			"sampling": map[string]any{"temperature": 0, "samples": 2, "max_tokens": 64, "top_logprobs": 5, "kl_sequences": 16, "concurrency": 32},
 		},
 	})

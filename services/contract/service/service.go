@@ -141,7 +141,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		s.log.Info("contract kept", "submission", id, "detected", c.DetectedPrecision, "bits_per_weight", c.BitsPerWeight,
 			"header_bytes_read", read, "took", time.Since(t0).Round(time.Millisecond))
 		out := events.ContractCompletedData{SubmissionID: id, Contract: c, DetectedPrecision: c.DetectedPrecision,
-			TaskID: decl.TaskID, BundleDigest: in.BundleDigest, Artifact: &in.Artifact}
+			TaskID: decl.TaskID, Split: decl.Split, BundleDigest: in.BundleDigest, Artifact: &in.Artifact}
 		if decl.Engine != nil {
 			out.KVCacheDType = decl.Engine.KVCacheDType
 		}

@@ -64,10 +64,11 @@ type Service struct {
 	log       *slog.Logger
 
 	mu     sync.Mutex
-	suites map[string]*loaded // task id -> its suite
+	suites map[string]*loaded // task id/split -> its suite
 }
 
 type loaded struct {
+	task      string // the campaign
 	suite     *suite.Suite
 	ref       events.BundleRef // the suite in the artifact store
 	reference events.BundleRef // the BF16 checkpoint in the artifact store
@@ -137,31 +138,42 @@ type refState struct {
 	Result events.QualityJobResult `json:"result"`
 }
 
-// load loads the campaign's suite and stores it and the BF16 checkpoint
-// in the artifact store, once per campaign per process.
-func (s *Service) load(ctx context.Context, c *campaign.Campaign) (*loaded, error) {
+// load loads the campaign's suite of a split (a ranked submission is
+// evaluated on the held-out ranked suite, never on the dev items shown to
+// participants) and stores it and the BF16 checkpoint in the artifact
+// store, once per campaign and split per process.
+func (s *Service) load(ctx context.Context, c *campaign.Campaign, split string) (*loaded, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l, ok := s.suites[c.TaskID]; ok {
+	if l, ok := s.suites[c.TaskID+"/"+split]; ok {
 		return l, nil
 	}
-	st, err := suite.Load(c.SuiteDir())
+	dir := c.SuiteDir()
+	if split == suite.SplitRanked {
+		if dir = c.RankedSuiteDir(); dir == "" {
+			return nil, fmt.Errorf("%w: campaign %s names no ranked suite (campaign.json quality.ranked_suite), so it cannot evaluate ranked submissions", suite.ErrBadSuite, c.TaskID)
+		}
+	}
+	st, err := suite.Load(dir)
 	if err != nil {
 		return nil, err
 	}
-	l := &loaded{suite: st, items: map[string]suite.Item{}}
+	if st.Split != split {
+		return nil, fmt.Errorf("%w: the suite at %s is the %s split, the submission is %s", suite.ErrBadSuite, dir, st.Split, split)
+	}
+	l := &loaded{task: c.TaskID, suite: st, items: map[string]suite.Item{}}
 	for _, its := range st.Items {
 		for _, it := range its {
 			l.items[it.ID] = it
 		}
 	}
-	if l.ref, err = artifact.PutDir(ctx, s.artifacts, c.SuiteDir()); err != nil {
+	if l.ref, err = artifact.PutDir(ctx, s.artifacts, dir); err != nil {
 		return nil, fmt.Errorf("quality: store suite: %w", err)
 	}
 	if l.reference, err = artifact.PutDir(ctx, s.artifacts, c.ReferenceDir()); err != nil {
 		return nil, fmt.Errorf("quality: store the BF16 reference: %w", err)
 	}
-	s.suites[c.TaskID] = l
+	s.suites[c.TaskID+"/"+split] = l
 	s.log.Info("suite loaded", "campaign", c.TaskID, "suite", st.Key(), "items", st.Count())
 	return l, nil
 }
@@ -197,7 +209,11 @@ func (s *Service) HandleContract(ctx context.Context, d *bus.Delivery) bus.Outco
 	if c.Quality == nil || c.Engine == nil {
 		return fail(ReasonNoSuite, fmt.Sprintf("campaign %s names no quality suite or engine (campaign.json \"quality\", \"engine\")", c.TaskID))
 	}
-	l, err := s.load(ctx, c)
+	split := in.Split
+	if split == "" {
+		split = suite.SplitDev
+	}
+	l, err := s.load(ctx, c, split)
 	if errors.Is(err, suite.ErrBadSuite) {
 		return fail(ReasonBadSuite, err.Error())
 	} else if err != nil {
@@ -298,11 +314,11 @@ func (s *Service) referenceDone(ctx context.Context, c events.RunnerJobCompleted
 
 func (s *Service) referenceFailed(ctx context.Context, f events.RunnerJobFailedData) bus.Outcome {
 	st, _ := json.Marshal(refState{Status: "failed", Reason: f.Reason + ": " + f.Message})
-	for task, l := range s.snapshot() {
-		if ReferenceJobID(task, l.suite.Key(), l.reference.SHA256) != f.JobID {
+	for _, l := range s.snapshot() {
+		if ReferenceJobID(l.task, l.suite.Key(), l.reference.SHA256) != f.JobID {
 			continue
 		}
-		if _, err := s.refs.Put(ctx, refKey(task, l.suite.Key()), st); err != nil {
+		if _, err := s.refs.Put(ctx, refKey(l.task, l.suite.Key()), st); err != nil {
 			return bus.Retry(0, err)
 		}
 	}
@@ -322,9 +338,9 @@ func (s *Service) snapshot() map[string]*loaded {
 // campaignsOfJob lists the campaigns whose reference job is job.
 func (s *Service) campaignsOfJob(job, suiteKey string) []string {
 	var out []string
-	for task, l := range s.snapshot() {
-		if l.suite.Key() == suiteKey && ReferenceJobID(task, suiteKey, l.reference.SHA256) == job {
-			out = append(out, task)
+	for _, l := range s.snapshot() {
+		if l.suite.Key() == suiteKey && ReferenceJobID(l.task, suiteKey, l.reference.SHA256) == job {
+			out = append(out, l.task)
 		}
 	}
 	sort.Strings(out)
@@ -345,9 +361,9 @@ func (s *Service) candidateDone(ctx context.Context, d *bus.Delivery, c events.R
 	id := c.SubmissionID
 	var task string
 	var l *loaded
-	for t, ll := range s.snapshot() {
-		if ll.suite.Key() == res.SuiteKey && (res.Campaign == "" || res.Campaign == t) {
-			task, l = t, ll
+	for _, ll := range s.snapshot() {
+		if ll.suite.Key() == res.SuiteKey && (res.Campaign == "" || res.Campaign == ll.task) {
+			task, l = ll.task, ll
 		}
 	}
 	if l == nil {

@@ -38,6 +38,8 @@ func setup(t *testing.T) *harness {
 	require.NoError(t, err)
 	s := suite.Generate("tiny", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 60, "commonsense": 60, "expert": 10})
 	require.NoError(t, suite.Write(filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "suite-dev"), s))
+	ranked := suite.Generate("tiny", "1", suite.SplitRanked, suite.SeedRanked, suite.Sizes{"math": 60, "commonsense": 60, "expert": 10})
+	require.NoError(t, suite.Write(filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "suite-ranked"), ranked))
 	set, err := campaign.LoadDir(filepath.Join(dir, examples.CampaignsDir))
 	require.NoError(t, err)
 	b, _ := bustest.Bus(t)
@@ -54,11 +56,13 @@ func setup(t *testing.T) *harness {
 	return &harness{b: b, st: st, ctx: ctx, suite: s}
 }
 
-func (h *harness) contract(t *testing.T, id string) {
+func (h *harness) contract(t *testing.T, id string) { h.contractSplit(t, id, "") }
+
+func (h *harness) contractSplit(t *testing.T, id, split string) {
 	t.Helper()
 	art := &events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/x.json", SHA256: strings.Repeat("ab", 32), Files: 1}
 	cc := events.ContractCompletedData{SubmissionID: id, Contract: record.Contract{OK: true}, DetectedPrecision: "W8A8KV8",
-		TaskID: examples.TaskID, Artifact: art, KVCacheDType: "fp8"}
+		TaskID: examples.TaskID, Split: split, Artifact: art, KVCacheDType: "fp8"}
 	_, err := h.b.PublishNew(h.ctx, "cc-"+id, events.ContractCompleted, events.Source("contract"), id, cc)
 	require.NoError(t, err)
 }
@@ -189,4 +193,23 @@ func TestRunnerFailureFailsTheStage(t *testing.T) {
 	require.NoError(t, json.Unmarshal(e.Data(), &f))
 	require.Equal(t, "engine_crashed", f.Reason)
 	require.Contains(t, string(f.Detail), "CUDA error")
+}
+
+// A ranked submission is evaluated on the held-out ranked suite, with its
+// own BF16 reference; never on the dev items.
+func TestRankedUsesTheRankedSuite(t *testing.T) {
+	h := setup(t)
+	h.contractSplit(t, "r1", "ranked")
+	require.Eventually(t, func() bool { return jobs(t, h) == 2 }, 10*time.Second, 20*time.Millisecond)
+	st, err := h.b.JetStream().Stream(h.ctx, events.StreamRunnerJobs)
+	require.NoError(t, err)
+	for seq := uint64(1); seq <= 2; seq++ {
+		m, err := st.GetMsg(h.ctx, seq)
+		require.NoError(t, err)
+		var req events.RunnerJobRequestedData
+		require.NoError(t, json.Unmarshal(m.Data, &req))
+		var p events.QualityJobParams
+		require.NoError(t, json.Unmarshal(req.Params, &p))
+		require.Equal(t, "tiny@1/ranked", p.SuiteKey, req.JobID)
+	}
 }
