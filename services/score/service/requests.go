@@ -175,8 +175,8 @@ WHERE status = 'done' AND stage IN ('contract', 'quality', 'efficiency') ORDER B
 		if !j.complete() || latest[id] < since {
 			continue
 		}
-		if o := s.score(ctx, id, *j, p); o.String() != "ack" {
-			return out, fmt.Errorf("score: rescore %s did not finish; run it again", id)
+		if err := s.score(ctx, id, *j, p); err != nil {
+			return out, fmt.Errorf("score: rescore %s did not finish (%w); run it again", id, err)
 		}
 	}
 	var stored []Row

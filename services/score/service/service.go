@@ -160,64 +160,61 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	if !j.complete() {
 		return bus.Ack()
 	}
-	return s.score(ctx, id, j, s.policy)
+	if err := s.score(ctx, id, j, s.policy); err != nil {
+		return bus.Retry(0, err)
+	}
+	return bus.Ack()
 }
 
-// score computes, stores and publishes a submission's score under p.
-func (s *Service) score(ctx context.Context, id string, j joined, p policy.Policy) bus.Outcome {
+// score computes, stores and publishes a submission's score under p. A
+// submission that cannot be scored (no record, outcomes of different
+// bundles, inputs the policy refuses) gets a score.failed with its reason
+// and no error; an error is a store or NATS failure, worth a retry.
+func (s *Service) score(ctx context.Context, id string, j joined, p policy.Policy) error {
 	src := events.Source(Name)
+	refuse := func(reason, msg string) error {
+		data := events.StageFailedData{SubmissionID: id, Stage: Name, Reason: reason, Message: msg}
+		_, err := s.bus.PublishNew(ctx, events.DeriveID(id, string(events.ScoreFailed), p.Version), events.ScoreFailed, src, id, data)
+		return err
+	}
 	e, err := s.records.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		data := events.StageFailedData{SubmissionID: id, Stage: Name, Reason: ReasonUnknownSubmission,
-			Message: "outcomes arrived for a submission the arena has no record of; nothing is scored"}
-		if _, err := s.bus.PublishNew(ctx, events.DeriveID(id, string(events.ScoreFailed), p.Version), events.ScoreFailed, src, id, data); err != nil {
-			return bus.Retry(0, err)
-		}
-		return bus.Ack()
+		return refuse(ReasonUnknownSubmission, "outcomes arrived for a submission the arena has no record of; nothing is scored")
 	} else if err != nil {
-		return bus.Retry(0, err)
+		return err
 	}
 	var rec record.Submission
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return bus.Retry(0, fmt.Errorf("score: record %s: %w", id, err))
+		return fmt.Errorf("score: record %s: %w", id, err)
 	}
 	// The three outcomes must be of one bundle: a quality or efficiency
 	// figure of another checkpoint is never scored.
 	if d := j.Contract.BundleDigest; d != "" {
 		for stage, got := range map[string]string{"quality": j.Quality.BundleDigest, "efficiency": j.Efficiency.BundleDigest} {
 			if got != "" && got != d {
-				data := events.StageFailedData{SubmissionID: id, Stage: Name, Reason: ReasonDigestMismatch,
-					Message: fmt.Sprintf("the %s outcome is of bundle %.12s, the contract of %.12s; nothing is scored", stage, got, d)}
-				if _, err := s.bus.PublishNew(ctx, events.DeriveID(id, string(events.ScoreFailed), p.Version), events.ScoreFailed, src, id, data); err != nil {
-					return bus.Retry(0, err)
-				}
-				return bus.Ack()
+				return refuse(ReasonDigestMismatch, fmt.Sprintf("the %s outcome is of bundle %.12s, the contract of %.12s; nothing is scored", stage, got, d))
 			}
 		}
 	}
 	ds, err := p.Compute(policy.Inputs{Contract: *j.Contract, Quality: *j.Quality, Efficiency: *j.Efficiency})
 	if err != nil {
-		data := events.StageFailedData{SubmissionID: id, Stage: Name, Reason: ReasonBadInputs, Message: err.Error()}
-		if _, err := s.bus.PublishNew(ctx, events.DeriveID(id, string(events.ScoreFailed), p.Version), events.ScoreFailed, src, id, data); err != nil {
-			return bus.Retry(0, err)
-		}
-		return bus.Ack()
+		return refuse(ReasonBadInputs, err.Error())
 	}
 	// The dev split is never ranked.
 	ranked := ds.Qualified && rec.Split == "ranked"
 	if err := s.insert(ctx, rec, ds, ranked); err != nil {
-		return bus.Retry(0, err)
+		return err
 	}
 	out := events.ScoreCompletedData{SubmissionID: id, Policy: p.Version, DevScore: ds, Ranked: ranked}
 	if _, err := s.bus.PublishNew(ctx, events.DeriveID(id, string(events.ScoreCompleted), p.Version), events.ScoreCompleted, src, id, out); err != nil {
-		return bus.Retry(0, err)
+		return err
 	}
 	reason := ""
 	if ds.Reason != nil {
 		reason = *ds.Reason
 	}
 	s.log.Info("scored", "submission", id, "policy", p.Version, "score", ds.Score, "qualified", ds.Qualified, "ranked", ranked, "reason", reason)
-	return bus.Ack()
+	return nil
 }
 
 func (s *Service) insert(ctx context.Context, rec record.Submission, ds record.Score, ranked bool) error {
