@@ -465,14 +465,24 @@ func (s *Service) fail(r *Round, reason, msg string) {
 // starting_engine, i+1 its running_sla.
 func (s *Service) runEntry(ctx context.Context, r *Round, e *Entry, i int) {
 	job := "sla-" + events.DeriveID(r.ID, e.ID)[:24]
+	engineUp := false
+	// disqualify ends the entry: its starting_engine step fails (and its
+	// SLA is skipped) before the engine was healthy, its SLA step after.
+	disqualify := func(reason string) {
+		e.Status, e.Reason = "disqualified", reason
+		if !engineUp {
+			s.mark(ctx, r, i, "failed", reason)
+			s.mark(ctx, r, i+1, "skipped", "the engine did not start")
+		} else {
+			s.mark(ctx, r, i+1, "failed", reason)
+		}
+	}
 	p := events.SLAJobParams{Engine: *r.camp.Engine, Workload: r.camp.Efficiency.WorkloadSpec, KVCacheDType: e.KVCacheDType, Entry: e.ID}
 	params, _ := json.Marshal(p)
 	req := events.RunnerJobRequestedData{JobID: job, Kind: events.JobSLA, SubmissionID: e.Submission, RoundID: r.ID, Pod: r.Pod,
 		Engine: r.camp.Engine.Command, Checkpoint: e.Checkpoint, Params: params}
 	if _, err := s.bus.PublishNew(ctx, events.DeriveID(job, string(events.RunnerJobRequested)), events.RunnerJobRequested, events.Source(Name), job, req); err != nil {
-		e.Status, e.Reason = "disqualified", "round_job_not_queued: "+err.Error()
-		s.mark(ctx, r, i, "failed", e.Reason)
-		s.mark(ctx, r, i+1, "skipped", "the engine did not start")
+		disqualify("round_job_not_queued: " + err.Error())
 		return
 	}
 	cons, err := s.bus.JetStream().OrderedConsumer(ctx, events.StreamArena, jetstream.OrderedConsumerConfig{
@@ -483,7 +493,6 @@ func (s *Service) runEntry(ctx context.Context, r *Round, e *Entry, i int) {
 		s.mark(ctx, r, i+1, "skipped", "")
 		return
 	}
-	engineUp := false
 	deadline := time.Now().Add(EntryTimeout)
 	for {
 		msg, err := cons.Next(jetstream.FetchMaxWait(min(30*time.Second, max(time.Until(deadline), 100*time.Millisecond))))
@@ -493,13 +502,7 @@ func (s *Service) runEntry(ctx context.Context, r *Round, e *Entry, i int) {
 		if err != nil && time.Now().After(deadline) {
 			// No runner took the job, or it never ended: the entry is
 			// disqualified and the round goes on rather than hang.
-			e.Status, e.Reason = "disqualified", fmt.Sprintf("round_job_timeout: its SLA job %s did not end within %s (is the pod's runner up?)", job, EntryTimeout)
-			if !engineUp {
-				s.mark(ctx, r, i, "failed", e.Reason)
-				s.mark(ctx, r, i+1, "skipped", "the engine did not start")
-			} else {
-				s.mark(ctx, r, i+1, "failed", e.Reason)
-			}
+			disqualify(fmt.Sprintf("round_job_timeout: its SLA job %s did not end within %s (is the pod's runner up?)", job, EntryTimeout))
 			return
 		}
 		if err != nil {
@@ -530,13 +533,8 @@ func (s *Service) runEntry(ctx context.Context, r *Round, e *Entry, i int) {
 		case events.RunnerJobFailed:
 			var fd events.RunnerJobFailedData
 			_ = json.Unmarshal(msg.Data(), &fd)
-			e.Status, e.Reason, e.GPUHours = "disqualified", fd.Reason+": "+fd.Message, fd.GPUHours
-			if !engineUp {
-				s.mark(ctx, r, i, "failed", e.Reason)
-				s.mark(ctx, r, i+1, "skipped", "the engine did not start")
-			} else {
-				s.mark(ctx, r, i+1, "failed", e.Reason)
-			}
+			e.GPUHours = fd.GPUHours
+			disqualify(fd.Reason + ": " + fd.Message)
 			return
 		}
 	}
