@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path/filepath"
 	"maps"
 	"slices"
 	"strings"
@@ -159,16 +160,13 @@ func (s *Service) reference(ctx context.Context, c *campaign.Campaign) (events.B
 	if ref, ok := s.refs[c.TaskID]; ok {
 		return ref, nil
 	}
+	// A folder without weights is refused before anything is stored.
+	if w, err := filepath.Glob(filepath.Join(c.ReferenceDir(), "*.safetensors")); err != nil || len(w) == 0 {
+		return events.BundleRef{}, fmt.Errorf("%w: no *.safetensors in %s", fs.ErrNotExist, c.ReferenceDir())
+	}
 	ref, err := artifact.PutDir(ctx, s.artifacts, c.ReferenceDir())
 	if err != nil {
 		return events.BundleRef{}, err
-	}
-	m, err := s.artifacts.Manifest(ctx, ref)
-	if err != nil {
-		return events.BundleRef{}, fmt.Errorf("efficiency: store reference: %w", err)
-	}
-	if !slices.ContainsFunc(m.Files, func(f events.FileDigest) bool { return strings.HasSuffix(f.Path, ".safetensors") }) {
-		return events.BundleRef{}, fmt.Errorf("%w: no *.safetensors in %s", fs.ErrNotExist, c.ReferenceDir())
 	}
 	s.log.Info("BF16 reference stored", "campaign", c.TaskID, "digest", ref.SHA256[:12], "files", ref.Files, "bytes", ref.Size)
 	s.refs[c.TaskID] = ref
