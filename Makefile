@@ -56,7 +56,7 @@ test: deps vet
 	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 go test -count=1 -timeout 15m ./...); done
 
 bench: deps
-	@for m in events services/store services/contract services/build services/runner services/quality tools/simengine; do (cd $$m && go test -run '^$$' -bench . -benchmem ./...); done
+	@for m in events services/domain services/store services/build services/runner tools/simengine; do (cd $$m && go test -run '^$$' -bench . -benchmem ./...); done
 
 run: build
 	$(BIN)/arena demo --data $(DATA)

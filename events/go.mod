@@ -10,7 +10,7 @@ replace (
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/lowbarena/lowbarena/observability v0.0.0-00010101000000-000000000000
-	github.com/lowbarena/lowbarena/schemas v0.0.0-00010101000000-000000000000
+	github.com/lowbarena/lowbarena/schemas v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
 	github.com/stretchr/testify v1.12.1
@@ -32,6 +32,7 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
@@ -58,3 +59,5 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/lowbarena/lowbarena/services/domain => ../services/domain

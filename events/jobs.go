@@ -1,6 +1,9 @@
 package events
 
-import "github.com/lowbarena/lowbarena/events/record"
+import (
+	"github.com/lowbarena/lowbarena/services/domain/campaign"
+	"github.com/lowbarena/lowbarena/services/domain/record"
+)
 
 // Job kinds on the RUNNER_JOBS queue.
 const (
@@ -9,24 +12,11 @@ const (
 	JobEfficiency = "efficiency"
 )
 
-// EngineSpec is how a campaign serves its checkpoints: the command
-// template (see RunnerJobRequestedData.Engine) and its settings.
-type EngineSpec struct {
-	Command    string `json:"command"`
-	MaxNumSeqs int    `json:"max_num_seqs,omitempty"`
-}
+// EngineSpec is campaign.EngineSpec, carried in job params.
+type EngineSpec = campaign.EngineSpec
 
-// WorkloadSpec sizes the three workloads of an efficiency job.
-type WorkloadSpec struct {
-	// RequestsPerSlot is how many requests each concurrent slot sends.
-	RequestsPerSlot int `json:"requests_per_slot"`
-	// MaxTokens is each request's output length.
-	MaxTokens int `json:"max_tokens"`
-	// PromptWords and LongPromptWords size the prompts of serve and
-	// interactive, and of long_context (0: the load generator's defaults).
-	PromptWords     int `json:"prompt_words,omitempty"`
-	LongPromptWords int `json:"long_prompt_words,omitempty"`
-}
+// WorkloadSpec is campaign.WorkloadSpec, carried in job params.
+type WorkloadSpec = campaign.WorkloadSpec
 
 // EfficiencyJobParams are the params of an efficiency job.
 type EfficiencyJobParams struct {
@@ -127,20 +117,8 @@ type QualityJobParams struct {
 	Sampling Sampling  `json:"sampling"`
 }
 
-// Sampling is the campaign's fixed generation settings.
-type Sampling struct {
-	Temperature float64 `json:"temperature"`
-	// Samples per item, unless the item says otherwise.
-	Samples int `json:"samples"`
-	// MaxTokens per generation, unless the item says otherwise.
-	MaxTokens int `json:"max_tokens"`
-	// TopLogprobs is k of the top-k logprobs kept for the KL, on the
-	// first KLSequences items.
-	TopLogprobs int `json:"top_logprobs"`
-	KLSequences int `json:"kl_sequences"`
-	// Concurrency is how many generations are in flight at once.
-	Concurrency int `json:"concurrency"`
-}
+// Sampling is campaign.Sampling, carried in job params.
+type Sampling = campaign.Sampling
 
 // TopK is one generated token's top-k logprobs, token to logprob.
 type TopK map[string]float64

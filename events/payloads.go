@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // SubmissionReceivedData is the payload of submission.received: a
@@ -24,14 +25,9 @@ type SubmissionReceivedData struct {
 	SubmittedAt time.Time `json:"submitted_at"`
 }
 
-// DeclaredSolution is the participant's description of the checkpoint.
-type DeclaredSolution struct {
-	Checkpoint string `json:"checkpoint"`
-	Method     string `json:"method"`
-	// Precision is the declared label W{w}A{a}KV{kv}, or "" when none was
-	// declared.
-	Precision string `json:"precision,omitempty"`
-}
+// DeclaredSolution is the participant's description of the checkpoint,
+// as its submission.json declares it.
+type DeclaredSolution = bundle.Solution
 
 // BundleRef points at a stored bundle: an archive in an object store.
 type BundleRef struct {

@@ -16,8 +16,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
+
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // Type is a CloudEvents type of the arena.
@@ -165,13 +166,9 @@ func spec(t Type, stage string, newFn func() any) Spec {
 	return s
 }
 
-// subjectToken matches what may stand in a subject token: ids are hex or
-// short slugs, never wildcards, dots or spaces.
-var subjectToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 // ValidID reports whether id can be a submission, round or job id (and so a
-// NATS subject token).
-func ValidID(id string) bool { return subjectToken.MatchString(id) }
+// NATS subject token); see record.ValidID.
+func ValidID(id string) bool { return record.ValidID(id) }
 
 // Subject returns the NATS subject of an event of type t about subject id
 // (the CloudEvents subject). ARENA subjects are arena.<noun>.<verb>.<id>;

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // SampleSubject is the CloudEvents subject (a submission or round id) of

@@ -5,11 +5,12 @@ go 1.26.0
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/lowbarena/lowbarena/events v0.0.0
-	github.com/lowbarena/lowbarena/schemas v0.0.0
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/stretchr/testify v1.12.1
 )
+
+require github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
 
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
@@ -28,6 +29,7 @@ require (
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lowbarena/lowbarena/observability v0.0.0 // indirect
+	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
@@ -73,3 +75,5 @@ replace (
 	github.com/lowbarena/lowbarena/services/runtime => ../runtime
 	github.com/lowbarena/lowbarena/services/store => ../store
 )
+
+replace github.com/lowbarena/lowbarena/services/domain => ../domain

@@ -12,7 +12,7 @@ import (
 	"flag"
 	"os"
 
-	"github.com/lowbarena/lowbarena/services/contract/campaign"
+	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	"github.com/lowbarena/lowbarena/services/contract/service"
 	"github.com/lowbarena/lowbarena/services/runtime"
 	_ "github.com/lowbarena/lowbarena/services/store/clickhouse"

@@ -13,7 +13,6 @@ replace (
 
 require (
 	github.com/lowbarena/lowbarena/events v0.0.0
-	github.com/lowbarena/lowbarena/services/contract v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/stretchr/testify v1.12.1
 )
@@ -32,13 +31,14 @@ require (
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lowbarena/lowbarena/observability v0.0.0 // indirect
 	github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
+	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.3 // indirect
-	github.com/nats-io/nats.go v1.56.0 // indirect
+	github.com/nats-io/nats.go v1.56.0
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
@@ -66,3 +66,5 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/lowbarena/lowbarena/services/domain => ../domain

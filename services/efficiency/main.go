@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/lowbarena/lowbarena/services/contract/campaign"
+	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	"github.com/lowbarena/lowbarena/services/efficiency/service"
 	"github.com/lowbarena/lowbarena/services/runtime"
 )

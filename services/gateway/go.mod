@@ -31,6 +31,7 @@ require (
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lowbarena/lowbarena/observability v0.0.0 // indirect
 	github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
+	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
@@ -75,3 +76,5 @@ replace (
 	github.com/lowbarena/lowbarena/services/runtime => ../runtime
 	github.com/lowbarena/lowbarena/services/store => ../store
 )
+
+replace github.com/lowbarena/lowbarena/services/domain => ../domain

@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/lowbarena/lowbarena/services/contract/campaign"
+	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	"github.com/lowbarena/lowbarena/services/round/service"
 	"github.com/lowbarena/lowbarena/services/runtime"
 	_ "github.com/lowbarena/lowbarena/services/store/clickhouse"

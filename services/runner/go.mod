@@ -5,8 +5,6 @@ go 1.26.0
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/lowbarena/lowbarena/events v0.0.0
-	github.com/lowbarena/lowbarena/services/efficiency v0.0.0-00010101000000-000000000000
-	github.com/lowbarena/lowbarena/services/quality v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats.go v1.56.0
@@ -34,6 +32,7 @@ require (
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lowbarena/lowbarena/observability v0.0.0 // indirect
 	github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
+	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
@@ -81,3 +80,5 @@ replace (
 	github.com/lowbarena/lowbarena/services/runtime => ../runtime
 	github.com/lowbarena/lowbarena/services/store => ../store
 )
+
+replace github.com/lowbarena/lowbarena/services/domain => ../domain

@@ -15,8 +15,6 @@ replace (
 
 require (
 	github.com/lowbarena/lowbarena/events v0.0.0
-	github.com/lowbarena/lowbarena/services/efficiency v0.0.0-00010101000000-000000000000
-	github.com/lowbarena/lowbarena/services/quality v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats.go v1.56.0
@@ -44,6 +42,7 @@ require (
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lowbarena/lowbarena/observability v0.0.0 // indirect
 	github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
+	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
@@ -80,3 +79,5 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/lowbarena/lowbarena/services/domain => ../domain

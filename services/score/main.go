@@ -12,7 +12,7 @@ import (
 	"os"
 
 	"github.com/lowbarena/lowbarena/services/runtime"
-	"github.com/lowbarena/lowbarena/services/score/policy"
+	"github.com/lowbarena/lowbarena/services/domain/policy"
 	"github.com/lowbarena/lowbarena/services/score/service"
 	_ "github.com/lowbarena/lowbarena/services/store/clickhouse"
 )

@@ -13,8 +13,8 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/ce"
-	"github.com/lowbarena/lowbarena/events/record"
-	"github.com/lowbarena/lowbarena/services/contract/examples"
+	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/domain/examples"
 	round "github.com/lowbarena/lowbarena/services/round/service"
 	score "github.com/lowbarena/lowbarena/services/score/service"
 )

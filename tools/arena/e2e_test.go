@@ -23,8 +23,8 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/record"
-	"github.com/lowbarena/lowbarena/services/contract/examples"
+	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/domain/examples"
 )
 
 // arenaBin is the arena binary the end-to-end tests run as real processes;

@@ -6,8 +6,8 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/lowbarena/lowbarena/services/contract/examples"
-	"github.com/lowbarena/lowbarena/services/quality/suite"
+	"github.com/lowbarena/lowbarena/services/domain/examples"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 )
 
 // cmdExample writes the example campaign and bundles: small real

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/lowbarena/lowbarena/services/efficiency/formula"
+	"github.com/lowbarena/lowbarena/services/domain/formula"
 	"io"
 	"maps"
 	"slices"
@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // ErrUnknownSubmission says that the arena has no record under an id.

@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/bundle"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
 	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {

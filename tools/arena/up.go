@@ -19,7 +19,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/observability"
 	build "github.com/lowbarena/lowbarena/services/build/service"
-	"github.com/lowbarena/lowbarena/services/contract/campaign"
+	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	contract "github.com/lowbarena/lowbarena/services/contract/service"
 	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
 	gateway "github.com/lowbarena/lowbarena/services/gateway/service"

@@ -7,8 +7,8 @@ import (
 	"math"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/services/contract/safetensors"
-	"github.com/lowbarena/lowbarena/services/quality/suite"
+	"github.com/lowbarena/lowbarena/services/domain/safetensors"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 )
 
 // The answer model: simengine answers the arena's generated eval items

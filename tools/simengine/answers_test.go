@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/services/contract/safetensors"
-	"github.com/lowbarena/lowbarena/services/quality/suite"
+	"github.com/lowbarena/lowbarena/services/domain/safetensors"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 )
 
 // accuracy is the share of numeric and choice items of the dev suite the

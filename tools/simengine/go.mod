@@ -3,13 +3,14 @@ module github.com/lowbarena/lowbarena/tools/simengine
 go 1.26.0
 
 require (
-	github.com/lowbarena/lowbarena/services/contract v0.0.0
-	github.com/lowbarena/lowbarena/services/quality v0.0.0-00010101000000-000000000000
 	github.com/lowbarena/lowbarena/services/runner v0.0.0
 	github.com/stretchr/testify v1.12.1
 )
 
-require go.yaml.in/yaml/v3 v3.0.5 // indirect
+require (
+	github.com/lowbarena/lowbarena/services/domain v0.0.0
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)
 
 replace (
 	github.com/lowbarena/lowbarena/events => ../../events
@@ -21,3 +22,5 @@ replace (
 	github.com/lowbarena/lowbarena/services/runtime => ../../services/runtime
 	github.com/lowbarena/lowbarena/services/store => ../../services/store
 )
+
+replace github.com/lowbarena/lowbarena/services/domain => ../../services/domain

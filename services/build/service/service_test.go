@@ -19,7 +19,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
-	"github.com/lowbarena/lowbarena/events/bundle"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/bustest"
 	"github.com/lowbarena/lowbarena/services/build/service"

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/bundle"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
 )
 
 // Files a bundle must hold at its top.

@@ -18,12 +18,12 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
-	"github.com/lowbarena/lowbarena/events/bundle"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
 	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/record"
-	"github.com/lowbarena/lowbarena/services/contract/analyze"
-	"github.com/lowbarena/lowbarena/services/contract/campaign"
-	"github.com/lowbarena/lowbarena/services/contract/safetensors"
+	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/domain/analyze"
+	"github.com/lowbarena/lowbarena/services/domain/campaign"
+	"github.com/lowbarena/lowbarena/services/domain/safetensors"
 	"github.com/lowbarena/lowbarena/services/runtime"
 )
 

@@ -22,10 +22,10 @@ import (
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/bustest"
-	"github.com/lowbarena/lowbarena/events/record"
-	"github.com/lowbarena/lowbarena/services/contract/campaign"
-	"github.com/lowbarena/lowbarena/services/contract/examples"
-	"github.com/lowbarena/lowbarena/services/contract/safetensors"
+	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/domain/campaign"
+	"github.com/lowbarena/lowbarena/services/domain/examples"
+	"github.com/lowbarena/lowbarena/services/domain/safetensors"
 	"github.com/lowbarena/lowbarena/services/contract/service"
 )
 

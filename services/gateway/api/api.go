@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // New returns the API's handler over the submissions bucket:

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 const sub = "b0c4e95f426f48e2"

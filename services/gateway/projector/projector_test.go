@@ -13,7 +13,7 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/bustest"
-	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/store"
 	_ "github.com/lowbarena/lowbarena/services/store/chdb"
 )

@@ -27,11 +27,11 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/record"
-	"github.com/lowbarena/lowbarena/services/contract/campaign"
-	"github.com/lowbarena/lowbarena/services/efficiency/formula"
+	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/domain/campaign"
+	"github.com/lowbarena/lowbarena/services/domain/formula"
 	"github.com/lowbarena/lowbarena/services/runtime"
-	"github.com/lowbarena/lowbarena/services/score/policy"
+	"github.com/lowbarena/lowbarena/services/domain/policy"
 	"github.com/lowbarena/lowbarena/services/store"
 )
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/services/quality/grade"
-	"github.com/lowbarena/lowbarena/services/quality/suite"
+	"github.com/lowbarena/lowbarena/services/domain/grade"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
 

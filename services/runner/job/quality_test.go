@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/services/quality/suite"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 )

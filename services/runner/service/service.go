@@ -25,7 +25,7 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/services/quality/suite"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/services/score/policy"
+	"github.com/lowbarena/lowbarena/services/domain/policy"
 )
 
 // Request subjects (core NATS request-reply, outside every stream): the

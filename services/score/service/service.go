@@ -18,9 +18,9 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/record"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/runtime"
-	"github.com/lowbarena/lowbarena/services/score/policy"
+	"github.com/lowbarena/lowbarena/services/domain/policy"
 	"github.com/lowbarena/lowbarena/services/store"
 )
 
@@ -196,7 +196,7 @@ func (s *Service) score(ctx context.Context, id string, j joined, p policy.Polic
 			}
 		}
 	}
-	ds, err := p.Compute(policy.Inputs{Contract: *j.Contract, Quality: *j.Quality, Efficiency: *j.Efficiency})
+	ds, err := p.Compute(inputsOf(j))
 	if err != nil {
 		return refuse(ReasonBadInputs, err.Error())
 	}
@@ -238,4 +238,12 @@ func (s *Service) insert(ctx context.Context, rec record.Submission, ds record.S
 		row.Reason = *ds.Reason
 	}
 	return store.Insert(ctx, s.opts.Store, []store.Score{row})
+}
+
+// inputsOf is what the policy reads of a submission's three outcomes.
+func inputsOf(j joined) policy.Inputs {
+	return policy.Inputs{Contract: j.Contract.Contract, Label: j.Contract.DetectedPrecision,
+		Quality: j.Quality.DevQuality, MeanDrop: j.Quality.MeanDrop,
+		Efficiency: policy.Efficiency{Rate: j.Efficiency.Efficiency, BF16Rate: j.Efficiency.AnchorEfficiency,
+			Peak: j.Efficiency.PeakMemory, BF16Peak: j.Efficiency.AnchorPeakMemory, BudgetReason: j.Efficiency.BudgetReason}}
 }

@@ -1,0 +1,429 @@
+// Package examples generates small, real example checkpoints of a tiny
+// Qwen3 model, and the campaign they are checked against.
+//
+// The source model is a Qwen3ForCausalLM of vocabulary 2048, hidden size
+// 256, intermediate size 768, two layers and four attention heads over two
+// KV heads of width 64, with BF16 weights drawn deterministically (N(0,
+// 0.02²), norms 1.0). The quantized examples really quantize its linear
+// layers (lm_head stays BF16, in the quantization config's ignore list) in
+// the layouts of compressed-tensors: FP8 per channel with dynamic per-token
+// activations, int4 group 32 packed in int32, and NVFP4. The dishonest
+// examples each break one rule of the contract, so the arena has to refuse
+// each for its own reason.
+//
+// Write lays them out as an arena expects them:
+//
+//	<dir>/campaigns/qwen3-tiny/{campaign.json, config.json, tensors.json}
+//	<dir>/submissions/<name>/{submission.json, config.json, *.safetensors, tokenizer files}
+package examples
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
+	"github.com/lowbarena/lowbarena/services/domain/analyze"
+	"github.com/lowbarena/lowbarena/services/domain/safetensors"
+)
+
+// TaskID is the campaign's task id.
+const TaskID = "qwen3-tiny"
+
+// Folders under the directory Write writes to.
+const (
+	CampaignsDir   = "campaigns"
+	SubmissionsDir = "submissions"
+)
+
+// Example is one generated submission bundle and what the contract must
+// find in it.
+type Example struct {
+	// Name is the bundle's folder name, e.g. "nvfp4-w4a4".
+	Name string
+	// Dir is the absolute path of the bundle folder.
+	Dir string
+	// Declared is the precision label the bundle declares.
+	Declared string
+	// Honest reports whether the contract should pass.
+	Honest bool
+	// Detected is the precision label the contract must detect.
+	Detected string
+	// Violations are the violation codes the contract must report, sorted;
+	// empty for an honest example.
+	Violations []string
+	// About says in one sentence what the example is and why it should pass
+	// or be refused.
+	About string
+}
+
+// spec describes one example before it is written.
+type spec struct {
+	Example
+	form     form
+	qc       map[string]any // quantization_config, nil for none
+	override map[string]any // config.json keys to change
+	kvDType  string         // engine kv_cache_dtype
+	method   string         // solution.method
+	extra    func() []safetensors.Tensor
+	sharded  bool
+}
+
+// specs are the examples in the order Write returns them.
+func specs() []spec {
+	return []spec{
+		{
+			Example: Example{Name: "bf16-reference", Declared: "W16A16KV16", Honest: true, Detected: "W16A16KV16",
+				About: "The BF16 source model itself with a BF16 KV cache; it declares W16A16KV16 and is exactly that, so it passes."},
+			form: formBF16, kvDType: "auto", method: "BF16 reference, unquantized",
+		},
+		{
+			Example: Example{Name: "fp8-w8a8", Declared: "W8A8KV8", Honest: true, Detected: "W8A8KV8",
+				About: "FP8 E4M3 weights per output channel with dynamic per-token FP8 activations and an FP8 KV cache, in two shards; it is the W8A8KV8 it declares, so it passes."},
+			form: formFP8, qc: fp8Config(), kvDType: "fp8", method: "FP8-W8A8 per-channel weights, dynamic per-token activations", sharded: true,
+		},
+		{
+			Example: Example{Name: "int4-w4a16-g32", Declared: "W4A16KV8", Honest: true, Detected: "W4A16KV8",
+				About: "Symmetric int4 weights in groups of 32 (compressed-tensors pack-quantized) with BF16 activations and an FP8 KV cache; it is the W4A16KV8 it declares, so it passes."},
+			form: formInt4, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32, round to nearest",
+		},
+		{
+			Example: Example{Name: "nvfp4-w4a4", Declared: "W4A4KV8", Honest: true, Detected: "W4A4KV8",
+				About: "NVFP4 weights and activations (FP4 E2M1 with FP8 scales per 16 and a global scale) and an FP8 KV cache; it is the W4A4KV8 it declares, so it passes."},
+			form: formNVFP4, qc: nvfp4Config(), kvDType: "fp8", method: "NVFP4-W4A4 compressed-tensors",
+		},
+		{
+			Example: Example{Name: "bf16-declared-w4", Declared: "W4A16KV8", Honest: false, Detected: "W16A16KV8",
+				Violations: []string{analyze.ViolationPrecisionWider},
+				About:      "Its config.json claims the int4 pack-quantized scheme but its tensors are the plain BF16 source, so it reads W16 and is refused as wider than the W4A16KV8 it declares."},
+			form: formBF16, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32",
+		},
+		{
+			Example: Example{Name: "foreign-tensors", Declared: "W4A16KV8", Honest: false, Detected: "W4A16KV8",
+				Violations: []string{analyze.ViolationForeignTensors},
+				About:      "The int4 checkpoint plus a LoRA adapter on layer 0's MLP that the source model does not have, about 1% of its tensor bytes, so it is refused for foreign tensors."},
+			form: formInt4, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32 with a LoRA adapter", extra: adapter,
+		},
+		{
+			Example: Example{Name: "rope-theta-changed", Declared: "W4A16KV8", Honest: false, Detected: "W4A16KV8",
+				Violations: []string{analyze.ViolationRopeChanged},
+				About:      "The int4 checkpoint with rope_theta raised from 1000000 to 4000000 in its config.json, which changes the model, so it is refused for a changed rope."},
+			form: formInt4, qc: int4Config(), override: map[string]any{"rope_theta": 4000000}, kvDType: "fp8",
+			method: "INT4-W4A16 symmetric group 32, longer rope",
+		},
+		{
+			Example: Example{Name: "kv4-declared-engine-kv8", Declared: "W4A16KV4", Honest: false, Detected: "W4A16KV8",
+				Violations: []string{analyze.ViolationPrecisionWider},
+				About:      "The int4 checkpoint declaring a 4-bit KV cache while its engine runs an FP8 one, so it reads KV8 and is refused as wider than the W4A16KV4 it declares."},
+			form: formInt4, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32, KV4",
+		},
+	}
+}
+
+// quantArgs is a compressed-tensors QuantizationArgs object.
+func quantArgs(bits int, typ, strategy string, groupSize any, dynamic any, observer any) map[string]any {
+	return map[string]any{
+		"num_bits": bits, "type": typ, "strategy": strategy, "group_size": groupSize, "symmetric": true,
+		"dynamic": dynamic, "actorder": nil, "block_structure": nil, "observer": observer, "observer_kwargs": map[string]any{},
+	}
+}
+
+// ctConfig is a compressed-tensors quantization_config with one group
+// targeting every Linear, lm_head ignored.
+func ctConfig(format string, weights, acts map[string]any) map[string]any {
+	var a any
+	if acts != nil {
+		a = acts
+	}
+	return map[string]any{
+		"quant_method": "compressed-tensors", "format": format, "quantization_status": "compressed", "version": "0.10.2",
+		"config_groups": map[string]any{"group_0": map[string]any{
+			"targets": []string{"Linear"}, "weights": weights, "input_activations": a, "output_activations": nil, "format": format,
+		}},
+		"ignore": []string{"lm_head"}, "kv_cache_scheme": nil, "sparsity_config": map[string]any{}, "transform_config": map[string]any{},
+		"global_compression_ratio": nil,
+	}
+}
+
+func fp8Config() map[string]any {
+	return ctConfig("float-quantized",
+		quantArgs(8, "float", "channel", nil, false, "minmax"),
+		quantArgs(8, "float", "token", nil, true, nil))
+}
+
+func int4Config() map[string]any {
+	return ctConfig("pack-quantized", quantArgs(4, "int", "group", int4Group, false, "minmax"), nil)
+}
+
+func nvfp4Config() map[string]any {
+	return ctConfig("nvfp4-pack-quantized",
+		quantArgs(4, "float", "tensor_group", nvfp4Group, false, "minmax"),
+		quantArgs(4, "float", "tensor_group", nvfp4Group, "local", "minmax"))
+}
+
+// Special tokens of the tiny tokenizer, at the top of the vocabulary.
+const (
+	endOfTextID = vocabSize - 3
+	imStartID   = vocabSize - 2
+	imEndID     = vocabSize - 1
+)
+
+// sourceConfig is the BF16 source model's config.json.
+func sourceConfig() map[string]any {
+	return map[string]any{
+		"architectures":           []string{"Qwen3ForCausalLM"},
+		"attention_bias":          false,
+		"attention_dropout":       0.0,
+		"bos_token_id":            endOfTextID,
+		"eos_token_id":            imEndID,
+		"head_dim":                headDim,
+		"hidden_act":              "silu",
+		"hidden_size":             hiddenSize,
+		"initializer_range":       initStd,
+		"intermediate_size":       interSize,
+		"max_position_embeddings": maxPositions,
+		"max_window_layers":       numLayers,
+		"model_type":              "qwen3",
+		"num_attention_heads":     numHeads,
+		"num_hidden_layers":       numLayers,
+		"num_key_value_heads":     numKVHeads,
+		"rms_norm_eps":            1e-6,
+		"rope_scaling":            nil,
+		"rope_theta":              ropeTheta,
+		"sliding_window":          nil,
+		"tie_word_embeddings":     false,
+		"torch_dtype":             "bfloat16",
+		"transformers_version":    "4.51.3",
+		"use_cache":               true,
+		"use_sliding_window":      false,
+		"vocab_size":              vocabSize,
+	}
+}
+
+// jsonBytes encodes v indented, keys sorted, with a final newline.
+func jsonBytes(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("examples: encoding JSON: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// Write writes the campaign under dir/campaigns/<TaskID>/ and every example
+// bundle under dir/submissions/<Name>/, deterministically (the same bytes
+// every run), and returns the examples in a fixed order. It replaces those
+// folders when they exist and leaves everything else under dir alone.
+func Write(dir string) ([]Example, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("examples: %w", err)
+	}
+	m := newModel()
+	campDir := filepath.Join(abs, CampaignsDir, TaskID)
+	if err := writeCampaign(campDir, m); err != nil {
+		return nil, err
+	}
+	common, err := tokenizerFiles()
+	if err != nil {
+		return nil, err
+	}
+	forms := map[form][]safetensors.Tensor{formBF16: m.checkpoint(formBF16)}
+	if err := writeReference(filepath.Join(campDir, "reference"), forms[formBF16], common); err != nil {
+		return nil, err
+	}
+	var out []Example
+	for _, s := range specs() {
+		if forms[s.form] == nil {
+			forms[s.form] = m.checkpoint(s.form)
+		}
+		ex := s.Example
+		ex.Dir = filepath.Join(abs, SubmissionsDir, s.Name)
+		if ex.Violations == nil {
+			ex.Violations = []string{}
+		}
+		tensors := slices.Clone(forms[s.form])
+		if s.extra != nil {
+			tensors = append(tensors, s.extra()...)
+		}
+		if err := writeBundle(ex.Dir, s, tensors, common); err != nil {
+			return nil, err
+		}
+		out = append(out, ex)
+	}
+	return out, nil
+}
+
+// EngineCommand is the example campaign's engine: the simulated engine,
+// standing a 5 MB checkpoint in for an 8B model (x3000 every weight byte,
+// x144 the KV bytes per token: Qwen3-8B's 147,456 bytes per token in
+// BF16), on a simulated H200.
+const EngineCommand = "simengine --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}} " +
+	"--max-num-seqs {{.MaxNumSeqs}} --gpu-memory-gib {{.GPUMemoryGiB}} --scale 3000 --kv-scale 144 --startup-seconds 0.5"
+
+// writeReference writes the campaign's BF16 reference checkpoint: the
+// source model's config and weights, as served.
+func writeReference(dir string, tensors []safetensors.Tensor, common map[string][]byte) error {
+	if err := resetDir(dir); err != nil {
+		return err
+	}
+	cfg, err := jsonBytes(sourceConfig())
+	if err != nil {
+		return err
+	}
+	files := maps.Clone(common)
+	files["config.json"] = cfg
+	if err := writeFiles(dir, files); err != nil {
+		return err
+	}
+	return writeShard(filepath.Join(dir, "model.safetensors"), tensors)
+}
+
+// resetDir removes a folder of Write's and creates it empty.
+func resetDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("examples: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("examples: %w", err)
+	}
+	return nil
+}
+
+func writeFiles(dir string, files map[string][]byte) error {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o644); err != nil {
+			return fmt.Errorf("examples: %w", err)
+		}
+	}
+	return nil
+}
+
+func writeCampaign(dir string, m *model) error {
+	if err := resetDir(dir); err != nil {
+		return err
+	}
+	meta, err := jsonBytes(map[string]any{
+		"task_id": TaskID,
+		"name":    "Qwen3 tiny (2 layers, hidden 256): example campaign",
+		"family":  "qwen3",
+		"policy":  map[string]any{"allow_sparse": false, "foreign_share_limit": analyze.DefaultForeignShareLimit},
+		"engine": map[string]any{
+			"command":      EngineCommand,
+			"max_num_seqs": 256,
+		},
+		"efficiency": map[string]any{
+			"requests_per_slot": 1, "max_tokens": 64, "prompt_words": 128, "long_prompt_words": 1024, "budget_factor": 1.02,
+		},
+		"reference": "reference",
+		"quality": map[string]any{
+			"suite": "suite-dev", "ranked_suite": "suite-ranked",
+			"sampling": map[string]any{"temperature": 0, "samples": 2, "max_tokens": 64, "top_logprobs": 5, "kl_sequences": 16, "concurrency": 32},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	cfg, err := jsonBytes(sourceConfig())
+	if err != nil {
+		return err
+	}
+	idx := analyze.TensorIndex{Tensors: map[string]analyze.SourceTensor{}}
+	for _, t := range m.tensors {
+		idx.Tensors[t.name] = analyze.SourceTensor{DType: string(safetensors.BF16), Shape: t.shape}
+	}
+	tensors, err := jsonBytes(idx)
+	if err != nil {
+		return err
+	}
+	return writeFiles(dir, map[string][]byte{"campaign.json": meta, "config.json": cfg, "tensors.json": tensors})
+}
+
+func writeBundle(dir string, s spec, tensors []safetensors.Tensor, common map[string][]byte) error {
+	if err := resetDir(dir); err != nil {
+		return err
+	}
+	cfg := sourceConfig()
+	if s.qc != nil {
+		cfg["quantization_config"] = s.qc
+	}
+	maps.Copy(cfg, s.override)
+	cfgBytes, err := jsonBytes(cfg)
+	if err != nil {
+		return err
+	}
+	decl := bundle.Declaration{
+		TaskID: TaskID, Split: "dev", Participant: "example-team", Agent: "example-agent", Track: "engine",
+		Solution: bundle.Solution{Checkpoint: "qwen3-tiny-" + s.Name, Method: s.method, Precision: s.Declared},
+		Engine: &bundle.Engine{
+			Command:      "simengine --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}}",
+			KVCacheDType: s.kvDType,
+		},
+	}
+	if err := decl.Validate(); err != nil {
+		return fmt.Errorf("examples: %s: %w", s.Name, err)
+	}
+	declBytes, err := jsonBytes(decl)
+	if err != nil {
+		return err
+	}
+	files := maps.Clone(common)
+	files["config.json"] = cfgBytes
+	files[bundle.DeclarationFile] = declBytes
+	if err := writeFiles(dir, files); err != nil {
+		return err
+	}
+	if !s.sharded {
+		return writeShard(filepath.Join(dir, "model.safetensors"), tensors)
+	}
+	return writeSharded(dir, tensors)
+}
+
+// writeShard writes one safetensors file.
+func writeShard(path string, tensors []safetensors.Tensor) error {
+	w := safetensors.Writer{Metadata: map[string]string{"format": "pt"}}
+	for _, t := range tensors {
+		if err := w.Add(t); err != nil {
+			return fmt.Errorf("examples: %s: %w", filepath.Base(path), err)
+		}
+	}
+	if _, err := w.WriteFile(path); err != nil {
+		return fmt.Errorf("examples: %w", err)
+	}
+	return nil
+}
+
+// writeSharded writes two shards, the embedding and layer 0 in the first
+// and the rest in the second, and model.safetensors.index.json.
+func writeSharded(dir string, tensors []safetensors.Tensor) error {
+	const first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+	shards := map[string][]safetensors.Tensor{}
+	weightMap := map[string]string{}
+	var total int64
+	for _, t := range tensors {
+		shard := second
+		if strings.HasPrefix(t.Name, "model.embed_tokens.") || strings.HasPrefix(t.Name, "model.layers.0.") {
+			shard = first
+		}
+		shards[shard] = append(shards[shard], t)
+		weightMap[t.Name] = shard
+		total += int64(len(t.Data))
+	}
+	for _, name := range []string{first, second} {
+		if err := writeShard(filepath.Join(dir, name), shards[name]); err != nil {
+			return err
+		}
+	}
+	idx, err := jsonBytes(map[string]any{"metadata": map[string]any{"total_size": total}, "weight_map": weightMap})
+	if err != nil {
+		return err
+	}
+	return writeFiles(dir, map[string][]byte{safetensors.IndexFile: idx})
+}

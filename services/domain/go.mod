@@ -1,0 +1,16 @@
+module github.com/lowbarena/lowbarena/services/domain
+
+go 1.26.0
+
+require (
+	github.com/lowbarena/lowbarena/schemas v0.0.0
+	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
+
+replace github.com/lowbarena/lowbarena/schemas => ../../schemas
