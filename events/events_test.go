@@ -168,6 +168,7 @@ func TestSubject(t *testing.T) {
 		{events.RoundStep, "r-1", "arena.round.step.r-1", ""},
 		{events.ScoreSkipped, "s_2", "arena.score.skipped.s_2", ""},
 		{events.RunnerJobRequested, "s1", "", "use JobSubject"},
+		{events.RunnerJobCompleted, "j1", "", "use JobOutcomeSubject"},
 		{"dev.lowbarena.nope.v1", "s1", "", "unknown event type"},
 		{events.BuildStarted, "a.b", "", "not a valid subject token"},
 		{events.BuildStarted, "", "", "not a valid subject token"},
@@ -206,6 +207,61 @@ func TestJobSubject(t *testing.T) {
 	}
 }
 
+// Job outcomes carry their kind: a kind's filters match its own outcomes
+// and the kind-less subjects of outcomes stored before the migration,
+// never another kind's.
+func TestJobOutcomeSubject(t *testing.T) {
+	got, err := events.JobOutcomeSubject(events.RunnerJobCompleted, "efficiency", "eff-1")
+	require.NoError(t, err)
+	require.Equal(t, "arena.runner.job.completed.efficiency.eff-1", got)
+	got, err = events.JobOutcomeSubject(events.RunnerJobFailed, "sla", "sla-1")
+	require.NoError(t, err)
+	require.Equal(t, "arena.runner.job.failed.sla.sla-1", got)
+	for _, bad := range [][2]string{{"a.b", "j"}, {"q", ""}, {"*", "j"}} {
+		_, err := events.JobOutcomeSubject(events.RunnerJobCompleted, bad[0], bad[1])
+		require.Error(t, err, "%v", bad)
+	}
+	_, err = events.JobOutcomeSubject(events.RunnerJobProgress, "q", "j")
+	require.ErrorContains(t, err, "use Subject")
+
+	matches := func(filters []string, subject string) bool {
+		for _, f := range filters {
+			if subjectMatches(f, subject) {
+				return true
+			}
+		}
+		return false
+	}
+	eff := events.JobOutcomeFilters("efficiency")
+	for subject, want := range map[string]bool{
+		"arena.runner.job.completed.efficiency.eff-1": true,
+		"arena.runner.job.failed.efficiency.eff-1":    true,
+		"arena.runner.job.completed.eff-1":            true, // stored before the migration
+		"arena.runner.job.failed.eff-1":               true,
+		"arena.runner.job.completed.quality.q-1":      false,
+		"arena.runner.job.failed.sla.s-1":             false,
+		"arena.runner.job.progress.eff-1":             false,
+	} {
+		require.Equal(t, want, matches(eff, subject), subject)
+	}
+	require.True(t, subjectMatches(events.FilterFor(events.RunnerJobCompleted), "arena.runner.job.completed.quality.q-1"))
+	require.True(t, subjectMatches(events.FilterFor(events.RunnerJobCompleted), "arena.runner.job.completed.q-1"))
+}
+
+// A topic decodes only its own type, into its own payload.
+func TestTopicDecode(t *testing.T) {
+	e, err := events.Build.Failed.Event("id-1", "/lowbarena/build", "s1", events.StageFailedData{SubmissionID: "s1", Stage: "build", Reason: "r", Message: "m"})
+	require.NoError(t, err)
+	got, err := events.Build.Failed.Decode(e)
+	require.NoError(t, err)
+	require.Equal(t, "r", got.Reason)
+	_, err = events.Contract.Failed.Decode(e)
+	require.ErrorContains(t, err, "decode dev.lowbarena.build.failed.v1 as dev.lowbarena.contract.failed.v1")
+	s, ok := events.Lookup(events.BuildCompleted)
+	require.True(t, ok)
+	require.IsType(t, new(events.BuildCompletedData), s.New(), "the catalogue's payload comes from the topic")
+}
+
 func TestFilterForMatchesOnlyItsType(t *testing.T) {
 	for _, a := range events.Catalogue {
 		if a.Stream != events.StreamArena {
@@ -216,6 +272,9 @@ func TestFilterForMatchesOnlyItsType(t *testing.T) {
 				continue
 			}
 			subj, err := events.Subject(b.Type, "x")
+			if b.KindInSubject {
+				subj, err = events.JobOutcomeSubject(b.Type, "quality", "x")
+			}
 			require.NoError(t, err)
 			require.Equal(t, a.Type == b.Type, subjectMatches(events.FilterFor(a.Type), subj), "%s vs %s", events.FilterFor(a.Type), subj)
 		}

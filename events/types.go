@@ -14,9 +14,12 @@ package events
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/lowbarena/lowbarena/services/domain/record"
 )
@@ -99,6 +102,10 @@ type Spec struct {
 	Stream string
 	// Stage is the pipeline stage the event belongs to, or "".
 	Stage string
+	// KindInSubject says the event's subject carries the job kind of its
+	// payload (arena.runner.job.completed.<kind>.<id>), so a stage
+	// consumes the outcomes of its own jobs only.
+	KindInSubject bool
 	// New returns a pointer to a zero payload of this type.
 	New func() any
 }
@@ -106,34 +113,110 @@ type Spec struct {
 // Schema is the file name of the payload's JSON Schema in schemas/events.
 func (s Spec) Schema() string { return string(s.Type) + ".json" }
 
-// Catalogue lists every event type of the arena.
+// Topic binds an event type to its payload type once: publishing (see
+// bus.Emit) takes a T and decoding returns one, so a wrong pairing of
+// type and payload fails to compile instead of at schema validation. The
+// catalogue's Spec.New comes from the same binding.
+type Topic[T any] struct {
+	t     Type
+	stage string
+}
+
+func topic[T any](t Type, stage string) Topic[T] { return Topic[T]{t: t, stage: stage} }
+
+// Type is the topic's CloudEvents type.
+func (t Topic[T]) Type() Type { return t.t }
+
+// String is the CloudEvents type.
+func (t Topic[T]) String() string { return string(t.t) }
+
+// Spec is the topic's catalogue entry.
+func (t Topic[T]) Spec() Spec { return spec(t.t, t.stage, func() any { return new(T) }) }
+
+// Filter is the subject filter that matches every event of the topic.
+func (t Topic[T]) Filter() string { return FilterFor(t.t) }
+
+// Event builds an event of the topic (see NewEvent).
+func (t Topic[T]) Event(id, source, subject string, data T) (event.Event, error) {
+	return NewEvent(id, t.t, source, subject, data)
+}
+
+// Decode unmarshals the data of e, which must be of the topic's type.
+func (t Topic[T]) Decode(e event.Event) (T, error) {
+	var v T
+	if Type(e.Type()) != t.t {
+		return v, fmt.Errorf("events: decode %s as %s", e.Type(), t.t)
+	}
+	if err := json.Unmarshal(e.Data(), &v); err != nil {
+		return v, fmt.Errorf("events: decode %s data: %w", e.Type(), err)
+	}
+	return v, nil
+}
+
+// StageTopics are the events of one pipeline stage: started, then
+// completed with the stage's own payload, or failed with a reason.
+type StageTopics[Out any] struct {
+	// Name is the stage's name in the record ("build").
+	Name      string
+	Started   Topic[StageStartedData]
+	Completed Topic[Out]
+	Failed    Topic[StageFailedData]
+}
+
+func stageTopics[Out any](name string, started, completed, failed Type) StageTopics[Out] {
+	return StageTopics[Out]{Name: name, Started: topic[StageStartedData](started, name),
+		Completed: topic[Out](completed, name), Failed: topic[StageFailedData](failed, name)}
+}
+
+// The topics of the arena, one per event type.
+var (
+	// Submission is what a participant's upload starts.
+	Submission = struct{ Received Topic[SubmissionReceivedData] }{topic[SubmissionReceivedData](SubmissionReceived, "")}
+
+	Build      = stageTopics[BuildCompletedData]("build", BuildStarted, BuildCompleted, BuildFailed)
+	Contract   = stageTopics[ContractCompletedData]("contract", ContractStarted, ContractCompleted, ContractFailed)
+	Quality    = stageTopics[QualityCompletedData]("quality", QualityStarted, QualityCompleted, QualityFailed)
+	Efficiency = stageTopics[EfficiencyCompletedData]("efficiency", EfficiencyStarted, EfficiencyCompleted, EfficiencyFailed)
+	Score      = stageTopics[ScoreCompletedData]("score", ScoreStarted, ScoreCompleted, ScoreFailed)
+	// ScoreSkippedTopic is the score stage's fourth end.
+	ScoreSkippedTopic = topic[StageSkippedData](ScoreSkipped, "score")
+
+	// Job are the GPU jobs' events: requested on RUNNER_JOBS, the rest on
+	// ARENA.
+	Job = struct {
+		Requested Topic[RunnerJobRequestedData]
+		Started   Topic[RunnerJobStartedData]
+		Progress  Topic[RunnerJobProgressData]
+		Completed Topic[RunnerJobCompletedData]
+		Failed    Topic[RunnerJobFailedData]
+	}{
+		topic[RunnerJobRequestedData](RunnerJobRequested, ""), topic[RunnerJobStartedData](RunnerJobStarted, ""),
+		topic[RunnerJobProgressData](RunnerJobProgress, ""), topic[RunnerJobCompletedData](RunnerJobCompleted, ""),
+		topic[RunnerJobFailedData](RunnerJobFailed, ""),
+	}
+
+	// Round are a round's events.
+	Round = struct {
+		Started   Topic[RoundStartedData]
+		Step      Topic[RoundStepData]
+		Completed Topic[RoundCompletedData]
+		Failed    Topic[RoundFailedData]
+	}{
+		topic[RoundStartedData](RoundStarted, ""), topic[RoundStepData](RoundStep, ""),
+		topic[RoundCompletedData](RoundCompleted, ""), topic[RoundFailedData](RoundFailed, ""),
+	}
+)
+
+// Catalogue lists every event type of the arena, built from the topics.
 var Catalogue = []Spec{
-	spec(SubmissionReceived, "", func() any { return new(SubmissionReceivedData) }),
-	spec(BuildStarted, "build", func() any { return new(StageStartedData) }),
-	spec(BuildCompleted, "build", func() any { return new(BuildCompletedData) }),
-	spec(BuildFailed, "build", func() any { return new(StageFailedData) }),
-	spec(ContractStarted, "contract", func() any { return new(StageStartedData) }),
-	spec(ContractCompleted, "contract", func() any { return new(ContractCompletedData) }),
-	spec(ContractFailed, "contract", func() any { return new(StageFailedData) }),
-	spec(QualityStarted, "quality", func() any { return new(StageStartedData) }),
-	spec(QualityCompleted, "quality", func() any { return new(QualityCompletedData) }),
-	spec(QualityFailed, "quality", func() any { return new(StageFailedData) }),
-	spec(EfficiencyStarted, "efficiency", func() any { return new(StageStartedData) }),
-	spec(EfficiencyCompleted, "efficiency", func() any { return new(EfficiencyCompletedData) }),
-	spec(EfficiencyFailed, "efficiency", func() any { return new(StageFailedData) }),
-	spec(ScoreStarted, "score", func() any { return new(StageStartedData) }),
-	spec(ScoreCompleted, "score", func() any { return new(ScoreCompletedData) }),
-	spec(ScoreFailed, "score", func() any { return new(StageFailedData) }),
-	spec(ScoreSkipped, "score", func() any { return new(StageSkippedData) }),
-	spec(RunnerJobRequested, "", func() any { return new(RunnerJobRequestedData) }),
-	spec(RunnerJobStarted, "", func() any { return new(RunnerJobStartedData) }),
-	spec(RunnerJobProgress, "", func() any { return new(RunnerJobProgressData) }),
-	spec(RunnerJobCompleted, "", func() any { return new(RunnerJobCompletedData) }),
-	spec(RunnerJobFailed, "", func() any { return new(RunnerJobFailedData) }),
-	spec(RoundStarted, "", func() any { return new(RoundStartedData) }),
-	spec(RoundStep, "", func() any { return new(RoundStepData) }),
-	spec(RoundCompleted, "", func() any { return new(RoundCompletedData) }),
-	spec(RoundFailed, "", func() any { return new(RoundFailedData) }),
+	Submission.Received.Spec(),
+	Build.Started.Spec(), Build.Completed.Spec(), Build.Failed.Spec(),
+	Contract.Started.Spec(), Contract.Completed.Spec(), Contract.Failed.Spec(),
+	Quality.Started.Spec(), Quality.Completed.Spec(), Quality.Failed.Spec(),
+	Efficiency.Started.Spec(), Efficiency.Completed.Spec(), Efficiency.Failed.Spec(),
+	Score.Started.Spec(), Score.Completed.Spec(), Score.Failed.Spec(), ScoreSkippedTopic.Spec(),
+	Job.Requested.Spec(), Job.Started.Spec(), Job.Progress.Spec(), Job.Completed.Spec(), Job.Failed.Spec(),
+	Round.Started.Spec(), Round.Step.Spec(), Round.Completed.Spec(), Round.Failed.Spec(),
 }
 
 var byType = func() map[Type]Spec {
@@ -160,8 +243,11 @@ func spec(t Type, stage string, newFn func() any) Spec {
 	body := strings.TrimSuffix(strings.TrimPrefix(string(t), typePrefix), ".v1")
 	i := strings.LastIndexByte(body, '.')
 	s := Spec{Type: t, Noun: body[:i], Verb: body[i+1:], Stream: StreamArena, Stage: stage, New: newFn}
-	if t == RunnerJobRequested {
+	switch t {
+	case RunnerJobRequested:
 		s.Stream = StreamRunnerJobs
+	case RunnerJobCompleted, RunnerJobFailed:
+		s.KindInSubject = true
 	}
 	return s
 }
@@ -184,7 +270,42 @@ func Subject(t Type, id string) (string, error) {
 	if s.Stream == StreamRunnerJobs {
 		return "", fmt.Errorf("events: %s goes to a job subject; use JobSubject", t)
 	}
+	if s.KindInSubject {
+		return "", fmt.Errorf("events: %s carries its job kind in the subject; use JobOutcomeSubject", t)
+	}
 	return SubjectRootArena + "." + s.Noun + "." + s.Verb + "." + id, nil
+}
+
+// JobOutcomeSubject returns the ARENA subject of a job outcome (completed
+// or failed) of the given kind: arena.runner.job.<verb>.<kind>.<id>.
+func JobOutcomeSubject(t Type, kind, id string) (string, error) {
+	s, ok := byType[t]
+	if !ok {
+		return "", fmt.Errorf("%w %q", ErrUnknownType, t)
+	}
+	if !s.KindInSubject {
+		return "", fmt.Errorf("events: %s carries no job kind in its subject; use Subject", t)
+	}
+	if !ValidID(kind) || !ValidID(id) {
+		return "", fmt.Errorf("events: job kind %q or id %q is not a valid subject token", kind, id)
+	}
+	return SubjectRootArena + "." + s.Noun + "." + s.Verb + "." + kind + "." + id, nil
+}
+
+// JobOutcomeFilters returns the subject filters of the outcomes (completed
+// and failed) of one job kind. Beside each kind's own filter stands the
+// subject outcomes had before they carried their kind
+// (arena.runner.job.completed.<id>): an arena started on an older data
+// folder still delivers the outcomes stored there, and its consumers tell
+// their kind from the payload (nothing new is published there).
+func JobOutcomeFilters(kind string) []string {
+	var out []string
+	for _, t := range []Type{RunnerJobCompleted, RunnerJobFailed} {
+		s := byType[t]
+		root := SubjectRootArena + "." + s.Noun + "." + s.Verb + "."
+		out = append(out, root+kind+".*", root+"*")
+	}
+	return out
 }
 
 // JobSubject returns the RUNNER_JOBS subject of a job of the given kind
@@ -207,6 +328,11 @@ func FilterFor(t Type) string {
 	}
 	if s.Stream == StreamRunnerJobs {
 		return SubjectRootJobs + ".>"
+	}
+	if s.KindInSubject {
+		// Every kind, and the subjects of outcomes stored before they
+		// carried their kind.
+		return SubjectRootArena + "." + s.Noun + "." + s.Verb + ".>"
 	}
 	return SubjectRootArena + "." + s.Noun + "." + s.Verb + ".*"
 }

@@ -120,12 +120,15 @@ func SubjectOf(e event.Event) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w %q", ErrUnknownType, e.Type())
 	}
-	if spec.Stream == events.StreamRunnerJobs {
+	if spec.Stream == events.StreamRunnerJobs || spec.KindInSubject {
 		var job struct {
 			Kind string `json:"kind"`
 		}
 		if err := json.Unmarshal(e.Data(), &job); err != nil {
 			return "", fmt.Errorf("bus: job kind of %s: %w", e.ID(), err)
+		}
+		if spec.KindInSubject {
+			return events.JobOutcomeSubject(spec.Type, job.Kind, e.Subject())
 		}
 		return events.JobSubject(job.Kind, e.Subject())
 	}
@@ -171,6 +174,16 @@ func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, er
 	span.SetAttributes(attribute.Bool("lowbarena.duplicate", ack.Duplicate), attribute.Int64("lowbarena.stream_seq", int64(ack.Sequence)))
 	b.published.Add(ctx, 1, metric.WithAttributes(attribute.String("type", e.Type()), attribute.Bool("duplicate", ack.Duplicate)))
 	return ack, nil
+}
+
+// Emit builds an event of topic t and publishes it: the payload's type is
+// the topic's, so a wrong pairing does not compile.
+func Emit[T any](ctx context.Context, b *Bus, t events.Topic[T], id, source, subject string, data T) (*jetstream.PubAck, error) {
+	e, err := t.Event(id, source, subject, data)
+	if err != nil {
+		return nil, err
+	}
+	return b.Publish(ctx, e)
 }
 
 // PublishNew builds an event with events.NewEvent and publishes it.

@@ -77,6 +77,20 @@ func Poison(reason string, err error) Outcome {
 	return Outcome{kind: kindPoison, reason: reason, err: err}
 }
 
+// IsAck, IsRetry and IsPoison tell the outcome's kind.
+func (o Outcome) IsAck() bool    { return o.kind == kindAck }
+func (o Outcome) IsRetry() bool  { return o.kind == kindRetry }
+func (o Outcome) IsPoison() bool { return o.kind == kindPoison }
+
+// Delay is a retry's requested delay (zero: the backoff decides).
+func (o Outcome) Delay() time.Duration { return o.delay }
+
+// Reason is a poison outcome's reason code.
+func (o Outcome) Reason() string { return o.reason }
+
+// Err is the error a retry or poison outcome carries.
+func (o Outcome) Err() error { return o.err }
+
 func (o Outcome) String() string {
 	switch o.kind {
 	case kindAck:
@@ -251,7 +265,7 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) 
 // message in hand.
 var ackTimeout = 10 * time.Second
 
-func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handler Handler) {
+func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handler Handler) (settled Outcome) {
 	start := time.Now()
 	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
@@ -259,7 +273,7 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 	if err != nil {
 		// Not a JetStream message; nothing to settle.
 		b.log.Error("message without JetStream metadata", "consumer", cfg.Name, "subject", m.Subject(), "err", err)
-		return
+		return Retry(0, err)
 	}
 	// The type label comes from an untrusted header: only known types are
 	// used as metric attributes, so garbage cannot grow the metric's
@@ -273,14 +287,14 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		b.consumed.Add(settle, 1, attrs)
 		b.handlerTime.Record(settle, time.Since(start).Seconds(), attrs)
 	}
-	poison := func(reason string, cause error) {
+	poison := func(reason string, cause error) Outcome {
 		b.deadLetter(settle, cfg, m, meta, reason, cause)
 		record("dead_lettered")
+		return Poison(reason, cause)
 	}
 
 	if n := len(m.Data()); n > MaxEventBytes {
-		poison(ReasonOversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
-		return
+		return poison(ReasonOversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
 	}
 	ev, err := ce.Decode(m.Headers(), m.Data())
 	if err != nil {
@@ -289,24 +303,19 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		if errors.As(err, &de) {
 			reason = de.Reason
 		}
-		poison(reason, err)
-		return
+		return poison(reason, err)
 	}
 	if _, ok := events.Lookup(events.Type(ev.Type())); !ok {
-		poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
-		return
+		return poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
 	}
 	if err := b.validator.Validate(ev.Type(), ev.Data()); err != nil {
 		if errors.Is(err, schemas.ErrUnknownType) {
-			poison(ReasonUnknownType, err)
-		} else {
-			poison(ReasonSchemaInvalid, err)
+			return poison(ReasonUnknownType, err)
 		}
-		return
+		return poison(ReasonSchemaInvalid, err)
 	}
 	if meta.NumDelivered > uint64(cfg.MaxDeliver) {
-		poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
-		return
+		return poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
 	}
 
 	hctx := b.prop.Extract(ctx, observability.HeaderCarrier(m.Headers()))
@@ -353,6 +362,7 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
 		}
 		record("ack")
+		return out
 	case kindRetry:
 		if out.err != nil {
 			span.RecordError(out.err)
@@ -361,12 +371,11 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			// Shutting down: hand the message back at once.
 			_ = m.Nak()
 			record("shutdown")
-			return
+			return out
 		}
 		if meta.NumDelivered >= uint64(cfg.MaxDeliver) {
 			span.SetStatus(codes.Error, "max deliver exceeded")
-			poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", meta.NumDelivered, out.err))
-			return
+			return poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", meta.NumDelivered, out.err))
 		}
 		delay := out.delay
 		if delay <= 0 {
@@ -377,11 +386,39 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			b.log.Warn("nak failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
 		}
 		record("retry")
-	case kindPoison:
+		return out
+	default:
 		span.SetStatus(codes.Error, out.reason)
-		poison(out.reason, out.err)
+		return poison(out.reason, out.err)
 	}
 }
+
+// Next handles the next message of the durable consumer cfg (created or
+// updated first) exactly as Consume would, waiting up to wait for one, and
+// returns the outcome it settled: the handler's, or Poison for a message
+// dead-lettered before the handler ran. It is for tests and tools that
+// step a consumer one message at a time; ErrNoMessage when none came.
+func (b *Bus) Next(ctx context.Context, cfg ConsumerConfig, wait time.Duration, handler Handler) (Outcome, error) {
+	cfg = cfg.withDefaults()
+	cons, err := b.EnsureConsumer(ctx, cfg)
+	if err != nil {
+		return Outcome{}, err
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
+	}
+	for m := range batch.Messages() {
+		return b.handle(ctx, cfg, m, handler), nil
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
+	}
+	return Outcome{}, ErrNoMessage
+}
+
+// ErrNoMessage is returned by Next when no message came in time.
+var ErrNoMessage = errors.New("bus: no message")
 
 // run calls the handler, turning a panic into a Retry.
 func (b *Bus) run(ctx context.Context, h Handler, d *Delivery) (out Outcome) {

@@ -23,10 +23,16 @@ func Key(parts ...string) string {
 
 // Conflict reports whether a KV Create or Update lost a race: the key
 // exists, or its revision moved. The caller reads again and retries.
+//
+// A single-replica bucket reports a lost race as API error 10071 (wrong
+// last sequence); a replicated one (R3, as on a cluster) as 10164, which
+// nats.go maps to ErrKeyRevisionMismatch on Update and wraps in
+// ErrKeyExists on Create. Every form counts.
 func Conflict(err error) bool {
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return true
 	}
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

@@ -25,9 +25,18 @@ const (
 	// BucketBundles maps a bundle digest to the first submission that
 	// carried it, so the build stage recognises a bundle submitted twice.
 	BucketBundles = "bundles"
-	// BucketReferences caches BF16 reference measurements per pod,
-	// campaign and reference digest, so a pod measures its reference once.
+	// BucketReferences caches the runner's BF16 reference measurements
+	// per pod, campaign and reference digest, so a pod measures its
+	// reference once. The runner owns it.
 	BucketReferences = "references"
+	// BucketQualityReferences holds the quality stage's BF16 reference
+	// rows' state per campaign and suite version (done or failed, with the
+	// job's result). The quality stage owns it.
+	BucketQualityReferences = "quality_references"
+	// BucketRoundViews holds the gateway's view of each round, projected
+	// from round.* events for people (the live page). The gateway owns
+	// it; the round service's own state stays in BucketRounds.
+	BucketRoundViews = "round_views"
 	// BucketScoreInputs joins the stage outcomes a score needs, per
 	// submission, so the join survives restarts.
 	BucketScoreInputs = "score_inputs"
@@ -119,7 +128,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		{Bucket: BucketSubmissions, Description: "submission records", History: 8, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketRounds, Description: "round state", History: 8, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketBundles, Description: "bundle digest to its first submission", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
-		{Bucket: BucketReferences, Description: "BF16 reference measurements per pod and campaign", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketReferences, Description: "the runner's BF16 reference measurements per pod and campaign", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketQualityReferences, Description: "quality BF16 reference rows per campaign and suite version", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketRoundViews, Description: "rounds as people see them, projected from round events", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketScoreInputs, Description: "stage outcomes joined per submission for its score", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {

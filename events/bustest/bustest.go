@@ -5,7 +5,11 @@ package bustest
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,4 +111,77 @@ func Await(t testing.TB, b *bus.Bus, filter string, types ...events.Type) event.
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Cluster starts n embedded nats-servers with JetStream, routed to each
+// other on loopback as one cluster, each storing in its own t.TempDir(),
+// and waits until JetStream has a meta leader. They shut down at the end
+// of the test. Streams and buckets on it may be replicated (R3).
+func Cluster(t testing.TB, n int) []*server.Server {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = freePort(t)
+	}
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	servers := make([]*server.Server, n)
+	for i := range servers {
+		s, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       server.RANDOM_PORT,
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoLog:      true,
+			NoSigs:     true,
+			Cluster:    server.ClusterOpts{Name: "bustest", Host: "127.0.0.1", Port: ports[i]},
+			Routes:     routes,
+		})
+		require.NoError(t, err)
+		go s.Start()
+		servers[i] = s
+		t.Cleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+	}
+	for _, s := range servers {
+		require.True(t, s.ReadyForConnections(10*time.Second), "nats-server did not start")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready := 0
+		for _, s := range servers {
+			if s.JetStreamIsLeader() || s.JetStreamIsCurrent() {
+				ready++
+			}
+		}
+		if ready == n && slices.ContainsFunc(servers, (*server.Server).JetStreamIsLeader) {
+			return servers
+		}
+		if time.Now().After(deadline) {
+			require.FailNow(t, "no JetStream meta leader", "the %d-node cluster elected none within 30 s", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ClusterURL is the comma-separated client URLs of servers.
+func ClusterURL(servers []*server.Server) string {
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.ClientURL()
+	}
+	return strings.Join(urls, ",")
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

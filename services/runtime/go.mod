@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/lowbarena/lowbarena/events v0.0.0
 	github.com/lowbarena/lowbarena/observability v0.0.0
+	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats.go v1.56.0
 	github.com/stretchr/testify v1.12.1
@@ -23,7 +24,6 @@ require (
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
-	github.com/lowbarena/lowbarena/services/domain v0.0.0 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect

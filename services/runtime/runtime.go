@@ -34,6 +34,9 @@ type Runtime struct {
 
 	providers *observability.Providers
 	closeOnce sync.Once
+	// ownStore says Close closes Store: false for a store another
+	// runtime shares with this one (WithStore).
+	ownStore bool
 }
 
 // Option adjusts Start.
@@ -43,7 +46,13 @@ type startOptions struct {
 	logOut    io.Writer
 	telemetry bool
 	log       *slog.Logger
+	store     store.Store
 }
+
+// WithStore uses st as the runtime's store instead of opening the
+// configuration's; Close leaves it open. `arena up` shares one chDB (one
+// engine per process) among its services this way.
+func WithStore(st store.Store) Option { return func(o *startOptions) { o.store = st } }
 
 // WithLogOutput sends the log to w instead of standard error.
 func WithLogOutput(w io.Writer) Option { return func(o *startOptions) { o.logOut = w } }
@@ -95,7 +104,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 	if err = bus.Provision(pctx, rt.Bus.JetStream(), bus.Topology{Replicas: cfg.Replicas}); err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
-	if cfg.Store != "" {
+	if o.store != nil {
+		rt.Store = o.store
+	} else if cfg.Store != "" {
+		rt.ownStore = true
 		if rt.Store, err = store.Open(ctx, cfg.Store); err != nil {
 			return nil, fmt.Errorf("runtime: open store: %w", err)
 		}
@@ -151,7 +163,7 @@ func (rt *Runtime) Close() {
 				rt.Log.Warn("NATS drain", "err", err)
 			}
 		}
-		if rt.Store != nil {
+		if rt.Store != nil && rt.ownStore {
 			if err := rt.Store.Close(); err != nil && rt.Log != nil {
 				rt.Log.Warn("store close", "err", err)
 			}

@@ -1,0 +1,237 @@
+// Package ctl is the arena's request and reply vocabulary beside its event
+// catalogue: the subjects, request and reply types of the services'
+// nats.go/micro endpoints (score's leaderboard, history, rescore and
+// standing; round's start and list), a typed endpoint helper for the
+// services and a typed client for the CLI and for other services.
+//
+// Requests are core NATS request-reply, outside every stream. Each service
+// answers in a queue group (several instances share the load) and is
+// visible to `nats micro ls` through $SRV.PING, $SRV.INFO and $SRV.STATS.
+// An error travels in micro's service-error headers (Nats-Service-Error
+// and Nats-Service-Error-Code) with a sentence for people, never in the
+// body.
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/domain/record"
+)
+
+// Service names (micro service names) and the request subjects they
+// answer.
+const (
+	ServiceScore = "score"
+	ServiceRound = "round"
+
+	SubjectRescore     = "lowbarena.ctl.rescore"
+	SubjectLeaderboard = "lowbarena.ctl.leaderboard"
+	SubjectHistory     = "lowbarena.ctl.history"
+	SubjectStanding    = "lowbarena.ctl.score.standing"
+
+	SubjectRoundStart = "lowbarena.ctl.round.start"
+	SubjectRoundList  = "lowbarena.ctl.round.list"
+)
+
+// Query asks the score service for scores: the leaderboard, history or a
+// rescore.
+type Query struct {
+	Policy      string    `json:"policy,omitempty"`
+	Since       time.Time `json:"since,omitempty"`
+	Campaign    string    `json:"campaign,omitempty"`
+	Participant string    `json:"participant,omitempty"`
+	Model       string    `json:"model,omitempty"`
+}
+
+// Row is one score as the CLI shows it (a row of the scores table).
+type Row struct {
+	TsMs         uint64  `ch:"ts_ms" json:"ts_ms"`
+	SubmissionID string  `ch:"submission_id" json:"submission_id"`
+	Policy       string  `ch:"policy" json:"policy"`
+	Campaign     string  `ch:"campaign" json:"campaign"`
+	Participant  string  `ch:"participant" json:"participant"`
+	Method       string  `ch:"method" json:"method"`
+	Split        string  `ch:"split" json:"split"`
+	Score        float64 `ch:"score" json:"score"`
+	Gain         float64 `ch:"efficiency_gain" json:"efficiency_gain"`
+	Drift        float64 `ch:"drift" json:"drift"`
+	Qualified    uint8   `ch:"qualified" json:"qualified"`
+	Ranked       uint8   `ch:"ranked" json:"ranked"`
+	Reason       string  `ch:"reason" json:"reason"`
+}
+
+// Rows answers a Query.
+type Rows struct {
+	Rows []Row `json:"rows"`
+}
+
+// StandingRequest asks the score service what it knows of a submission.
+type StandingRequest struct {
+	SubmissionID string `json:"submission_id"`
+}
+
+// Standing is what the score service knows of a submission, from the
+// events it joined (never from the gateway's record): who submitted it,
+// the bundle its kept contract names, the KV dtype its engine ran and its
+// dev score once every outcome is in. Round asks for it before entering a
+// submission and again to score the entry.
+type Standing struct {
+	SubmissionID string `json:"submission_id"`
+	Participant  string `json:"participant,omitempty"`
+	Method       string `json:"method,omitempty"`
+	Split        string `json:"split,omitempty"`
+	// Campaign is the submission's task.
+	Campaign string `json:"campaign,omitempty"`
+	// ContractKept says contract.completed arrived; Artifact and
+	// BundleDigest are the bundle it checked.
+	ContractKept bool              `json:"contract_kept"`
+	Artifact     *events.BundleRef `json:"artifact,omitempty"`
+	BundleDigest string            `json:"bundle_digest,omitempty"`
+	// KVCacheDType is the KV dtype the engine reported running in the
+	// efficiency stage, or the declared one before that.
+	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
+	// Pending names the outcomes not in yet ("contract", "quality",
+	// "efficiency").
+	Pending []string `json:"pending"`
+	// Score is the dev score under the service's policy once every
+	// outcome is in; Failed is the reason it could not be scored.
+	Score  *record.Score `json:"score,omitempty"`
+	Failed string        `json:"failed,omitempty"`
+}
+
+// StartRequest is `arena round start`.
+type StartRequest struct {
+	Campaign   string   `json:"campaign"`
+	Candidates []string `json:"candidates"`
+	Pod        string   `json:"pod,omitempty"`
+}
+
+// StartReply is its answer: the round started.
+type StartReply struct {
+	RoundID string `json:"round_id"`
+	Steps   int    `json:"steps"`
+}
+
+// ListRequest asks for the rounds of a campaign ("" for all).
+type ListRequest struct {
+	Campaign string `json:"campaign,omitempty"`
+}
+
+// Summary is one round's result, for people.
+type Summary struct {
+	RoundID   string                     `json:"round_id"`
+	Campaign  string                     `json:"campaign"`
+	Pod       string                     `json:"pod"`
+	Status    string                     `json:"status"`
+	StartedAt time.Time                  `json:"started_at"`
+	Steps     int                        `json:"steps"`
+	Reached   int                        `json:"reached,omitempty"`
+	Result    *events.RoundCompletedData `json:"result,omitempty"`
+	Reason    string                     `json:"reason,omitempty"`
+}
+
+// ListReply answers a ListRequest, oldest round first.
+type ListReply struct {
+	Rounds []Summary `json:"rounds"`
+}
+
+// Error codes of a refused request, in micro's Nats-Service-Error-Code
+// header (HTTP's numbers, as the micro examples use them).
+const (
+	CodeBadRequest  = "400"
+	CodeNotFound    = "404"
+	CodeConflict    = "409"
+	CodeUnavailable = "503"
+	CodeInternal    = "500"
+)
+
+// Error is a refused request: a code and a sentence for people.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Refuse returns a refusal with code and a sentence.
+func Refuse(code, format string, args ...any) error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Endpoint adds a JSON endpoint named name on subject to svc: the request
+// body decodes into Req, fn's answer is the reply body, and an error is
+// answered in the service-error headers (an *Error with its code,
+// anything else as 500) with an empty body. fn runs under ctx, bounded by
+// timeout.
+func Endpoint[Req, Rep any](ctx context.Context, svc micro.Service, name, subject string, timeout time.Duration,
+	fn func(context.Context, Req) (Rep, error)) error {
+	h := micro.HandlerFunc(func(r micro.Request) {
+		var req Req
+		if len(r.Data()) > 0 {
+			if err := json.Unmarshal(r.Data(), &req); err != nil {
+				_ = r.Error(CodeBadRequest, "the request does not decode: "+err.Error(), nil)
+				return
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		rep, err := fn(rctx, req)
+		if err != nil {
+			code := CodeInternal
+			var e *Error
+			if errors.As(err, &e) {
+				code = e.Code
+			}
+			_ = r.Error(code, err.Error(), nil)
+			return
+		}
+		if err := r.RespondJSON(rep); err != nil {
+			_ = r.Error(CodeInternal, "the reply does not encode: "+err.Error(), nil)
+		}
+	})
+	if err := svc.AddEndpoint(name, h, micro.WithEndpointSubject(subject)); err != nil {
+		return fmt.Errorf("ctl: endpoint %s on %s: %w", name, subject, err)
+	}
+	return nil
+}
+
+// ErrNoService is returned by Call when no service answers the subject.
+var ErrNoService = errors.New("no service answers")
+
+// Call sends req to subject and decodes the reply into Rep. A refusal
+// comes back as an *Error with the service's code and sentence; no
+// responder as ErrNoService.
+func Call[Rep any](ctx context.Context, nc *nats.Conn, subject string, req any) (Rep, error) {
+	var rep Rep
+	body, err := json.Marshal(req)
+	if err != nil {
+		return rep, fmt.Errorf("ctl: encode request: %w", err)
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return rep, fmt.Errorf("%w on %s (is the arena up?)", ErrNoService, subject)
+	}
+	if err != nil {
+		return rep, fmt.Errorf("ctl: %s: %w", subject, err)
+	}
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" || msg.Header.Get(micro.ErrorCodeHeader) != "" {
+		code := msg.Header.Get(micro.ErrorCodeHeader)
+		if _, err := strconv.Atoi(code); err != nil {
+			code = CodeInternal
+		}
+		return rep, &Error{Code: code, Message: desc}
+	}
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return rep, fmt.Errorf("ctl: decode the reply of %s: %w", subject, err)
+	}
+	return rep, nil
+}

@@ -1,0 +1,72 @@
+package ctl_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events/bustest"
+	"github.com/lowbarena/lowbarena/events/ctl"
+)
+
+type echoReq struct {
+	Name string `json:"name"`
+}
+
+type echoRep struct {
+	Hello string `json:"hello"`
+}
+
+// An endpoint answers in JSON, a refusal travels in micro's error headers
+// with its code and sentence, and the service is visible to $SRV.PING.
+func TestEndpointAndCall(t *testing.T) {
+	nc := bustest.Connect(t, bustest.Server(t, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	svc, err := micro.AddService(nc, micro.Config{Name: "echo", Version: "1.0.0"})
+	require.NoError(t, err)
+	defer svc.Stop()
+	require.NoError(t, ctl.Endpoint(ctx, svc, "hello", "test.hello", time.Second, func(_ context.Context, r echoReq) (echoRep, error) {
+		switch r.Name {
+		case "":
+			return echoRep{}, ctl.Refuse(ctl.CodeBadRequest, "a name is required")
+		case "boom":
+			return echoRep{}, errors.New("the store does not answer")
+		}
+		return echoRep{Hello: r.Name}, nil
+	}))
+
+	rep, err := ctl.Call[echoRep](ctx, nc, "test.hello", echoReq{Name: "arena"})
+	require.NoError(t, err)
+	require.Equal(t, "arena", rep.Hello)
+
+	_, err = ctl.Call[echoRep](ctx, nc, "test.hello", echoReq{})
+	var e *ctl.Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, ctl.CodeBadRequest, e.Code)
+	require.Equal(t, "a name is required", e.Message)
+
+	_, err = ctl.Call[echoRep](ctx, nc, "test.hello", echoReq{Name: "boom"})
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, ctl.CodeInternal, e.Code)
+	require.Contains(t, e.Message, "store does not answer")
+
+	// A body that is not the request type is refused, not guessed.
+	msg, err := nc.RequestWithContext(ctx, "test.hello", []byte("{not json"))
+	require.NoError(t, err)
+	require.Equal(t, ctl.CodeBadRequest, msg.Header.Get(micro.ErrorCodeHeader))
+
+	_, err = ctl.Call[echoRep](ctx, nc, "test.nobody", echoReq{Name: "x"})
+	require.ErrorIs(t, err, ctl.ErrNoService)
+
+	ping, err := nc.RequestWithContext(ctx, "$SRV.PING.echo", nil)
+	require.NoError(t, err)
+	var p micro.Ping
+	require.NoError(t, json.Unmarshal(ping.Data, &p))
+	require.Equal(t, "echo", p.Name)
+}
