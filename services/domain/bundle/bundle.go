@@ -70,7 +70,7 @@ type Declaration struct {
 	Participant string `json:"participant"`
 	Agent       string `json:"agent,omitempty"`
 	// Track defaults to "engine".
-	Track    string                  `json:"track,omitempty"`
+	Track    string   `json:"track,omitempty"`
 	Solution Solution `json:"solution"`
 	// Engine says how the checkpoint is served; the runner fills a command
 	// template. Optional until the runner exists.

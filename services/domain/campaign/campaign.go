@@ -32,8 +32,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/domain/analyze"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // Files of a campaign folder.
@@ -91,8 +91,8 @@ type Quality struct {
 	// Suite is the dev suite folder, relative to the campaign folder;
 	// RankedSuite the held-out ranked one ("" when the campaign ranks
 	// nothing yet).
-	Suite       string          `json:"suite"`
-	RankedSuite string          `json:"ranked_suite,omitempty"`
+	Suite       string   `json:"suite"`
+	RankedSuite string   `json:"ranked_suite,omitempty"`
 	Sampling    Sampling `json:"sampling"`
 }
 

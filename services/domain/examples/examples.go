@@ -27,8 +27,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/services/domain/bundle"
 	"github.com/lowbarena/lowbarena/services/domain/analyze"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
 	"github.com/lowbarena/lowbarena/services/domain/safetensors"
 )
 

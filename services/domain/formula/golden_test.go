@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/domain/formula"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // The two records of a real arena of this kind (../../../schemas/testdata).

@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/domain/formula"
 	"github.com/lowbarena/lowbarena/services/domain/policy"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 func load(t *testing.T, name string) record.Submission {
