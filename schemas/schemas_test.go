@@ -107,3 +107,19 @@ func TestEventValidation(t *testing.T) {
 	}
 	require.ErrorIs(t, v.Validate("dev.lowbarena.nope.v1", []byte(`{}`)), schemas.ErrUnknownType)
 }
+
+// A schema's examples must be valid payloads of its type: bustest.Sample
+// hands them to tests as such.
+func TestSchemaExamplesValidate(t *testing.T) {
+	v, err := schemas.Default()
+	require.NoError(t, err)
+	for _, typ := range v.EventTypes() {
+		ex, ok := schemas.Example(typ)
+		if !ok {
+			continue
+		}
+		require.NoError(t, v.Validate(typ, ex), "the example of %s", typ)
+	}
+	_, ok := schemas.Example("dev.lowbarena.nope.v1")
+	require.False(t, ok)
+}

@@ -3,6 +3,7 @@ package schemas
 import (
 	"bytes"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -152,4 +153,22 @@ func oneLine(ve *jsonschema.ValidationError) string {
 		leaves = append(leaves[:5], fmt.Sprintf("and %d more", len(leaves)-5))
 	}
 	return strings.Join(leaves, "; ")
+}
+
+// Example returns the first entry of the "examples" keyword of an event
+// type's schema: a payload the schema's author vouches for. A new event
+// type carries its sample there, beside its schema, so tests that walk the
+// catalogue need nothing else.
+func Example(eventType string) (json.RawMessage, bool) {
+	raw, err := jsonFS.ReadFile("events/" + eventType + ".json")
+	if err != nil {
+		return nil, false
+	}
+	var s struct {
+		Examples []json.RawMessage `json:"examples"`
+	}
+	if json.Unmarshal(raw, &s) != nil || len(s.Examples) == 0 {
+		return nil, false
+	}
+	return s.Examples[0], true
 }

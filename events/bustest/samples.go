@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/schemas"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
@@ -79,8 +80,15 @@ func Sample(t events.Type) any {
 		return &events.RoundStepData{RoundID: id, Step: 1, Of: 1, Group: "g", Name: "n", Phase: "serve", Status: "done"}
 	case events.RoundCompleted:
 		return &events.RoundCompletedData{RoundID: id, Campaign: "c1", Entries: []events.RoundEntry{}}
-	case events.RoundFailed:
-		return &events.RoundFailedData{RoundID: id, Reason: "pod_lost", Message: "The pod went away."}
 	}
-	panic(fmt.Sprintf("bustest: no sample for %s", t))
+	// A type without a case here carries its sample in its schema's
+	// "examples" (see schemas.Example).
+	if raw, ok := schemas.Example(string(t)); ok {
+		v := spec.New()
+		if err := json.Unmarshal(raw, v); err != nil {
+			panic(fmt.Sprintf("bustest: the example in the schema of %s does not decode: %v", t, err))
+		}
+		return v
+	}
+	panic(fmt.Sprintf("bustest: no sample for %s (add one to the \"examples\" of its schema)", t))
 }
