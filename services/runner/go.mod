@@ -74,9 +74,6 @@ replace (
 	github.com/lowbarena/lowbarena/events => ../../events
 	github.com/lowbarena/lowbarena/observability => ../../observability
 	github.com/lowbarena/lowbarena/schemas => ../../schemas
-	github.com/lowbarena/lowbarena/services/contract => ../contract
-	github.com/lowbarena/lowbarena/services/efficiency => ../efficiency
-	github.com/lowbarena/lowbarena/services/quality => ../quality
 	github.com/lowbarena/lowbarena/services/runtime => ../runtime
 	github.com/lowbarena/lowbarena/services/store => ../store
 )

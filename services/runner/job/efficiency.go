@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/domain/formula"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )

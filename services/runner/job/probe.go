@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/domain/formula"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // memoryPath is where an engine reports its memory layout (simengine

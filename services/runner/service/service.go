@@ -2,7 +2,9 @@
 // from the RUNNER_JOBS work queue one at a time (one runner per GPU),
 // fetches their checkpoints from the artifact store, runs them with
 // package job, writes GPU samples and per-request rows to the store and
-// publishes runner.job.started, progress, completed or failed.
+// publishes runner.job.started, progress, completed or failed. The kinds
+// of job it runs are registered once each (kinds.go); Handle is the same
+// for all of them.
 package service
 
 import (
@@ -10,11 +12,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,7 +25,6 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
@@ -60,7 +59,8 @@ type Options struct {
 	AckWait time.Duration
 	// Job holds the engine timeouts and the GPU's telemetry.
 	Job job.Runner
-	// Store receives gpu_samples and requests rows; nil keeps none.
+	// Store receives gpu_samples, requests and quality_items rows; nil
+	// keeps none.
 	Store store.Store
 }
 
@@ -72,6 +72,8 @@ type Service struct {
 	opts      Options
 	log       *slog.Logger
 	fetchMu   sync.Mutex
+	// registry holds the job kinds this runner runs (see kinds).
+	registry *Registry
 }
 
 // New opens the stores the runner needs.
@@ -101,8 +103,13 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 		o.AckWait = 30 * time.Second
 	}
 	o.Job.Log = log
-	return &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log}, nil
+	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log}
+	s.registry = s.kinds()
+	return s, nil
 }
+
+// Kinds lists the job kinds the runner runs, in registration order.
+func (s *Service) Kinds() []string { return s.registry.Names() }
 
 // Consumer is the runners' shared durable on the work queue: every runner
 // binds to it, and the server hands each job to one of them. Prefetch 1:
@@ -125,7 +132,7 @@ func (s *Service) Actors() []runtime.Actor {
 	return []runtime.Actor{{Name: Name, Run: func(ctx context.Context) error { return s.bus.Consume(ctx, s.Consumer(), s.Handle) }}}
 }
 
-// Handle runs one job.
+// Handle runs one job of a registered kind.
 //
 // Idempotency: started carries the delivery number in its id (a
 // redelivered job is visibly started again); completed and failed derive
@@ -133,13 +140,14 @@ func (s *Service) Actors() []runtime.Actor {
 // Rows written by an attempt that died stay, tagged with that attempt's
 // run id.
 //
-// Ack semantics: an engine or workload failure is the checkpoint's, so it
-// is a runner.job.failed and an Ack; a runner told to stop hands the job
+// Ack semantics: an unknown kind, params that do not decode, a missing
+// artifact and an engine or workload failure are the job's, so they are
+// a runner.job.failed and an Ack; a runner told to stop hands the job
 // back (Retry, Nak at once) after stopping its engine; anything else (the
 // store, NATS) is a Retry.
 func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
-	var req events.RunnerJobRequestedData
-	if err := d.Decode(&req); err != nil {
+	req, err := events.Job.Requested.Decode(d.Event)
+	if err != nil {
 		return bus.Poison("bad_payload", err)
 	}
 	src := events.Source(Name)
@@ -148,34 +156,21 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", reason, "message", msg)
 		data := events.RunnerJobFailedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
 			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: reason, Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds)}
-		if _, err := s.bus.PublishNew(ctx, events.DeriveID(d.Event.ID(), string(events.RunnerJobFailed)), events.RunnerJobFailed, src, req.JobID, data); err != nil {
+		// On arena.runner.job.failed.<kind>.<job> (the bus reads the kind
+		// from the payload).
+		if _, err := bus.Emit(ctx, s.bus, events.Job.Failed, events.DeriveID(d.Event.ID(), string(events.RunnerJobFailed)), src, req.JobID, data); err != nil {
 			return bus.Retry(0, err)
 		}
 		return bus.Ack()
 	}
-	var (
-		p  events.EfficiencyJobParams
-		qp events.QualityJobParams
-		sp events.SLAJobParams
-	)
-	switch req.Kind {
-	case events.JobEfficiency:
-		if err := json.Unmarshal(req.Params, &p); err != nil {
-			return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
-		}
-		p.Engine.Command = req.Engine
-	case events.JobQuality:
-		if err := json.Unmarshal(req.Params, &qp); err != nil {
-			return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
-		}
-		qp.Engine.Command = req.Engine
-	case events.JobSLA:
-		if err := json.Unmarshal(req.Params, &sp); err != nil {
-			return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
-		}
-		sp.Engine.Command = req.Engine
-	default:
-		return fail(ReasonUnknownKind, fmt.Sprintf("this runner runs %s, %s and %s jobs, not %q", events.JobEfficiency, events.JobQuality, events.JobSLA, req.Kind), "", 0)
+	prep, err := s.registry.lookup(req.Kind)
+	if err != nil {
+		f := asFailure(err)
+		return fail(f.Reason, f.Message, "", 0)
+	}
+	work, err := prep(req)
+	if err != nil {
+		return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
 	}
 	gpu := "simulated (no NVML)"
 	if s.opts.Job.NVML != nil {
@@ -183,30 +178,27 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 	started := events.RunnerJobStartedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
 		Pod: s.opts.Pod, Runner: s.opts.Runner, GPU: gpu, Simulated: s.opts.Job.NVML == nil}
-	if _, err := s.bus.PublishNew(ctx, events.DeriveID(d.Event.ID(), string(events.RunnerJobStarted), fmt.Sprint(d.NumDelivered)),
-		events.RunnerJobStarted, src, req.JobID, started); err != nil {
+	if _, err := bus.Emit(ctx, s.bus, events.Job.Started, events.DeriveID(d.Event.ID(), string(events.RunnerJobStarted), fmt.Sprint(d.NumDelivered)),
+		src, req.JobID, started); err != nil {
 		return bus.Retry(0, err)
 	}
 	s.log.Info("job started", "job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "delivery", d.NumDelivered)
 
-	cand, err := s.fetch(ctx, req.Checkpoint)
+	env := Env{Request: req}
+	env.Checkpoint, err = s.fetch(ctx, req.Checkpoint)
 	if errors.Is(err, artifact.ErrNotFound) || errors.Is(err, artifact.ErrCorrupt) {
 		return fail(ReasonArtifactMissing, "the checkpoint is not in the artifact store: "+err.Error(), "", 0)
 	} else if err != nil {
 		return bus.Retry(0, err)
 	}
-	var ref string
-	if req.Kind != events.JobSLA {
-		second, what := p.Reference, "the campaign's BF16 reference"
-		if req.Kind == events.JobQuality {
-			second, what = qp.Suite, "the campaign's eval suite"
-		}
-		ref, err = s.fetch(ctx, second)
+	for _, a := range work.fetch {
+		dir, err := s.fetch(ctx, a.Ref)
 		if errors.Is(err, artifact.ErrNotFound) || errors.Is(err, artifact.ErrCorrupt) {
-			return fail(ReasonArtifactMissing, what+" is not in the artifact store: "+err.Error(), "", 0)
+			return fail(ReasonArtifactMissing, a.What+" is not in the artifact store: "+err.Error(), "", 0)
 		} else if err != nil {
 			return bus.Retry(0, err)
 		}
+		env.Artifacts = append(env.Artifacts, dir)
 	}
 
 	jr := s.opts.Job
@@ -222,64 +214,42 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		step++
 		prog := events.RunnerJobProgressData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
 			Phase: phase, Done: done, Total: total}
-		if _, err := s.bus.PublishNew(ctx, events.DeriveID(d.Event.ID(), string(events.RunnerJobProgress), fmt.Sprint(d.NumDelivered), fmt.Sprint(step)),
-			events.RunnerJobProgress, src, req.JobID, prog); err != nil && ctx.Err() == nil {
+		if _, err := bus.Emit(ctx, s.bus, events.Job.Progress, events.DeriveID(d.Event.ID(), string(events.RunnerJobProgress), fmt.Sprint(d.NumDelivered), fmt.Sprint(step)),
+			src, req.JobID, prog); err != nil && ctx.Err() == nil {
 			s.log.Warn("progress not published", "job", req.JobID, "err", err)
 		}
 	}
-	var (
-		res     any
-		seconds float64
-		cached  bool
-	)
-	switch req.Kind {
-	case events.JobSLA:
-		kv := sp.KVCacheDType
-		if kv == "" {
-			kv = "auto"
-		}
-		sr, serr := jr.Serve(ctx, job.Launch{Run: sp.Entry, Command: sp.Engine.Command, Checkpoint: cand, KVCacheDType: kv,
-			MaxNumSeqs: sp.Engine.MaxNumSeqs}, job.Workloads(sp.Workload))
-		res, seconds, err = sr, sr.Seconds, serr
-	case events.JobQuality:
-		st, lerr := suite.Load(ref)
-		if lerr != nil {
-			return fail(ReasonBadSuite, lerr.Error(), "", 0)
-		}
-		sim := jr.NVML == nil
-		qr, qerr := jr.Quality(ctx, qp, cand, st, func(ctx context.Context, b []job.Graded) error {
-			return s.graded(ctx, req, qp, b, sim)
-		})
-		res, seconds, err = qr, qr.Seconds, qerr
-	default:
-		er, eerr := jr.Efficiency(ctx, p, cand, ref, &refCache{kv: s.refs, pod: s.opts.Pod})
-		res, seconds, cached, err = er, er.Seconds, er.Cached, eerr
-	}
+	env.Job = &jr
+	res, err := work.run(ctx, env)
 	switch {
 	case ctx.Err() != nil:
 		// The engine is already stopped (Serve stops it on every path);
 		// the job goes back to the queue for another runner.
 		s.log.Info("runner stopping; job handed back", "job", req.JobID)
 		return bus.Retry(0, ctx.Err())
+	case asFailure(err) != nil:
+		f := asFailure(err)
+		return fail(f.Reason, f.Message, "", res.Seconds)
 	case engine.AsFailure(err) != nil:
 		f := engine.AsFailure(err)
-		return fail(f.Reason, prefix(err, f.Message), f.LogTail, seconds)
+		return fail(f.Reason, prefix(err, f.Message), f.LogTail, res.Seconds)
 	case loadgen.AsError(err) != nil:
 		le := loadgen.AsError(err)
-		return fail(le.Code, prefix(err, le.Message), "", seconds)
+		return fail(le.Code, prefix(err, le.Message), "", res.Seconds)
 	case err != nil:
 		return bus.Retry(0, err)
 	}
-	body, err := json.Marshal(res)
+	body, err := json.Marshal(res.Value)
 	if err != nil {
 		return bus.Poison("result_unencodable", err)
 	}
 	done := events.RunnerJobCompletedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(seconds), Result: body, CheckpointDigest: req.Checkpoint.SHA256}
-	if _, err := s.bus.PublishNew(ctx, events.DeriveID(d.Event.ID(), string(events.RunnerJobCompleted)), events.RunnerJobCompleted, src, req.JobID, done); err != nil {
+		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: body, CheckpointDigest: req.Checkpoint.SHA256}
+	// On arena.runner.job.completed.<kind>.<job>.
+	if _, err := bus.Emit(ctx, s.bus, events.Job.Completed, events.DeriveID(d.Event.ID(), string(events.RunnerJobCompleted)), src, req.JobID, done); err != nil {
 		return bus.Retry(0, err)
 	}
-	s.log.Info("job completed", "job", req.JobID, "submission", req.SubmissionID, "gpu_hours", done.GPUHours, "reference_cached", cached)
+	s.log.Info("job completed", append([]any{"job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "gpu_hours", done.GPUHours}, res.Attrs...)...)
 	return bus.Ack()
 }
 
@@ -300,185 +270,4 @@ func clip(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return s
-}
-
-func (s *Service) samples(ctx context.Context, req events.RunnerJobRequestedData, run string, seq *atomic.Uint64, b []telemetry.Sample) error {
-	if s.opts.Store == nil {
-		return nil
-	}
-	rows := make([]store.GPUSample, len(b))
-	for i, x := range b {
-		sim := uint8(0)
-		if x.Simulated {
-			sim = 1
-		}
-		rows[i] = store.GPUSample{TsMs: uint64(x.At.UnixMilli()), Pod: s.opts.Pod, GPU: uint32(x.GPU), GPUUUID: x.UUID,
-			RunID: run, JobID: req.JobID, Seq: seq.Add(1), MemUsed: x.MemUsed, MemTotal: x.MemTotal, ProcMem: x.ProcMem,
-			Util: x.Util, Power: x.PowerW, Simulated: sim}
-	}
-	return store.Insert(ctx, s.opts.Store, rows)
-}
-
-// graded writes a quality job's graded samples to quality_items. The
-// BF16 reference's rows carry the submission id "bf16-reference".
-func (s *Service) graded(ctx context.Context, req events.RunnerJobRequestedData, p events.QualityJobParams, b []job.Graded, simulated bool) error {
-	if s.opts.Store == nil {
-		return nil
-	}
-	sub := req.SubmissionID
-	if p.Role == events.RoleBF16 {
-		sub = "bf16-reference"
-	}
-	sim := uint8(0)
-	if simulated {
-		sim = 1
-	}
-	now := uint64(time.Now().UnixMilli())
-	name, _, _ := strings.Cut(p.SuiteKey, "@")
-	rows := make([]store.QualityItem, len(b))
-	for i, g := range b {
-		f := uint8(0)
-		if g.Formatted {
-			f = 1
-		}
-		rows[i] = store.QualityItem{TsMs: now, Campaign: p.Campaign, Suite: name, SuiteVersion: p.SuiteKey, SubmissionID: sub, Role: p.Role,
-			Domain: g.Item.Domain, ItemID: g.Item.ID, Sample: uint32(g.Sample), Score: g.Score, Formatted: f,
-			OutputTokens: uint32(g.OutputTokens), Simulated: sim}
-	}
-	return store.Insert(ctx, s.opts.Store, rows)
-}
-
-func (s *Service) requests(ctx context.Context, req events.RunnerJobRequestedData, run string, res loadgen.Result, simulated bool) error {
-	if s.opts.Store == nil || len(res.Samples) == 0 {
-		return nil
-	}
-	sim := uint8(0)
-	if simulated {
-		sim = 1
-	}
-	rows := make([]store.Request, len(res.Samples))
-	for i, x := range res.Samples {
-		itl := make([]float64, len(x.ITL))
-		for j, d := range x.ITL {
-			itl[j] = float64(d) / float64(time.Millisecond)
-		}
-		rows[i] = store.Request{TsMs: uint64(x.Start.UnixMilli()), SubmissionID: req.SubmissionID, JobID: req.JobID, RunID: run,
-			Workload: res.Workload, Seq: uint32(x.Seq), PromptTokens: uint32(x.PromptTokens), OutputTokens: uint32(x.OutputTokens),
-			TTFTMs: float64(x.TTFT) / float64(time.Millisecond), ITLP50Ms: loadgen.Percentile(itl, 50), ITLP99Ms: loadgen.Percentile(itl, 99),
-			E2EMs: float64(x.E2E) / float64(time.Millisecond), OK: 1, Simulated: sim}
-	}
-	return store.Insert(ctx, s.opts.Store, rows)
-}
-
-// fetch materialises a bundle from the artifact store into
-// WorkDir/<digest>, checking every file's digest on the way, and returns
-// the folder. A folder already complete is reused: it is renamed into
-// place only after every file landed.
-func (s *Service) fetch(ctx context.Context, ref events.BundleRef) (string, error) {
-	if !hexDigest.MatchString(ref.SHA256) {
-		return "", fmt.Errorf("%w: bundle reference %q has no digest", artifact.ErrNotFound, ref.Object)
-	}
-	s.fetchMu.Lock()
-	defer s.fetchMu.Unlock()
-	dir := filepath.Join(s.opts.WorkDir, ref.SHA256)
-	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
-		return dir, nil
-	}
-	m, err := s.artifacts.Manifest(ctx, ref)
-	if err != nil {
-		return "", err
-	}
-	tmp, err := os.MkdirTemp(s.opts.WorkDir, "fetch-")
-	if err != nil {
-		return "", fmt.Errorf("runner: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	root, err := os.OpenRoot(tmp)
-	if err != nil {
-		return "", fmt.Errorf("runner: %w", err)
-	}
-	defer root.Close()
-	for _, f := range m.Files {
-		if err := s.fetchFile(ctx, root, f); err != nil {
-			return "", err
-		}
-	}
-	if err := root.WriteFile(".complete", []byte(m.Digest+"\n"), 0o644); err != nil {
-		return "", fmt.Errorf("runner: %w", err)
-	}
-	_ = os.RemoveAll(dir)
-	if err := os.Rename(tmp, dir); err != nil {
-		return "", fmt.Errorf("runner: %w", err)
-	}
-	return dir, nil
-}
-
-var hexDigest = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
-// fetchFile copies one file into root (paths were checked by the build
-// stage; os.Root refuses any that would leave the folder all the same).
-func (s *Service) fetchFile(ctx context.Context, root *os.Root, f events.FileDigest) error {
-	if d := filepath.Dir(f.Path); d != "." {
-		if err := root.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("runner: %w", err)
-		}
-	}
-	r, err := s.artifacts.OpenFile(ctx, f.SHA256)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	w, err := root.Create(f.Path)
-	if err != nil {
-		return fmt.Errorf("runner: %w", err)
-	}
-	n, err := io.Copy(w, r)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("runner: fetch %s: %w", f.Path, err)
-	}
-	if n != f.Size {
-		return fmt.Errorf("%w: %s is %d bytes, the manifest says %d", artifact.ErrCorrupt, f.Path, n, f.Size)
-	}
-	return nil
-}
-
-// refCache keeps BF16 reference measurements in the references bucket,
-// keyed pod.campaign.digest, written with Create: the first runner of a
-// pod to measure a reference keeps it.
-type refCache struct {
-	kv  jetstream.KeyValue
-	pod string
-}
-
-func (c *refCache) key(campaign, digest string) string {
-	return bus.Key(c.pod, campaign, digest)
-}
-
-func (c *refCache) Get(ctx context.Context, campaign, digest string) (*job.Served, error) {
-	e, err := c.kv.Get(ctx, c.key(campaign, digest))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("runner: reference cache: %w", err)
-	}
-	var s job.Served
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
-		return nil, nil // unreadable: measure again
-	}
-	return &s, nil
-}
-
-func (c *refCache) Put(ctx context.Context, campaign, digest string, s job.Served) error {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return fmt.Errorf("runner: reference cache: %w", err)
-	}
-	if _, err := c.kv.Create(ctx, c.key(campaign, digest), b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("runner: reference cache: %w", err)
-	}
-	return nil
 }

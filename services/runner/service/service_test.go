@@ -107,12 +107,16 @@ func startRunner(t *testing.T, ctx context.Context, b *bus.Bus, st store.Store, 
 	t.Cleanup(func() { cancel(); <-done })
 }
 
+// outcomes is the subject filter of a job's completed and failed events,
+// which carry its kind: arena.runner.job.{completed,failed}.<kind>.<job>.
+func outcomes(kind, id string) string { return "arena.runner.job.*." + kind + "." + id }
+
 func completed(t *testing.T, b *bus.Bus, id string) (events.RunnerJobCompletedData, events.EfficiencyJobResult) {
 	t.Helper()
-	e := bustest.Await(t, b, "arena.runner.job.*."+id, events.RunnerJobCompleted, events.RunnerJobFailed)
+	e := bustest.Await(t, b, outcomes(events.JobEfficiency, id), events.RunnerJobCompleted, events.RunnerJobFailed)
 	require.Equal(t, string(events.RunnerJobCompleted), e.Type(), "%s", e.Data())
-	var d events.RunnerJobCompletedData
-	require.NoError(t, json.Unmarshal(e.Data(), &d))
+	d, err := events.Job.Completed.Decode(e)
+	require.NoError(t, err)
 	var r events.EfficiencyJobResult
 	require.NoError(t, json.Unmarshal(d.Result, &r))
 	return d, r
@@ -131,6 +135,11 @@ func TestRunnerRunsJobsAndCachesTheReference(t *testing.T) {
 
 	request(t, ctx, b, "j1", cand, ref, command(""), small())
 	d, r := completed(t, b, "j1")
+	// The outcome's subject carries the job's kind, so efficiency
+	// consumes only its own jobs' outcomes.
+	stored := bustest.Stored(t, b, "arena.runner.job.completed.efficiency.j1")
+	require.Len(t, stored, 1)
+	require.Equal(t, string(events.RunnerJobCompleted), stored[0].Type())
 	require.Equal(t, "pod-a", d.Pod)
 	require.Greater(t, d.GPUHours, 0.0)
 	require.True(t, r.Simulated)
@@ -158,7 +167,7 @@ func TestRunnerRunsJobsAndCachesTheReference(t *testing.T) {
 	// A job whose engine dies fails with its classified reason; the
 	// runner takes the next job.
 	request(t, ctx, b, "j3", cand, ref, command("--fault crash-on-start"), small())
-	e := bustest.Await(t, b, "arena.runner.job.*.j3", events.RunnerJobCompleted, events.RunnerJobFailed)
+	e := bustest.Await(t, b, outcomes(events.JobEfficiency, "j3"), events.RunnerJobCompleted, events.RunnerJobFailed)
 	var f events.RunnerJobFailedData
 	require.NoError(t, json.Unmarshal(e.Data(), &f))
 	require.Equal(t, engine.ReasonCrashed, f.Reason)
@@ -166,7 +175,7 @@ func TestRunnerRunsJobsAndCachesTheReference(t *testing.T) {
 	require.Contains(t, f.LogTail, "crash-on-start")
 
 	request(t, ctx, b, "j4", events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/x.json", SHA256: strings.Repeat("0", 64)}, ref, command(""), small())
-	e = bustest.Await(t, b, "arena.runner.job.*.j4", events.RunnerJobCompleted, events.RunnerJobFailed)
+	e = bustest.Await(t, b, outcomes(events.JobEfficiency, "j4"), events.RunnerJobCompleted, events.RunnerJobFailed)
 	require.NoError(t, json.Unmarshal(e.Data(), &f))
 	require.Equal(t, service.ReasonArtifactMissing, f.Reason)
 }

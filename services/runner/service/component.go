@@ -1,0 +1,60 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/lowbarena/lowbarena/services/runner/job"
+	"github.com/lowbarena/lowbarena/services/runner/telemetry"
+	"github.com/lowbarena/lowbarena/services/runtime"
+)
+
+// Component is the runner as one component, with one set of defaults
+// for its own binary and `arena up` (which sets --work, --pod, --name
+// and --ack-wait, and puts its own folder first on PATH so that engines
+// named by a bare command are found beside it). The runner serves no
+// pipeline stage itself; it keeps gpu_samples, requests and
+// quality_items rows when the runtime has a store, and none otherwise.
+func Component() runtime.Component {
+	var (
+		pod, name, work                            *string
+		ackWait, health, idle, interval, stopGrace *time.Duration
+	)
+	return runtime.Component{
+		Name:  Name,
+		Store: true,
+		Flags: func(fs *flag.FlagSet) {
+			pod = fs.String("pod", runtime.EnvOr("LOWBARENA_POD", "pod-0"), "name of this machine; BF16 references are measured once per pod (env LOWBARENA_POD)")
+			name = fs.String("name", "", "name of this runner in its events (default POD/PID)")
+			work = fs.String("work", runtime.EnvOr("LOWBARENA_RUNNER_WORK", filepath.Join(os.TempDir(), "lowbarena-runner")), "folder of fetched checkpoints (env LOWBARENA_RUNNER_WORK)")
+			ackWait = fs.Duration("ack-wait", 30*time.Second, "job ack deadline: a runner that dies is noticed after about this long")
+			health = fs.Duration("health-timeout", 10*time.Minute, "longest an engine may take to become healthy")
+			idle = fs.Duration("idle-timeout", 60*time.Second, "longest a streaming engine may stay silent")
+			interval = fs.Duration("sample-interval", 100*time.Millisecond, "GPU telemetry period")
+			stopGrace = fs.Duration("stop-grace", 10*time.Second, "how long an engine has to exit after SIGTERM before it is killed")
+		},
+		Build: func(ctx context.Context, rt *runtime.Runtime) ([]runtime.Actor, error) {
+			jr := job.Runner{SampleInterval: *interval, HealthTimeout: *health, IdleTimeout: *idle, StopGrace: *stopGrace}
+			src, err := telemetry.Open()
+			switch {
+			case errors.Is(err, telemetry.ErrNoNVML):
+				rt.Log.Warn("no NVML: engines are watched through a simulated GPU and every figure says simulated", "err", err)
+			case err != nil:
+				return nil, fmt.Errorf("runner: GPU telemetry: %w", err)
+			default:
+				jr.NVML = src
+				rt.Log.Info("GPU telemetry", "gpu", src.GPU())
+			}
+			s, err := New(ctx, rt.Bus, rt.Log, Options{Pod: *pod, Runner: *name, WorkDir: *work, AckWait: *ackWait, Job: jr, Store: rt.Store})
+			if err != nil {
+				return nil, err
+			}
+			return s.Actors(), nil
+		},
+	}
+}

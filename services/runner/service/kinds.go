@@ -1,0 +1,69 @@
+package service
+
+import (
+	"context"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
+	"github.com/lowbarena/lowbarena/services/runner/job"
+)
+
+// kinds registers the job kinds this runner runs. Adding a kind is one
+// more Register here, with its params type and its Run.
+func (s *Service) kinds() *Registry {
+	r := &Registry{}
+	Register(r, Kind[events.EfficiencyJobParams]{
+		Name:   events.JobEfficiency,
+		Engine: func(p *events.EfficiencyJobParams, cmd string) { p.Engine.Command = cmd },
+		Fetch: func(p events.EfficiencyJobParams) []Artifact {
+			return []Artifact{{Ref: p.Reference, What: "the campaign's BF16 reference"}}
+		},
+		Run: s.efficiency,
+	})
+	Register(r, Kind[events.QualityJobParams]{
+		Name:   events.JobQuality,
+		Engine: func(p *events.QualityJobParams, cmd string) { p.Engine.Command = cmd },
+		Fetch: func(p events.QualityJobParams) []Artifact {
+			return []Artifact{{Ref: p.Suite, What: "the campaign's eval suite"}}
+		},
+		Run: s.quality,
+	})
+	Register(r, Kind[events.SLAJobParams]{
+		Name:   events.JobSLA,
+		Engine: func(p *events.SLAJobParams, cmd string) { p.Engine.Command = cmd },
+		Run:    s.sla,
+	})
+	return r
+}
+
+// efficiency measures the candidate beside the pod's BF16 reference
+// (cached per pod in the references bucket), then under its budget.
+func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJobParams) (Result, error) {
+	er, err := env.Job.Efficiency(ctx, p, env.Checkpoint, env.Artifacts[0], &refCache{kv: s.refs, pod: s.opts.Pod})
+	return Result{Value: er, Seconds: er.Seconds, Attrs: []any{"reference_cached", er.Cached}}, err
+}
+
+// quality answers and grades the campaign's suite, writing the graded
+// rows to quality_items as they come.
+func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParams) (Result, error) {
+	st, err := suite.Load(env.Artifacts[0])
+	if err != nil {
+		return Result{}, Fail(ReasonBadSuite, err.Error())
+	}
+	sim := env.Simulated()
+	qr, err := env.Job.Quality(ctx, p, env.Checkpoint, st, func(ctx context.Context, b []job.Graded) error {
+		return s.graded(ctx, env.Request, p, b, sim)
+	})
+	return Result{Value: qr, Seconds: qr.Seconds}, err
+}
+
+// sla serves one round entry through the standard workloads.
+func (s *Service) sla(ctx context.Context, env Env, p events.SLAJobParams) (Result, error) {
+	kv := p.KVCacheDType
+	if kv == "" {
+		kv = "auto"
+	}
+	sr, err := env.Job.Serve(ctx, job.Launch{Run: p.Entry, Command: p.Engine.Command, Checkpoint: env.Checkpoint, KVCacheDType: kv,
+		MaxNumSeqs: p.Engine.MaxNumSeqs}, job.Workloads(p.Workload))
+	return Result{Value: sr, Seconds: sr.Seconds}, err
+}
