@@ -6,13 +6,14 @@ replace (
 	github.com/lowbarena/lowbarena/events => ../../events
 	github.com/lowbarena/lowbarena/observability => ../../observability
 	github.com/lowbarena/lowbarena/schemas => ../../schemas
-	github.com/lowbarena/lowbarena/services/contract => ../contract
+	github.com/lowbarena/lowbarena/services/domain => ../domain
 	github.com/lowbarena/lowbarena/services/runtime => ../runtime
 	github.com/lowbarena/lowbarena/services/store => ../store
 )
 
 require (
 	github.com/lowbarena/lowbarena/events v0.0.0
+	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/stretchr/testify v1.12.1
 )
@@ -31,7 +32,6 @@ require (
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lowbarena/lowbarena/observability v0.0.0 // indirect
 	github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
-	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
@@ -66,5 +66,3 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/lowbarena/lowbarena/services/domain => ../domain

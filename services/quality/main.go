@@ -8,31 +8,10 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"os"
 
-	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	"github.com/lowbarena/lowbarena/services/quality/service"
-	"github.com/lowbarena/lowbarena/services/runtime"
 	_ "github.com/lowbarena/lowbarena/services/store/clickhouse"
 )
 
-func main() {
-	cfg := runtime.DefaultConfig(service.Name)
-	fs := flag.NewFlagSet(service.Name, flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	dir := fs.String("campaigns", runtime.EnvOr("LOWBARENA_CAMPAIGNS", "campaigns"), "folder of campaign folders (env LOWBARENA_CAMPAIGNS)")
-	runtime.Main(&cfg, fs, os.Args[1:], func(ctx context.Context, rt *runtime.Runtime) ([]runtime.Actor, error) {
-		set, err := campaign.LoadDir(*dir)
-		if err != nil {
-			return nil, fmt.Errorf("quality: %w", err)
-		}
-		s, err := service.New(ctx, rt.Bus, rt.Log, service.Options{Campaigns: set, Store: rt.Store})
-		if err != nil {
-			return nil, err
-		}
-		return s.Actors(), nil
-	})
-}
+func main() { service.Component().Main(os.Args[1:]) }

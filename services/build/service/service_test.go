@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,33 +20,48 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
-	"github.com/lowbarena/lowbarena/services/domain/bundle"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/bustest"
+	"github.com/lowbarena/lowbarena/events/stage/stagetest"
 	"github.com/lowbarena/lowbarena/services/build/service"
 	"github.com/lowbarena/lowbarena/services/build/unpack"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
+	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
 type harness struct {
-	t   *testing.T
-	b   *bus.Bus
-	ctx context.Context
+	t    *testing.T
+	b    *bus.Bus
+	ctx  context.Context
+	work string
 }
 
-// start runs the build stage on a real embedded NATS until the test ends.
+// start runs the build service as its command and `arena up` do (its
+// Component, with --work set as arena up sets it) on a real embedded
+// NATS until the test ends.
 func start(t *testing.T) *harness {
 	t.Helper()
-	b, _ := bustest.Bus(t)
+	srv := bustest.Server(t, "")
+	c := service.Component()
+	cfg := runtime.DefaultConfig(c.Name)
+	fs := c.FlagSet(&cfg)
+	require.NoError(t, fs.Parse([]string{"--nats", srv.ClientURL()}))
+	work := filepath.Join(t.TempDir(), "build")
+	require.NoError(t, runtime.Set(fs, map[string]string{"work": work}))
+	cfg.Store = ""
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := service.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), service.Options{WorkDir: t.TempDir()})
+	rt, err := runtime.Start(ctx, cfg, runtime.WithLogOutput(io.Discard), runtime.WithoutTelemetry())
+	require.NoError(t, err)
+	actors, err := c.Build(ctx, rt)
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
+	go func() { done <- runtime.RunActors(ctx, rt.Log, actors...) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
+		rt.Close()
 	})
-	return &harness{t: t, b: b, ctx: ctx}
+	return &harness{t: t, b: rt.Bus, ctx: ctx, work: work}
 }
 
 func folder(t *testing.T, files map[string]string) string {
@@ -86,7 +102,7 @@ func (h *harness) publish(id string, ref events.BundleRef) {
 	h.t.Helper()
 	data := events.SubmissionReceivedData{SubmissionID: id, Participant: "team", TaskID: "qwen3-tiny", Split: "dev", Track: "engine",
 		Solution: events.DeclaredSolution{Checkpoint: "ck", Method: "m", Precision: "W4A16KV8"}, Bundle: ref, SubmittedAt: time.Now().UTC()}
-	_, err := h.b.PublishNew(h.ctx, events.DeriveID(id, string(events.SubmissionReceived)), events.SubmissionReceived, events.Source("test"), id, data)
+	_, err := bus.Emit(h.ctx, h.b, events.Submission.Received, events.DeriveID(id, string(events.SubmissionReceived)), events.Source("test"), id, data)
 	require.NoError(h.t, err)
 }
 
@@ -138,6 +154,7 @@ func TestBuildStoresTheBundle(t *testing.T) {
 
 	started := bustest.Stored(t, h.b, "arena.build.started.first")
 	require.Len(t, started, 1)
+	h.requireWorkEmpty()
 }
 
 func TestBuildRecognisesTheSameBundle(t *testing.T) {
@@ -165,31 +182,30 @@ func TestBuildRecognisesTheSameBundle(t *testing.T) {
 	require.Empty(t, c.DuplicateOf)
 }
 
-// TestBuildIsIdempotent hands the same delivery to the handler twice, as
-// a redelivery after a crash would: one completed event, no duplicate.
+// TestBuildIsIdempotent hands the same delivery to the stage twice, as
+// a redelivery after a crash would: one started, one completed, and the
+// submission is not a duplicate of itself.
 func TestBuildIsIdempotent(t *testing.T) {
 	t.Parallel()
 	b, _ := bustest.Bus(t)
 	ctx := context.Background()
-	s, err := service.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), service.Options{WorkDir: t.TempDir()})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := service.New(ctx, b, log, service.Options{WorkDir: t.TempDir()})
 	require.NoError(t, err)
 	h := &harness{t: t, b: b, ctx: ctx}
 	h.upload("again", pack(t, folder(t, goodFiles())), "")
 
-	cfg := service.Consumer
-	cfg.Name = "twice"
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		_ = b.Consume(cctx, cfg, func(ctx context.Context, d *bus.Delivery) bus.Outcome {
-			s.Handle(ctx, d)
-			return s.Handle(ctx, d)
-		})
-	}()
-	h.outcome("again")
-	require.Eventually(t, func() bool { return len(bustest.Stored(t, b, "arena.build.completed.again")) == 1 }, 10*time.Second, 20*time.Millisecond)
+	handle := s.Stage().Bind(b, log).Consumers()[0].Handle
+	o, err := b.Next(ctx, service.Consumer, 10*time.Second, func(ctx context.Context, d *bus.Delivery) bus.Outcome {
+		handle(ctx, d)
+		return handle(ctx, d)
+	})
+	require.NoError(t, err)
+	require.True(t, o.IsAck(), "outcome %s", o)
+	completed := bustest.Stored(t, b, "arena.build.completed.again")
+	require.Len(t, completed, 1)
 	var got events.BuildCompletedData
-	require.NoError(t, json.Unmarshal(bustest.Stored(t, b, "arena.build.completed.again")[0].Data(), &got))
+	require.NoError(t, json.Unmarshal(completed[0].Data(), &got))
 	require.Empty(t, got.DuplicateOf, "a redelivered submission is not a duplicate of itself")
 	require.Len(t, bustest.Stored(t, b, "arena.build.*.again"), 2, "one started, one completed")
 }
@@ -241,4 +257,51 @@ func TestBuildRefuses(t *testing.T) {
 	require.NoError(t, err)
 	_, err = os.List(h.ctx)
 	require.ErrorIs(t, err, jetstream.ErrNoObjectsFound)
+	h.requireWorkEmpty()
+}
+
+// requireWorkEmpty checks that every bundle's folder left the work folder.
+func (h *harness) requireWorkEmpty() {
+	h.t.Helper()
+	left, err := os.ReadDir(h.work)
+	require.NoError(h.t, err, "the service works in the folder --work names")
+	require.Empty(h.t, left)
+}
+
+// TestStageContract runs the stage kit's contract against the build
+// stage's own declaration.
+func TestStageContract(t *testing.T) {
+	t.Parallel()
+	in := bustest.Sample(events.SubmissionReceived).(*events.SubmissionReceivedData)
+	out := bustest.Sample(events.BuildCompleted).(*events.BuildCompletedData)
+	out.Bytes = 42
+	stagetest.Contract(t, service.Stage(&service.Builder{}), *in, *out)
+}
+
+// TestComponentFlags checks the flags the build command had, with their
+// defaults, and the names arena up sets.
+func TestComponentFlags(t *testing.T) {
+	t.Setenv(service.EnvWork, "")
+	c := service.Component()
+	require.Equal(t, service.Name, c.Name)
+	require.Equal(t, []string{"build"}, c.Stages)
+	cfg := runtime.DefaultConfig(c.Name)
+	fs := c.FlagSet(&cfg)
+	lim := unpack.DefaultLimits()
+	for name, def := range map[string]string{
+		"work":           os.TempDir(),
+		"max-files":      strconv.Itoa(lim.MaxFiles),
+		"max-bytes":      strconv.FormatInt(lim.MaxBytes, 10),
+		"max-file-bytes": strconv.FormatInt(lim.MaxFileBytes, 10),
+	} {
+		f := fs.Lookup(name)
+		require.NotNil(t, f, name)
+		require.Equal(t, def, f.DefValue, name)
+	}
+	require.NoError(t, runtime.Set(fs, map[string]string{"work": "/data/build", "campaigns": "/data/campaigns"}))
+	require.Equal(t, "/data/build", fs.Lookup("work").Value.String())
+
+	t.Setenv(service.EnvWork, "/var/lib/lowbarena/build")
+	fs = service.Component().FlagSet(&cfg)
+	require.Equal(t, "/var/lib/lowbarena/build", fs.Lookup("work").DefValue)
 }

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -8,7 +9,6 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,78 +22,105 @@ import (
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/bustest"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/contract/service"
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	"github.com/lowbarena/lowbarena/services/domain/examples"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/domain/safetensors"
-	"github.com/lowbarena/lowbarena/services/contract/service"
+	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
 type harness struct {
 	t     *testing.T
 	b     *bus.Bus
 	store *artifact.JetStream
-	svc   *service.Service
+	set   campaign.Set
 	exs   map[string]examples.Example
 	ctx   context.Context
 }
 
-// start writes the examples, loads their campaign and runs the contract
-// stage on a real embedded NATS until the test ends.
-func start(t *testing.T) *harness {
+// writeExamples writes the example bundles and their campaign and loads
+// it.
+func writeExamples(t *testing.T) (string, campaign.Set, map[string]examples.Example) {
 	t.Helper()
 	dir := t.TempDir()
 	exs, err := examples.Write(dir)
 	require.NoError(t, err)
 	set, err := campaign.LoadDir(filepath.Join(dir, examples.CampaignsDir))
 	require.NoError(t, err)
-	b, _ := bustest.Bus(t)
+	byName := map[string]examples.Example{}
+	for _, ex := range exs {
+		byName[ex.Name] = ex
+	}
+	return filepath.Join(dir, examples.CampaignsDir), set, byName
+}
+
+// start writes the examples and runs the contract service as its command
+// and `arena up` do (its Component, with --campaigns set as arena up sets
+// it) on a real embedded NATS until the test ends.
+func start(t *testing.T) *harness {
+	t.Helper()
+	campaigns, set, exs := writeExamples(t)
+	srv := bustest.Server(t, "")
+	c := service.Component()
+	cfg := runtime.DefaultConfig(c.Name)
+	fs := c.FlagSet(&cfg)
+	require.NoError(t, fs.Parse([]string{"--nats", srv.ClientURL()}))
+	require.NoError(t, runtime.Set(fs, map[string]string{"campaigns": campaigns, "work": t.TempDir()}))
+	cfg.Store = ""
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := service.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), service.Options{Campaigns: set})
+	rt, err := runtime.Start(ctx, cfg, runtime.WithLogOutput(io.Discard), runtime.WithoutTelemetry())
 	require.NoError(t, err)
-	store, err := artifact.NewJetStream(ctx, b.JetStream(), bus.ObjectArtifacts)
+	actors, err := c.Build(ctx, rt)
+	require.NoError(t, err)
+	store, err := artifact.NewJetStream(ctx, rt.Bus.JetStream(), bus.ObjectArtifacts)
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	go func() { done <- runtime.RunActors(ctx, rt.Log, actors...) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
+		rt.Close()
 	})
-	h := &harness{t: t, b: b, store: store, svc: svc, exs: map[string]examples.Example{}, ctx: ctx}
-	for _, ex := range exs {
-		h.exs[ex.Name] = ex
-	}
-	return h
+	return &harness{t: t, b: rt.Bus, store: store, set: set, exs: exs, ctx: ctx}
 }
 
 // built stores a bundle folder as the build stage would and returns its
 // build.completed payload.
 func (h *harness) built(id, dir string) events.BuildCompletedData {
 	h.t.Helper()
+	return put(h.t, h.store, id, dir)
+}
+
+// put stores a bundle folder in store as the build stage would and
+// returns its build.completed payload.
+func put(t *testing.T, store artifact.Store, id, dir string) events.BuildCompletedData {
+	t.Helper()
+	ctx := context.Background()
 	var files []events.FileDigest
-	require.NoError(h.t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		data, err := os.ReadFile(p)
-		require.NoError(h.t, err)
+		require.NoError(t, err)
 		sum := sha256.Sum256(data)
 		rel, _ := filepath.Rel(dir, p)
 		fd := events.FileDigest{Path: filepath.ToSlash(rel), Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
-		_, err = h.store.PutFile(h.ctx, fd.SHA256, fd.Size, strings.NewReader(string(data)))
-		require.NoError(h.t, err)
+		_, err = store.PutFile(ctx, fd.SHA256, fd.Size, bytes.NewReader(data))
+		require.NoError(t, err)
 		files = append(files, fd)
 		return nil
 	}))
 	m := artifact.NewManifest(files)
-	ref, err := h.store.PutManifest(h.ctx, m)
-	require.NoError(h.t, err)
+	ref, err := store.PutManifest(ctx, m)
+	require.NoError(t, err)
 	return events.BuildCompletedData{SubmissionID: id, BundleDigest: m.Digest, Files: m.Files, Bytes: m.Bytes, Artifact: ref}
 }
 
 func (h *harness) publish(d events.BuildCompletedData) {
 	h.t.Helper()
-	_, err := h.b.PublishNew(h.ctx, events.DeriveID(d.SubmissionID, string(events.BuildCompleted)), events.BuildCompleted, events.Source("build"), d.SubmissionID, d)
+	_, err := bus.Emit(h.ctx, h.b, events.Build.Completed, events.DeriveID(d.SubmissionID, string(events.BuildCompleted)), events.Source("build"), d.SubmissionID, d)
 	require.NoError(h.t, err)
 }
 
@@ -147,7 +174,7 @@ func TestContractReadsOnlyHeaders(t *testing.T) {
 	h := start(t)
 	for _, name := range []string{"fp8-w8a8", "nvfp4-w4a4"} {
 		d := h.built(name, h.exs[name].Dir)
-		c, read, err := h.svc.Check(h.ctx, d)
+		c, read, err := (&service.Checker{Artifacts: h.store, Campaigns: h.set}).Check(h.ctx, d)
 		require.NoError(t, err)
 		ck, err := safetensors.ReadCheckpoint(h.exs[name].Dir)
 		require.NoError(t, err)

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,86 +14,43 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/bustest"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/events/stage/stagetest"
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	"github.com/lowbarena/lowbarena/services/domain/examples"
 	"github.com/lowbarena/lowbarena/services/efficiency/service"
+	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
-const rec27b = "submission_qwen35-27b_4632bca02a3846d5.json"
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func load(t *testing.T, name string) record.Submission {
+// start runs the stage on a bus with set until the test ends.
+func start(t *testing.T, set campaign.Set) (*bus.Bus, context.Context) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "schemas", "testdata", "lowbarena", name))
+	b, _ := bustest.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	s, err := service.New(ctx, b, quiet(), service.Options{Campaigns: set})
 	require.NoError(t, err)
-	var r record.Submission
-	require.NoError(t, json.Unmarshal(data, &r))
-	return r
-}
-
-// measurement rebuilds the runner's raw measurement of a fixture record:
-// its rates, its peak breakdowns, its engine's start-up, its budget
-// replays and its stored bytes.
-func measurement(r record.Submission) events.EfficiencyJobResult {
-	res := r.Result
-	run := func(rates map[string]float64, peaks map[string]record.PeakMemory) events.EngineRun {
-		e := events.EngineRun{Workloads: map[string]events.WorkloadRun{}}
-		for w, rate := range rates {
-			p := peaks[w]
-			e.Workloads[w] = events.WorkloadRun{Rate: rate, Peak: p}
-		}
-		return e
+	for _, a := range s.Actors() {
+		go func() { _ = a.Run(ctx) }()
 	}
-	cand := run(res.Efficiency, res.PeakMemory)
-	cand.Startup = res.Engine.Startup
-	return events.EfficiencyJobResult{GPU: "NVIDIA H200", Reference: run(res.AnchorEfficiency, res.AnchorPeakMemory), Candidate: cand,
-		Budget: res.Engine.Budget, HardCap: res.Engine.HardCap, KVCacheDType: res.Engine.Startup.KVCacheDType,
-		StoredBytes: res.Contract.SafetensorBytes}
+	return b, ctx
 }
 
-// TestBlockReproducesTheFixture builds the efficiency block from the 27B
-// record's raw measurement: the record's figures come back, and its failed
-// interactive budget gives the record's sentence.
-func TestBlockReproducesTheFixture(t *testing.T) {
-	r := load(t, rec27b)
-	res := r.Result
-	out, err := service.Block(events.RunnerJobCompletedData{SubmissionID: r.ID, Pod: "pod-0", GPUHours: *res.GPUHours}, measurement(r))
+// TestStageContract runs the stage kit's contract against the stage's own
+// declaration.
+func TestStageContract(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	s, err := service.New(context.Background(), b, quiet(), service.Options{})
 	require.NoError(t, err)
-	require.Equal(t, res.Efficiency, out.Efficiency)
-	require.Equal(t, res.AnchorEfficiency, out.AnchorEfficiency)
-	require.Equal(t, res.PeakMemory, out.PeakMemory)
-	require.Equal(t, res.AnchorPeakMemory, out.AnchorPeakMemory)
-	require.Equal(t, *res.Workload, out.Workload)
-	require.Equal(t, res.Engine.Budget, out.Engine.Budget)
-	require.Equal(t, res.Engine.Startup, out.Engine.Startup)
-	require.Equal(t, res.Engine.StoredGiB, out.Engine.StoredGiB)
-	require.Equal(t, *res.DevScore.Reason, out.BudgetReason)
-	require.Equal(t, *res.GPUHours, out.GPUHours)
-}
-
-func TestBlockRefuses(t *testing.T) {
-	r := load(t, rec27b)
-	m := measurement(r)
-	m.KVCacheDType = "nvfp4" // declared; the engine reported fp8
-	_, err := service.Block(events.RunnerJobCompletedData{SubmissionID: r.ID}, m)
-	require.ErrorContains(t, err, "declares KV cache dtype nvfp4 but its engine reported running fp8")
-
-	m = measurement(r)
-	delete(m.Reference.Workloads, "long_context")
-	_, err = service.Block(events.RunnerJobCompletedData{SubmissionID: r.ID}, m)
-	require.ErrorContains(t, err, "no long_context rate")
-}
-
-func TestSameKV(t *testing.T) {
-	for _, tc := range []struct {
-		declared, running string
-		same              bool
-	}{
-		{"", "bf16", true}, {"auto", "fp8", true}, {"fp8", "fp8", true}, {"fp8_e4m3", "fp8", true},
-		{"nvfp4", "fp8", false}, {"fp8", "bf16", false},
-	} {
-		require.Equal(t, tc.same, service.SameKV(tc.declared, tc.running), "%+v", tc)
-	}
+	st := s.Stage()
+	require.Equal(t, service.Name, st.Name())
+	require.Equal(t, "efficiency", st.RequestsConfig().Name)
+	require.Equal(t, "efficiency-results", st.ResultsConfig().Name)
+	require.Equal(t, events.JobOutcomeFilters(events.JobEfficiency), st.ResultsConfig().Subjects)
+	in := *bustest.Sample(events.ContractCompleted).(*events.ContractCompletedData)
+	out := *bustest.Sample(events.EfficiencyCompleted).(*events.EfficiencyCompletedData)
+	stagetest.JobContract(t, st, in, out)
 }
 
 // TestContractBecomesAJob runs the stage on NATS with the example
@@ -105,25 +59,12 @@ func TestSameKV(t *testing.T) {
 // does not make a second; a runner's failure becomes efficiency.failed
 // with its reason; a campaign without an engine is refused.
 func TestContractBecomesAJob(t *testing.T) {
-	dir := t.TempDir()
-	_, err := examples.Write(dir)
-	require.NoError(t, err)
-	set, err := campaign.LoadDir(filepath.Join(dir, examples.CampaignsDir))
-	require.NoError(t, err)
-	b, _ := bustest.Bus(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := service.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), service.Options{Campaigns: set})
-	require.NoError(t, err)
-	for _, a := range s.Actors() {
-		go func() { _ = a.Run(ctx) }()
-	}
+	set := exampleCampaigns(t)
+	b, ctx := start(t, set)
 
-	art := &events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/a.json", Size: 1, SHA256: strings.Repeat("ab", 32), Files: 3}
-	cc := events.ContractCompletedData{SubmissionID: "sub1", Contract: record.Contract{OK: true}, DetectedPrecision: "W8A8KV8",
-		TaskID: examples.TaskID, Artifact: art, KVCacheDType: "fp8"}
+	cc := kept("sub1")
 	for _, id := range []string{"cc-1", "cc-2"} { // the same submission twice
-		_, err = b.PublishNew(ctx, id, events.ContractCompleted, events.Source("contract"), "sub1", cc)
+		_, err := bus.Emit(ctx, b, events.Contract.Completed, id, events.Source("contract"), "sub1", cc)
 		require.NoError(t, err)
 	}
 	// The work queue admits no second consumer: read the job straight off
@@ -139,7 +80,7 @@ func TestContractBecomesAJob(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw.Data, &req))
 	require.Equal(t, service.JobID("sub1"), req.JobID)
 	require.Equal(t, examples.EngineCommand, req.Engine)
-	require.Equal(t, *art, req.Checkpoint)
+	require.Equal(t, *artifactRef, req.Checkpoint)
 	var p events.EfficiencyJobParams
 	require.NoError(t, json.Unmarshal(req.Params, &p))
 	require.Equal(t, "fp8", p.KVCacheDType)
@@ -147,27 +88,78 @@ func TestContractBecomesAJob(t *testing.T) {
 	require.Equal(t, 64, p.Workload.MaxTokens)
 	require.Regexp(t, `^[0-9a-f]{64}$`, p.Reference.SHA256)
 	require.Equal(t, 256, p.Engine.MaxNumSeqs)
-	time.Sleep(300 * time.Millisecond)
+	// Both contracts were handled (each has its started) before the
+	// queue is counted.
+	require.Eventually(t, func() bool { return len(bustest.Stored(t, b, "arena.efficiency.started.sub1")) == 2 }, 10*time.Second, 20*time.Millisecond)
 	info, err := jobs.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), info.State.Msgs, "one job however often the contract arrives")
 
-	failed := events.RunnerJobFailedData{JobID: req.JobID, Kind: events.JobEfficiency, SubmissionID: "sub1", Runner: "r1",
+	failed := events.RunnerJobFailedData{JobID: req.JobID, Kind: events.JobEfficiency, SubmissionID: "sub1", Runner: "r1", Pod: "pod-0", GPUHours: 0.25,
 		Reason: "engine_oom", Message: "engine died before becoming healthy (last error: torch.OutOfMemoryError); container log tail: ...", LogTail: "torch.OutOfMemoryError"}
-	_, err = b.PublishNew(ctx, "rf-1", events.RunnerJobFailed, events.Source("runner"), req.JobID, failed)
+	_, err = bus.Emit(ctx, b, events.Job.Failed, "rf-1", events.Source("runner"), req.JobID, failed)
 	require.NoError(t, err)
 	e := bustest.Await(t, b, "arena.efficiency.failed.sub1", events.EfficiencyFailed)
-	var f events.StageFailedData
-	require.NoError(t, json.Unmarshal(e.Data(), &f))
+	f, err := events.Efficiency.Failed.Decode(e)
+	require.NoError(t, err)
+	require.Equal(t, events.DeriveID(req.JobID, string(events.EfficiencyFailed)), e.ID())
 	require.Equal(t, "engine_oom", f.Reason)
-	require.Contains(t, string(f.Detail), "torch.OutOfMemoryError")
+	require.Equal(t, failed.Message, f.Message)
+	require.JSONEq(t, `{"log_tail":"torch.OutOfMemoryError","pod":"pod-0","runner":"r1","gpu_hours":0.25}`, string(f.Detail),
+		"the detail of earlier arenas")
 
 	// A campaign without an engine cannot serve.
 	set[examples.TaskID].Engine = nil
 	cc.SubmissionID = "sub2"
-	_, err = b.PublishNew(ctx, "cc-3", events.ContractCompleted, events.Source("contract"), "sub2", cc)
+	_, err = bus.Emit(ctx, b, events.Contract.Completed, "cc-3", events.Source("contract"), "sub2", cc)
 	require.NoError(t, err)
 	e = bustest.Await(t, b, "arena.efficiency.failed.sub2", events.EfficiencyFailed)
-	require.NoError(t, json.Unmarshal(e.Data(), &f))
+	f, err = events.Efficiency.Failed.Decode(e)
+	require.NoError(t, err)
 	require.Equal(t, service.ReasonNoEngine, f.Reason)
+}
+
+// TestReferenceWithoutWeights: a campaign whose BF16 reference folder
+// holds no *.safetensors is refused with campaign_no_reference, and
+// nothing is stored or queued.
+func TestReferenceWithoutWeights(t *testing.T) {
+	set := exampleCampaigns(t)
+	set[examples.TaskID] = withoutWeights(t, *set[examples.TaskID])
+	b, ctx := start(t, set)
+	_, err := bus.Emit(ctx, b, events.Contract.Completed, "cc-1", events.Source("contract"), "sub1", kept("sub1"))
+	require.NoError(t, err)
+	e := bustest.Await(t, b, "arena.efficiency.failed.sub1", events.EfficiencyFailed)
+	f, err := events.Efficiency.Failed.Decode(e)
+	require.NoError(t, err)
+	require.Equal(t, service.ReasonNoReference, f.Reason)
+	require.Contains(t, f.Message, "no *.safetensors")
+
+	arts, err := b.JetStream().ObjectStore(ctx, bus.ObjectArtifacts)
+	require.NoError(t, err)
+	_, err = arts.List(ctx)
+	require.ErrorIs(t, err, jetstream.ErrNoObjectsFound, "nothing stored")
+	jobs, err := b.JetStream().Stream(ctx, events.StreamRunnerJobs)
+	require.NoError(t, err)
+	info, err := jobs.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "nothing queued")
+}
+
+// TestComponent: the component serves the efficiency stage, takes its
+// campaigns from --campaigns (a folder that does not exist is an arena
+// with no campaign yet) and needs no store.
+func TestComponent(t *testing.T) {
+	c := service.Component()
+	require.Equal(t, service.Name, c.Name)
+	require.Equal(t, []string{"efficiency"}, c.Stages)
+	require.False(t, c.Store)
+	cfg := runtime.DefaultConfig(c.Name)
+	fs := c.FlagSet(&cfg)
+	require.NotNil(t, fs.Lookup("campaigns"))
+	require.NoError(t, fs.Parse([]string{"--campaigns", t.TempDir() + "/none"}))
+	b, _ := bustest.Bus(t)
+	actors, err := c.Build(context.Background(), &runtime.Runtime{Bus: b, Log: quiet()})
+	require.NoError(t, err)
+	require.Len(t, actors, 1)
+	require.Equal(t, service.Name, actors[0].Name)
 }

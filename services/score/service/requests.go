@@ -3,54 +3,19 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/ctl"
 	"github.com/lowbarena/lowbarena/services/domain/policy"
 )
 
-// Request subjects (core NATS request-reply, outside every stream): the
-// CLI asks, the score service answers from the store.
-const (
-	SubjectRescore     = "lowbarena.ctl.rescore"
-	SubjectLeaderboard = "lowbarena.ctl.leaderboard"
-	SubjectHistory     = "lowbarena.ctl.history"
-)
-
-// Query is a CLI request.
-type Query struct {
-	Policy      string    `json:"policy,omitempty"`
-	Since       time.Time `json:"since,omitempty"`
-	Campaign    string    `json:"campaign,omitempty"`
-	Participant string    `json:"participant,omitempty"`
-	Model       string    `json:"model,omitempty"`
-}
-
-// Row is one score as the CLI shows it.
-type Row struct {
-	TsMs         uint64  `ch:"ts_ms" json:"ts_ms"`
-	SubmissionID string  `ch:"submission_id" json:"submission_id"`
-	Policy       string  `ch:"policy" json:"policy"`
-	Campaign     string  `ch:"campaign" json:"campaign"`
-	Participant  string  `ch:"participant" json:"participant"`
-	Method       string  `ch:"method" json:"method"`
-	Split        string  `ch:"split" json:"split"`
-	Score        float64 `ch:"score" json:"score"`
-	Gain         float64 `ch:"efficiency_gain" json:"efficiency_gain"`
-	Drift        float64 `ch:"drift" json:"drift"`
-	Qualified    uint8   `ch:"qualified" json:"qualified"`
-	Ranked       uint8   `ch:"ranked" json:"ranked"`
-	Reason       string  `ch:"reason" json:"reason"`
-}
-
-// Reply is the answer to a Query: rows, or an error with its sentence.
-type Reply struct {
-	Rows  []Row  `json:"rows"`
-	Error string `json:"error,omitempty"`
-}
+// requestTimeout bounds one request; a rescore reads every stored outcome.
+const requestTimeout = 2 * time.Minute
 
 // The SQL the CLI's questions run; the README shows the same.
 const (
@@ -60,61 +25,60 @@ FROM scores FINAL WHERE policy = ? AND (campaign = ? OR ? = '') ORDER BY qualifi
 FROM scores FINAL WHERE (participant = ? OR ? = '') AND (campaign = ? OR ? = '') AND (method = ? OR ? = '') ORDER BY ts_ms, policy`
 )
 
+// serveRequests runs the score's micro service until ctx ends, then stops
+// it (its endpoints leave their queue group; a request in hand finishes).
 func (s *Service) serveRequests(ctx context.Context) error {
-	nc := s.bus.Conn()
-	handle := func(subject string, fn func(context.Context, Query) ([]Row, error)) (*nats.Subscription, error) {
-		return nc.QueueSubscribe(subject, Name, func(m *nats.Msg) {
-			var q Query
-			var rep Reply
-			if err := json.Unmarshal(m.Data, &q); err != nil {
-				rep.Error = "the request is not a query: " + err.Error()
-			} else {
-				rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-				rows, err := fn(rctx, q)
-				cancel()
-				if err != nil {
-					rep.Error = err.Error()
-				}
-				rep.Rows = rows
-			}
-			if rep.Rows == nil {
-				rep.Rows = []Row{}
-			}
-			body, _ := json.Marshal(rep)
-			_ = m.Respond(body)
-		})
+	svc, err := micro.AddService(s.bus.Conn(), micro.Config{Name: ctl.ServiceScore, Version: "1.0.0",
+		Description: "the arena's scores: leaderboard, history, rescore, and a submission's standing"})
+	if err != nil {
+		return fmt.Errorf("score: micro service: %w", err)
 	}
-	var subs []*nats.Subscription
-	for subject, fn := range map[string]func(context.Context, Query) ([]Row, error){
-		SubjectRescore: s.rescore, SubjectLeaderboard: s.leaderboard, SubjectHistory: s.history,
-	} {
-		sub, err := handle(subject, fn)
-		if err != nil {
-			return fmt.Errorf("score: subscribe %s: %w", subject, err)
-		}
-		subs = append(subs, sub)
+	defer func() { _ = svc.Stop() }()
+	err = errors.Join(
+		ctl.Endpoint(ctx, svc, "leaderboard", ctl.SubjectLeaderboard, requestTimeout, rows(s.leaderboard)),
+		ctl.Endpoint(ctx, svc, "history", ctl.SubjectHistory, requestTimeout, rows(s.history)),
+		ctl.Endpoint(ctx, svc, "rescore", ctl.SubjectRescore, requestTimeout, rows(s.rescore)),
+		ctl.Endpoint(ctx, svc, "standing", ctl.SubjectStanding, requestTimeout, s.standing),
+	)
+	if err != nil {
+		return fmt.Errorf("score: %w", err)
 	}
 	<-ctx.Done()
-	for _, sub := range subs {
-		_ = sub.Drain()
-	}
 	return nil
 }
 
-func (s *Service) leaderboard(ctx context.Context, q Query) ([]Row, error) {
+// rows wraps a query as an endpoint answering ctl.Rows (never null rows).
+func rows(fn func(context.Context, ctl.Query) ([]ctl.Row, error)) func(context.Context, ctl.Query) (ctl.Rows, error) {
+	return func(ctx context.Context, q ctl.Query) (ctl.Rows, error) {
+		rs, err := fn(ctx, q)
+		if err != nil {
+			return ctl.Rows{}, err
+		}
+		if rs == nil {
+			rs = []ctl.Row{}
+		}
+		return ctl.Rows{Rows: rs}, nil
+	}
+}
+
+func (s *Service) leaderboard(ctx context.Context, q ctl.Query) ([]ctl.Row, error) {
 	p := q.Policy
 	if p == "" {
 		p = s.policy.Version
 	}
-	var rows []Row
-	err := s.opts.Store.Select(ctx, &rows, leaderboardSQL, p, q.Campaign, q.Campaign)
-	return rows, err
+	var out []ctl.Row
+	if err := s.opts.Store.Select(ctx, &out, leaderboardSQL, p, q.Campaign, q.Campaign); err != nil {
+		return nil, fmt.Errorf("score: leaderboard: %w", err)
+	}
+	return out, nil
 }
 
-func (s *Service) history(ctx context.Context, q Query) ([]Row, error) {
-	var rows []Row
-	err := s.opts.Store.Select(ctx, &rows, historySQL, q.Participant, q.Participant, q.Campaign, q.Campaign, q.Model, q.Model)
-	return rows, err
+func (s *Service) history(ctx context.Context, q ctl.Query) ([]ctl.Row, error) {
+	var out []ctl.Row
+	if err := s.opts.Store.Select(ctx, &out, historySQL, q.Participant, q.Participant, q.Campaign, q.Campaign, q.Model, q.Model); err != nil {
+		return nil, fmt.Errorf("score: history: %w", err)
+	}
+	return out, nil
 }
 
 type stageRow struct {
@@ -125,18 +89,22 @@ type stageRow struct {
 }
 
 // rescore recomputes every score whose inputs finished since q.Since,
-// under q.Policy, from the stage outcomes the store keeps (no GPU work),
-// writes the new rows (the old ones, under other policies, stay) and
-// publishes the new score events.
-func (s *Service) rescore(ctx context.Context, q Query) ([]Row, error) {
+// under q.Policy, from the stage outcomes the store keeps (no GPU work)
+// and each submission's submission.received (from its join, else the
+// ARENA stream), writes the new rows (the old ones, under other
+// policies, stay) and publishes the new score events. An unknown policy
+// is a 400.
+func (s *Service) rescore(ctx context.Context, q ctl.Query) ([]ctl.Row, error) {
 	p, err := policy.Load(q.Policy)
-	if err != nil {
+	if errors.Is(err, policy.ErrUnknown) {
+		return nil, ctl.Refuse(ctl.CodeBadRequest, "%s", err.Error())
+	} else if err != nil {
 		return nil, err
 	}
-	var rows []stageRow
-	if err := s.opts.Store.Select(ctx, &rows, `SELECT submission_id, stage, payload, ts_ms FROM stage_results FINAL
+	var srs []stageRow
+	if err := s.opts.Store.Select(ctx, &srs, `SELECT submission_id, stage, payload, ts_ms FROM stage_results FINAL
 WHERE status = 'done' AND stage IN ('contract', 'quality', 'efficiency') ORDER BY submission_id, ts_ms`); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("score: rescore: %w", err)
 	}
 	since := uint64(q.Since.UnixMilli())
 	if q.Since.IsZero() {
@@ -145,7 +113,7 @@ WHERE status = 'done' AND stage IN ('contract', 'quality', 'efficiency') ORDER B
 	byID := map[string]*joined{}
 	latest := map[string]uint64{}
 	var order []string
-	for _, r := range rows {
+	for _, r := range srs {
 		j := byID[r.SubmissionID]
 		if j == nil {
 			j = &joined{}
@@ -155,13 +123,13 @@ WHERE status = 'done' AND stage IN ('contract', 'quality', 'efficiency') ORDER B
 		latest[r.SubmissionID] = max(latest[r.SubmissionID], r.TsMs)
 		var err error
 		switch r.Stage {
-		case "contract":
+		case events.Contract.Name:
 			j.Contract = new(events.ContractCompletedData)
 			err = json.Unmarshal([]byte(r.Payload), j.Contract)
-		case "quality":
+		case events.Quality.Name:
 			j.Quality = new(events.QualityCompletedData)
 			err = json.Unmarshal([]byte(r.Payload), j.Quality)
-		case "efficiency":
+		case events.Efficiency.Name:
 			j.Efficiency = new(events.EfficiencyCompletedData)
 			err = json.Unmarshal([]byte(r.Payload), j.Efficiency)
 		}
@@ -169,24 +137,91 @@ WHERE status = 'done' AND stage IN ('contract', 'quality', 'efficiency') ORDER B
 			return nil, fmt.Errorf("score: stored %s outcome of %s: %w", r.Stage, r.SubmissionID, err)
 		}
 	}
-	var out []Row
 	for _, id := range order {
 		j := byID[id]
 		if !j.complete() || latest[id] < since {
 			continue
 		}
+		if err := s.submissionOf(ctx, id, j); err != nil {
+			return nil, fmt.Errorf("score: rescore %s did not finish (%w); run it again", id, err)
+		}
 		if err := s.score(ctx, id, *j, p); err != nil {
-			return out, fmt.Errorf("score: rescore %s did not finish (%w); run it again", id, err)
+			return nil, fmt.Errorf("score: rescore %s did not finish (%w); run it again", id, err)
 		}
 	}
-	var stored []Row
+	var stored []ctl.Row
 	if err := s.opts.Store.Select(ctx, &stored, leaderboardSQL, p.Version, "", ""); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("score: rescore: %w", err)
 	}
+	var out []ctl.Row
 	for _, r := range stored {
 		if _, ok := byID[r.SubmissionID]; ok && latest[r.SubmissionID] >= since {
 			out = append(out, r)
 		}
 	}
 	return out, nil
+}
+
+// submissionOf fills in j's submission from the submission's join, else
+// from the ARENA stream.
+func (s *Service) submissionOf(ctx context.Context, id string, j *joined) error {
+	kept, _, err := s.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	j.Submission = kept.Submission
+	return s.withSubmission(ctx, id, j)
+}
+
+// standing answers what the stage knows of a submission, from its join
+// (and its submission.received in the ARENA stream when the join lacks
+// it): never from the gateway's record. Its score is the decision under
+// the service's policy once the three outcomes are in; nothing is
+// published or stored. A submission neither the join nor the stream
+// knows is a 404.
+func (s *Service) standing(ctx context.Context, req ctl.StandingRequest) (ctl.Standing, error) {
+	id := req.SubmissionID
+	if !events.ValidID(id) {
+		return ctl.Standing{}, ctl.Refuse(ctl.CodeBadRequest, "%q is not a submission id", id)
+	}
+	j, rev, err := s.load(ctx, id)
+	if err != nil {
+		return ctl.Standing{}, err
+	}
+	if err := s.withSubmission(ctx, id, &j); err != nil {
+		return ctl.Standing{}, err
+	}
+	if rev == 0 && j.Submission == nil {
+		return ctl.Standing{}, ctl.Refuse(ctl.CodeNotFound, "the arena has no submission %s", id)
+	}
+	return standingOf(id, j, s.policy), nil
+}
+
+// standingOf is a submission's standing from its entry under p.
+func standingOf(id string, j joined, p policy.Policy) ctl.Standing {
+	st := ctl.Standing{SubmissionID: id, Pending: j.pending()}
+	if sub := j.Submission; sub != nil {
+		st.Participant, st.Method, st.Split, st.Campaign = sub.Participant, sub.Method, sub.Split, sub.TaskID
+	}
+	if c := j.Contract; c != nil {
+		st.ContractKept, st.Artifact, st.BundleDigest, st.KVCacheDType = true, c.Artifact, c.BundleDigest, c.KVCacheDType
+		if st.Campaign == "" {
+			st.Campaign = c.TaskID
+		}
+		if st.Split == "" {
+			st.Split = c.Split
+		}
+	}
+	if e := j.Efficiency; e != nil && e.Engine.Startup.KVCacheDType != "" {
+		st.KVCacheDType = e.Engine.Startup.KVCacheDType
+	}
+	if j.complete() {
+		out, r := decide(id, j, p)
+		if r != nil {
+			st.Failed = r.Code
+		} else {
+			st.Score = &out.DevScore
+		}
+	}
+	return st
 }

@@ -1,0 +1,64 @@
+package service
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/stage"
+	"github.com/lowbarena/lowbarena/services/domain/campaign"
+)
+
+// JobID is the runner job of a submission's efficiency: one per
+// submission, so a redelivered contract.completed requests the same job
+// (and JetStream drops the second request).
+func JobID(submission string) string { return "eff-" + events.DeriveID(submission, Name)[:24] }
+
+// RequestID is the event id of a submission's efficiency job request. It
+// derives from the submission and the job kind, not from the job id (the
+// kit's default): ids on the wire stay those of earlier arenas, so a
+// contract redelivered across the upgrade queues no second job.
+func RequestID(submission string) string {
+	return events.DeriveID(submission, string(events.RunnerJobRequested), events.JobEfficiency)
+}
+
+// Job is the efficiency job of a kept contract, built from its campaign:
+// the engine, the workloads, the budget factor and the campaign's BF16
+// reference, which store puts in the artifact store and references.
+// store is called only once the reference folder is known to hold
+// weights, so a refused campaign stores nothing.
+//
+// Refusals: artifact_missing (the contract passed on no artifact),
+// campaign_unknown_task, campaign_no_engine and campaign_no_reference (no
+// *.safetensors in the campaign's reference folder). An error of store is
+// a retry.
+func Job(in events.ContractCompletedData, set campaign.Set, store func(*campaign.Campaign) (events.BundleRef, error)) (stage.Job, error) {
+	if in.Artifact == nil {
+		return stage.Job{}, stage.Refuse(ReasonNoArtifact, "the contract stage passed on no artifact to serve; submit again")
+	}
+	camp, err := set.Lookup(in.TaskID)
+	if err != nil {
+		return stage.Job{}, stage.Refuse(ReasonUnknownTask, err.Error())
+	}
+	if camp.Engine == nil {
+		return stage.Job{}, stage.Refusef(ReasonNoEngine, "campaign %s names no engine (campaign.json \"engine\"), so its checkpoints cannot be served", camp.TaskID)
+	}
+	if err := checkReference(camp); err != nil {
+		return stage.Job{}, stage.Refuse(ReasonNoReference, err.Error())
+	}
+	ref, err := store(camp)
+	if err != nil {
+		return stage.Job{}, err
+	}
+	params, err := json.Marshal(events.EfficiencyJobParams{Campaign: camp.TaskID, Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec,
+		KVCacheDType: in.KVCacheDType, Reference: ref, BudgetFactor: camp.Efficiency.BudgetFactor})
+	if err != nil {
+		return stage.Job{}, fmt.Errorf("efficiency: encode job params: %w", err)
+	}
+	id := in.SubmissionID
+	return stage.Job{
+		Request: events.RunnerJobRequestedData{JobID: JobID(id), Kind: events.JobEfficiency, SubmissionID: id, Engine: camp.Engine.Command,
+			Checkpoint: *in.Artifact, Params: params},
+		ID: RequestID(id),
+	}, nil
+}
