@@ -6,30 +6,23 @@ replace (
 	github.com/lowbarena/lowbarena/events => ../../events
 	github.com/lowbarena/lowbarena/observability => ../../observability
 	github.com/lowbarena/lowbarena/schemas => ../../schemas
-	github.com/lowbarena/lowbarena/services/contract => ../contract
-	github.com/lowbarena/lowbarena/services/efficiency => ../efficiency
-	github.com/lowbarena/lowbarena/services/quality => ../quality
 	github.com/lowbarena/lowbarena/services/runtime => ../runtime
 	github.com/lowbarena/lowbarena/services/store => ../store
 )
 
-replace github.com/lowbarena/lowbarena/services/score => ../score
-
-replace github.com/lowbarena/lowbarena/services/runner => ../runner
-
 require (
 	github.com/lowbarena/lowbarena/events v0.0.0
-	github.com/lowbarena/lowbarena/services/runner v0.0.0-00010101000000-000000000000
+	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats.go v1.56.0
+	github.com/nats-io/nuid v1.0.1
 	github.com/stretchr/testify v1.12.1
 )
 
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0 // indirect
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 	github.com/andybalholm/brotli v1.2.7 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -48,14 +41,12 @@ require (
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lowbarena/lowbarena/observability v0.0.0 // indirect
 	github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
-	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.3 // indirect
 	github.com/nats-io/nkeys v0.4.17 // indirect
-	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/paulmach/orb v0.14.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
