@@ -14,9 +14,10 @@ import (
 var indexHTML []byte
 
 // live streams every change of the records (event "record") and of the
-// rounds (event "round") as Server-Sent Events, starting with their current
-// values, until the client goes away. The web page at / draws them.
-func live(kv, rounds jetstream.KeyValue) http.HandlerFunc {
+// round views (event "round", every key of round_views) as Server-Sent
+// Events, starting with their current values, until the client goes
+// away. The web page at / draws them.
+func live(kv, views jetstream.KeyValue) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		fl, ok := w.(http.Flusher)
 		if !ok {
@@ -29,7 +30,7 @@ func live(kv, rounds jetstream.KeyValue) http.HandlerFunc {
 			data []byte
 		}
 		ch := make(chan update, 64)
-		watch := func(b jetstream.KeyValue, kind, prefix string) error {
+		watch := func(b jetstream.KeyValue, kind string) error {
 			wt, err := b.WatchAll(ctx)
 			if err != nil {
 				return err
@@ -37,7 +38,7 @@ func live(kv, rounds jetstream.KeyValue) http.HandlerFunc {
 			go func() {
 				defer func() { _ = wt.Stop() }()
 				for e := range wt.Updates() {
-					if e == nil || e.Operation() != jetstream.KeyValuePut || !strings.HasPrefix(e.Key(), prefix) {
+					if e == nil || e.Operation() != jetstream.KeyValuePut {
 						continue
 					}
 					select {
@@ -49,12 +50,12 @@ func live(kv, rounds jetstream.KeyValue) http.HandlerFunc {
 			}()
 			return nil
 		}
-		if err := watch(kv, "record", ""); err != nil {
+		if err := watch(kv, "record"); err != nil {
 			writeError(w, http.StatusServiceUnavailable, "nats_unavailable", err.Error())
 			return
 		}
-		if rounds != nil {
-			if err := watch(rounds, "round", "round."); err != nil {
+		if views != nil {
+			if err := watch(views, "round"); err != nil {
 				writeError(w, http.StatusServiceUnavailable, "nats_unavailable", err.Error())
 				return
 			}

@@ -17,7 +17,7 @@ import (
 	"github.com/lowbarena/lowbarena/events/bustest"
 )
 
-// TestLive: the stream starts with the stored records and rounds and then
+// TestLive: the stream starts with the stored records and round views and then
 // carries every change; the page is served at /.
 func TestLive(t *testing.T) {
 	b, _ := bustest.Bus(t)
@@ -25,13 +25,14 @@ func TestLive(t *testing.T) {
 	defer cancel()
 	kv, err := b.JetStream().KeyValue(ctx, bus.BucketSubmissions)
 	require.NoError(t, err)
-	rounds, err := b.JetStream().KeyValue(ctx, bus.BucketRounds)
+	views, err := b.JetStream().KeyValue(ctx, bus.BucketRoundViews)
 	require.NoError(t, err)
 	_, err = kv.Put(ctx, "s1", []byte(`{"id":"s1","status":"running"}`))
 	require.NoError(t, err)
-	_, err = rounds.Put(ctx, "pod.p", []byte(`"round-x"`)) // not a round: not streamed
+	stored := `{"round_id":"round-a","status":"complete","steps":[]}`
+	_, err = views.Put(ctx, "round-a", []byte(stored))
 	require.NoError(t, err)
-	srv := httptest.NewServer(New(kv, rounds))
+	srv := httptest.NewServer(New(kv, views))
 	defer srv.Close()
 
 	resp, err := http.Get(srv.URL + "/")
@@ -69,16 +70,20 @@ func TestLive(t *testing.T) {
 			return [2]string{}
 		}
 	}
-	first := next()
-	require.Equal(t, "record", first[0])
-	require.JSONEq(t, `{"id":"s1","status":"running"}`, first[1])
+	got := map[string]string{}
+	for range 2 {
+		e := next()
+		got[e[0]] = e[1]
+	}
+	require.JSONEq(t, `{"id":"s1","status":"running"}`, got["record"])
+	require.JSONEq(t, stored, got["round"], "the stream starts with the stored round views")
 
 	_, err = kv.Put(ctx, "s1", []byte(`{"id":"s1","status":"done"}`))
 	require.NoError(t, err)
-	body, _ := json.Marshal(map[string]any{"round_id": "round-x", "steps": []any{}})
-	_, err = rounds.Put(ctx, "round.round-x", body)
+	body, _ := json.Marshal(map[string]any{"round_id": "round-x", "status": "running", "steps": []any{}})
+	_, err = views.Put(ctx, "round-x", body)
 	require.NoError(t, err)
-	got := map[string]string{}
+	got = map[string]string{}
 	for range 2 {
 		e := next()
 		got[e[0]] = e[1]
