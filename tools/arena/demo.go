@@ -13,10 +13,9 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/ce"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/events/ctl"
 	"github.com/lowbarena/lowbarena/services/domain/examples"
-	round "github.com/lowbarena/lowbarena/services/round/service"
-	score "github.com/lowbarena/lowbarena/services/score/service"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // cmdDemo is what `make run` does: start the arena, submit the bundled
@@ -109,7 +108,7 @@ func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Dura
 		}
 	}
 	if len(entrants) > 0 && slices.Contains(a.stages, "score") {
-		rid, err := startRound(ctx, a.natsURL, round.StartRequest{Campaign: camp, Candidates: entrants})
+		rid, err := startRound(ctx, a.natsURL, ctl.StartRequest{Campaign: camp, Candidates: entrants})
 		if err != nil {
 			return err
 		}
@@ -119,7 +118,7 @@ func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Dura
 		}
 	}
 	if slices.Contains(a.stages, "score") {
-		rows, err := ask(ctx, a.natsURL, score.SubjectLeaderboard, score.Query{}, 30*time.Second)
+		rows, err := ask(ctx, a.natsURL, ctl.SubjectLeaderboard, ctl.Query{}, 30*time.Second)
 		if err != nil {
 			return fmt.Errorf("leaderboard: %w", err)
 		}

@@ -23,8 +23,9 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/events/ctl"
 	"github.com/lowbarena/lowbarena/services/domain/examples"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // arenaBin is the arena binary the end-to-end tests run as real processes;
@@ -96,10 +97,10 @@ type upProc struct {
 
 var upLine = regexp.MustCompile(`arena up: NATS (nats://\S+) · HTTP http://(\S+) ·`)
 
-func startUp(t *testing.T, data string) *upProc {
+func startUp(t *testing.T, data string, extra ...string) *upProc {
 	t.Helper()
-	cmd := exec.Command(arenaBin, "up", "--data", data, "--nats-listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-		"--campaigns", filepath.Join(exampleDir, examples.CampaignsDir))
+	cmd := exec.Command(arenaBin, append([]string{"up", "--data", data, "--nats-listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+		"--campaigns", filepath.Join(exampleDir, examples.CampaignsDir)}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	p := &upProc{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
@@ -455,5 +456,94 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return arena(t, "show", id2, "--json", "--nats", up2.natsURL).code == 0
 	}, 30*time.Second, 200*time.Millisecond)
-	up2.stop(t)
+
+	// A round survives a crash of the whole arena: killed with SIGKILL
+	// while an entry's SLA job runs, started again on the same folder,
+	// the round ends (resumed to its end, or failed with interrupted and
+	// the steps it reached), the pod's lease expires instead of holding
+	// the pod forever, and a new round on the same pod completes.
+	rid := lastWord(arena(t, "round", "start", "--campaign", examples.TaskID, "--candidates", id, "--nats", up2.natsURL).stdout)
+	require.True(t, strings.HasPrefix(rid, "round-"), rid)
+	awaitStep(t, up2.natsURL, rid, "running_sla", "running")
+	require.NoError(t, up2.cmd.Process.Signal(syscall.SIGKILL))
+	<-up2.exited
+	up3 := startUp(t, data, "--runner-ack-wait", "5s")
+	var ended, last string
+	if !assertEventually(func() bool {
+		h := arena(t, "history", "--rounds", "--json", "--nats", up3.natsURL)
+		last = h.stdout + h.stderr
+		if h.code != 0 {
+			return false
+		}
+		var rounds []ctl.Summary
+		if json.Unmarshal([]byte(h.stdout), &rounds) != nil {
+			return false
+		}
+		for _, r := range rounds {
+			if r.RoundID == rid && r.Status != "running" {
+				ended = r.Status + " " + r.Reason
+				return true
+			}
+		}
+		return false
+	}, 3*time.Minute, time.Second) {
+		t.Fatalf("the killed round %s did not end after a restart; rounds: %s\narena up's log, last lines:\n%s", rid, last, tailLines(up3.stderr.String(), 60))
+	}
+	require.Regexp(t, `^(complete |failed interrupted)`, ended)
+	rr = arena(t, "round", "start", "--campaign", examples.TaskID, "--candidates", id, "--wait", "--nats", up3.natsURL)
+	require.Equal(t, 0, rr.code, "a new round on the same pod: %s", rr.stderr)
+	require.Contains(t, rr.stdout, "Releasing the pod · done")
+	up3.stop(t)
+}
+
+// awaitStep waits until the round has published a step of phase with
+// status (a bound on the wait, not a speed assertion).
+func awaitStep(t *testing.T, natsURL, roundID, phase, status string) {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		c, err := js.OrderedConsumer(context.Background(), events.StreamArena, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"arena.round.step." + roundID}})
+		if err != nil {
+			return false
+		}
+		for {
+			m, err := c.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
+			if err != nil {
+				return false
+			}
+			var st events.RoundStepData
+			if json.Unmarshal(m.Data(), &st) == nil && st.Phase == phase && st.Status == status && st.Role != "baseline" {
+				return true
+			}
+		}
+	}, 3*time.Minute, 500*time.Millisecond, "round %s reaches a %s step %s", roundID, phase, status)
+}
+
+// assertEventually polls cond every tick until it holds or wait has passed
+// and says whether it held.
+func assertEventually(cond func() bool, wait, tick time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(tick)
+	}
+}
+
+// tailLines is the last n lines of s.
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

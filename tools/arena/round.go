@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	round "github.com/lowbarena/lowbarena/services/round/service"
+	"github.com/lowbarena/lowbarena/events/ctl"
 )
 
 // cmdRound is `arena round start --campaign C --candidates ID...`.
@@ -32,7 +29,7 @@ func cmdRound(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *camp == "" || len(cands) == 0 {
 		return usageErr("round start needs --campaign and at least one candidate id")
 	}
-	id, err := startRound(ctx, *natsURL, round.StartRequest{Campaign: *camp, Candidates: cands, Pod: *pod})
+	id, err := startRound(ctx, *natsURL, ctl.StartRequest{Campaign: *camp, Candidates: cands, Pod: *pod})
 	if err != nil {
 		return err
 	}
@@ -46,28 +43,24 @@ func cmdRound(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-func startRound(ctx context.Context, natsURL string, req round.StartRequest) (string, error) {
+func startRound(ctx context.Context, natsURL string, req ctl.StartRequest) (string, error) {
 	c, err := dial(ctx, natsURL)
 	if err != nil {
 		return "", err
 	}
 	defer c.close()
-	body, _ := json.Marshal(req)
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(rctx, round.SubjectStart, body)
-	if errors.Is(err, nats.ErrNoResponders) {
+	rep, err := ctl.Call[ctl.StartReply](rctx, c.nc, ctl.SubjectRoundStart, req)
+	if errors.Is(err, ctl.ErrNoService) {
 		return "", fmt.Errorf("%w: no round service answers (is `arena up` running?)", ErrArenaDown)
+	}
+	var refused *ctl.Error
+	if errors.As(err, &refused) {
+		return "", errors.New("round refused: " + refused.Message)
 	}
 	if err != nil {
 		return "", fmt.Errorf("round start: %w", err)
-	}
-	var rep round.StartReply
-	if err := json.Unmarshal(m.Data, &rep); err != nil {
-		return "", fmt.Errorf("round start: %w", err)
-	}
-	if rep.Error != "" {
-		return "", errors.New("round refused: " + rep.Error)
 	}
 	return rep.RoundID, nil
 }

@@ -9,40 +9,29 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	round "github.com/lowbarena/lowbarena/services/round/service"
-	score "github.com/lowbarena/lowbarena/services/score/service"
+	"github.com/lowbarena/lowbarena/events/ctl"
 )
 
 // ask sends a query to the score service and returns its rows.
-func ask(ctx context.Context, natsURL, subject string, q score.Query, timeout time.Duration) ([]score.Row, error) {
+func ask(ctx context.Context, natsURL, subject string, q ctl.Query, timeout time.Duration) ([]ctl.Row, error) {
 	c, err := dial(ctx, natsURL)
 	if err != nil {
 		return nil, err
 	}
 	defer c.close()
-	body, _ := json.Marshal(q)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(rctx, subject, body)
-	if errors.Is(err, nats.ErrNoResponders) {
+	rep, err := ctl.Call[ctl.Rows](rctx, c.nc, subject, q)
+	if errors.Is(err, ctl.ErrNoService) {
 		return nil, fmt.Errorf("%w: no score service answers (is `arena up` running with its score stage?)", ErrArenaDown)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ask the score service: %w", err)
-	}
-	var rep score.Reply
-	if err := json.Unmarshal(m.Data, &rep); err != nil {
-		return nil, fmt.Errorf("the score service's answer: %w", err)
-	}
-	if rep.Error != "" {
-		return rep.Rows, errors.New(rep.Error)
+		return nil, fmt.Errorf("the score service: %w", err)
 	}
 	return rep.Rows, nil
 }
 
-func printRows(w io.Writer, rows []score.Row, asJSON bool) error {
+func printRows(w io.Writer, rows []ctl.Row, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -78,7 +67,7 @@ func cmdLeaderboard(ctx context.Context, args []string, stdout, stderr io.Writer
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	rows, err := ask(ctx, *natsURL, score.SubjectLeaderboard, score.Query{Campaign: *camp, Policy: *pol}, 30*time.Second)
+	rows, err := ask(ctx, *natsURL, ctl.SubjectLeaderboard, ctl.Query{Campaign: *camp, Policy: *pol}, 30*time.Second)
 	if err != nil {
 		return err
 	}
@@ -100,7 +89,7 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *rounds {
 		return roundHistory(ctx, *natsURL, *camp, *asJSON, stdout)
 	}
-	rows, err := ask(ctx, *natsURL, score.SubjectHistory, score.Query{Campaign: *camp, Participant: *participant, Model: *model}, 30*time.Second)
+	rows, err := ask(ctx, *natsURL, ctl.SubjectHistory, ctl.Query{Campaign: *camp, Participant: *participant, Model: *model}, 30*time.Second)
 	if err != nil {
 		return err
 	}
@@ -120,7 +109,7 @@ func cmdRescore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *pol == "" {
 		return usageErr("rescore needs --policy (for example lowb-score/v1)")
 	}
-	q := score.Query{Policy: *pol}
+	q := ctl.Query{Policy: *pol}
 	if *since != "" {
 		t, err := time.Parse(time.RFC3339, *since)
 		if err != nil {
@@ -129,7 +118,7 @@ func cmdRescore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		q.Since = t
 	}
 	fmt.Fprintf(stderr, "rescoring under %s from stored outcomes (no GPU work)...\n", *pol)
-	rows, err := ask(ctx, *natsURL, score.SubjectRescore, q, 5*time.Minute)
+	rows, err := ask(ctx, *natsURL, ctl.SubjectRescore, q, 5*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -144,20 +133,12 @@ func roundHistory(ctx context.Context, natsURL, campaign string, asJSON bool, w 
 		return err
 	}
 	defer c.close()
-	body, _ := json.Marshal(round.ListRequest{Campaign: campaign})
-	m, err := c.nc.RequestWithContext(ctx, round.SubjectList, body)
-	if errors.Is(err, nats.ErrNoResponders) {
+	rep, err := ctl.Call[ctl.ListReply](ctx, c.nc, ctl.SubjectRoundList, ctl.ListRequest{Campaign: campaign})
+	if errors.Is(err, ctl.ErrNoService) {
 		return fmt.Errorf("%w: no round service answers (is `arena up` running?)", ErrArenaDown)
 	}
 	if err != nil {
 		return fmt.Errorf("round history: %w", err)
-	}
-	var rep round.ListReply
-	if err := json.Unmarshal(m.Data, &rep); err != nil {
-		return fmt.Errorf("round history: %w", err)
-	}
-	if rep.Error != "" {
-		return errors.New(rep.Error)
 	}
 	if asJSON {
 		enc := json.NewEncoder(w)

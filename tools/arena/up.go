@@ -19,15 +19,12 @@ import (
 
 	"github.com/lowbarena/lowbarena/observability"
 	build "github.com/lowbarena/lowbarena/services/build/service"
-	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	contract "github.com/lowbarena/lowbarena/services/contract/service"
 	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
 	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
 	quality "github.com/lowbarena/lowbarena/services/quality/service"
 	round "github.com/lowbarena/lowbarena/services/round/service"
-	"github.com/lowbarena/lowbarena/services/runner/job"
 	runner "github.com/lowbarena/lowbarena/services/runner/service"
-	"github.com/lowbarena/lowbarena/services/runner/telemetry"
 	"github.com/lowbarena/lowbarena/services/runtime"
 	score "github.com/lowbarena/lowbarena/services/score/service"
 	"github.com/lowbarena/lowbarena/services/store"
@@ -101,10 +98,42 @@ type arenaProc struct {
 	prov  *observability.Providers
 }
 
-// startArena starts the embedded NATS server, then every service, each
+// components are the services `arena up` runs, in start order, each the
+// very component its own binary runs (so their defaults cannot differ);
+// the stages the arena serves come from the same list. The runners are
+// added apart, one per GPU.
+func components(listening func(net.Addr)) []runtime.Component {
+	return []runtime.Component{
+		gateway.Component(gateway.WithListening(listening)),
+		build.Component(),
+		contract.Component(),
+		quality.Component(),
+		efficiency.Component(),
+		score.Component(),
+		round.Component(),
+	}
+}
+
+// settings are the component flags `arena up` owns: the folders under its
+// data folder, its campaigns, its pod and HTTP address. A component
+// without a flag of that name ignores it.
+func (o upOptions) settings(data, campaigns, component string, runnerIndex int) map[string]string {
+	m := map[string]string{"campaigns": campaigns, "pod": o.pod, "http": o.httpAddr}
+	switch component {
+	case build.Name:
+		m["work"] = filepath.Join(data, "build")
+	case runner.Name:
+		m["work"] = filepath.Join(data, "runner")
+		m["ack-wait"] = o.ackWait.String()
+		m["name"] = fmt.Sprintf("%s/runner-%d", o.pod, runnerIndex)
+	}
+	return m
+}
+
+// startArena starts the embedded NATS server, then every component, each
 // with its own runtime (its own NATS connection over the loopback
-// listener, as if it ran in its own process), and runs them until ctx is
-// cancelled.
+// listener, as if it ran in its own process) and sharing one store (chDB
+// is one engine per process), and runs them until ctx is cancelled.
 func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaProc, err error) {
 	data, err := filepath.Abs(o.data)
 	if err != nil {
@@ -141,155 +170,71 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	if storeURL == "" {
 		storeURL = "chdb://" + filepath.Join(data, "chdb")
 	}
-
-	// newRuntime starts a service's runtime; only services that keep rows
-	// open the store.
-	newRuntime := func(service string, withStore bool) (*runtime.Runtime, error) {
-		cfg := runtime.DefaultConfig(service)
-		cfg.NATSURL, cfg.Store, cfg.OTel, cfg.LogLevel = a.natsURL, storeURL, o.otel, o.logLevel
-		if !withStore {
-			cfg.Store = ""
-		}
-		svcLog, err := observability.NewLogger(logOut, service, o.logLevel, "text")
-		if err != nil {
-			return nil, usageErr("%v", err)
-		}
-		rt, err := runtime.Start(ctx, cfg, runtime.WithLogger(svcLog), runtime.WithoutTelemetry())
-		if err != nil {
-			return nil, fmt.Errorf("up: start %s: %w", service, err)
-		}
-		a.rts = append(a.rts, rt)
-		return rt, nil
+	if a.store, err = store.Open(ctx, storeURL); err != nil {
+		return nil, fmt.Errorf("up: open store: %w", err)
 	}
-
-	var actors []runtime.Actor
-	rt, err := newRuntime(gateway.Name, true)
-	if err != nil {
-		return nil, err
-	}
-	a.storeEngine = rt.Store.Engine()
-	// The runners share the gateway's store: chDB is one engine per
-	// process.
-	a.store = rt.Store
-	gw, err := gateway.New(ctx, rt, gateway.Options{HTTPAddr: o.httpAddr})
-	if err != nil {
-		return nil, err
-	}
-	a.httpAddr = gw.Addr.String()
-	actors = append(actors, gw.Actors...)
-
-	if rt, err = newRuntime(build.Name, false); err != nil {
-		return nil, err
-	}
-	bs, err := build.New(ctx, rt.Bus, rt.Log, build.Options{WorkDir: filepath.Join(data, "build")})
-	if err != nil {
-		return nil, err
-	}
-	actors = append(actors, bs.Actors()...)
-
+	a.storeEngine = a.store.Engine()
 	campaignsDir := o.campaigns
 	if campaignsDir == "" {
 		campaignsDir = filepath.Join(data, "campaigns")
 	}
-	if rt, err = newRuntime(contract.Name, false); err != nil {
-		return nil, err
+	if set, err := runtime.LoadCampaigns(campaignsDir, log); err == nil {
+		a.campaigns = set.Tasks()
 	}
-	set, err := loadCampaigns(campaignsDir, rt.Log)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := contract.New(ctx, rt.Bus, rt.Log, contract.Options{Campaigns: set})
-	if err != nil {
-		return nil, err
-	}
-	actors = append(actors, cs.Actors()...)
-	a.campaigns = set.Tasks()
-	a.stages = []string{build.Name, contract.Name}
 
-	if rt, err = newRuntime(quality.Name, false); err != nil {
-		return nil, err
+	// start builds one component's runtime and actors with this arena's
+	// settings over the component's own defaults.
+	var actors []runtime.Actor
+	start := func(c runtime.Component, runnerIndex int) error {
+		cfg := runtime.DefaultConfig(c.Name)
+		fs := c.FlagSet(&cfg)
+		if err := runtime.Set(fs, o.settings(data, campaignsDir, c.Name, runnerIndex)); err != nil {
+			return err
+		}
+		cfg.NATSURL, cfg.OTel, cfg.LogLevel, cfg.Store = a.natsURL, o.otel, o.logLevel, ""
+		opts := []runtime.Option{runtime.WithoutTelemetry()}
+		if c.Store {
+			cfg.Store = storeURL
+			opts = append(opts, runtime.WithStore(a.store))
+		}
+		svcLog, err := observability.NewLogger(logOut, c.Name, o.logLevel, "text")
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		rt, err := runtime.Start(ctx, cfg, append(opts, runtime.WithLogger(svcLog))...)
+		if err != nil {
+			return fmt.Errorf("up: start %s: %w", c.Name, err)
+		}
+		a.rts = append(a.rts, rt)
+		acts, err := c.Build(ctx, rt)
+		if err != nil {
+			return fmt.Errorf("up: %s: %w", c.Name, err)
+		}
+		actors = append(actors, acts...)
+		a.stages = append(a.stages, c.Stages...)
+		return nil
 	}
-	qs, err := quality.New(ctx, rt.Bus, rt.Log, quality.Options{Campaigns: set, Store: a.store})
-	if err != nil {
-		return nil, err
+	for _, c := range components(func(addr net.Addr) { a.httpAddr = addr.String() }) {
+		if err := start(c, 0); err != nil {
+			return nil, err
+		}
 	}
-	actors = append(actors, qs.Actors()...)
-	a.stages = append(a.stages, quality.Name)
-
-	if rt, err = newRuntime(score.Name, false); err != nil {
-		return nil, err
-	}
-	ss, err := score.New(ctx, rt.Bus, rt.Log, score.Options{Store: a.store})
-	if err != nil {
-		return nil, err
-	}
-	actors = append(actors, ss.Actors()...)
-
-	if rt, err = newRuntime(round.Name, false); err != nil {
-		return nil, err
-	}
-	rds, err := round.New(ctx, rt.Bus, rt.Log, round.Options{Campaigns: set, Store: a.store, Pod: o.pod})
-	if err != nil {
-		return nil, err
-	}
-	actors = append(actors, rds.Actors()...)
-
-	if rt, err = newRuntime(efficiency.Name, false); err != nil {
-		return nil, err
-	}
-	es, err := efficiency.New(ctx, rt.Bus, rt.Log, efficiency.Options{Campaigns: set})
-	if err != nil {
-		return nil, err
-	}
-	actors = append(actors, es.Actors()...)
-	a.stages = append(a.stages, efficiency.Name, score.Name)
-
 	if o.runners > 0 {
 		// Engines named by a bare command ("simengine ...") are looked up
 		// beside this binary first: make build puts simengine there.
 		if exe, err := os.Executable(); err == nil {
 			os.Setenv("PATH", filepath.Dir(exe)+string(os.PathListSeparator)+os.Getenv("PATH"))
 		}
-		nvml, err := telemetry.Open()
-		switch {
-		case errors.Is(err, telemetry.ErrNoNVML):
-			log.Warn("no NVML: runners watch engines through a simulated GPU and every figure says simulated", "err", err)
-		case err != nil:
-			return nil, fmt.Errorf("up: GPU telemetry: %w", err)
-		}
 		for i := range o.runners {
-			if rt, err = newRuntime(runner.Name, false); err != nil {
+			if err := start(runner.Component(), i); err != nil {
 				return nil, err
 			}
-			jr := job.Runner{NVML: nvml, SampleInterval: 100 * time.Millisecond, HealthTimeout: 5 * time.Minute, IdleTimeout: 60 * time.Second, StopGrace: 5 * time.Second}
-			rs, err := runner.New(ctx, rt.Bus, rt.Log, runner.Options{Pod: o.pod, Runner: fmt.Sprintf("%s/runner-%d", o.pod, i),
-				WorkDir: filepath.Join(data, "runner"), AckWait: o.ackWait, Job: jr, Store: a.store})
-			if err != nil {
-				return nil, err
-			}
-			actors = append(actors, rs.Actors()...)
 		}
 	}
 
 	go func() { a.done <- runtime.RunActors(ctx, log, actors...) }()
 	log.Info("arena up", "nats", a.natsURL, "http", a.httpAddr, "store", a.storeEngine, "data", data, "services", len(a.rts))
 	return a, nil
-}
-
-// loadCampaigns loads the campaigns in dir. A folder that does not exist
-// is an arena with no campaign yet: it runs, and refuses every submission
-// with campaign_unknown_task, saying so at start.
-func loadCampaigns(dir string, log *slog.Logger) (campaign.Set, error) {
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		log.Warn("no campaigns folder; every submission will be refused until one exists (arena example DIR writes one, then --campaigns DIR/campaigns)", "folder", dir)
-		return campaign.Set{}, nil
-	}
-	set, err := campaign.LoadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("up: %w", err)
-	}
-	log.Info("campaigns loaded", "folder", dir, "tasks", set.Tasks())
-	return set, nil
 }
 
 // wait blocks until the services stop (ctx cancelled, or one failed), then
@@ -305,6 +250,12 @@ func (a *arenaProc) shutdown() {
 		a.rts[i].Close()
 	}
 	a.rts = nil
+	if a.store != nil {
+		if err := a.store.Close(); err != nil {
+			a.log.Warn("store close", "err", err)
+		}
+		a.store = nil
+	}
 	if a.ns != nil {
 		a.ns.Shutdown()
 		a.ns.WaitForShutdown()
