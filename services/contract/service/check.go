@@ -22,14 +22,9 @@ import (
 // the file codes of package safetensors. Each stable code this package
 // names is defined here once, or in those packages.
 const (
-	// CodeArtifactMissing is a built bundle, or one of its files, that
-	// the artifact store does not hold.
-	CodeArtifactMissing = "artifact_missing"
 	// CodeArtifactCorrupt is a stored manifest that does not match its
 	// files or the digest the build announced.
 	CodeArtifactCorrupt = "artifact_corrupt"
-	// CodeUnknownTask is a declaration naming a task no campaign runs.
-	CodeUnknownTask = "campaign_unknown_task"
 	// CodeBadDeclaration is a submission.json missing or not valid.
 	CodeBadDeclaration = "bundle_bad_declaration"
 	// CodeMissingConfig is a bundle without config.json.
@@ -54,7 +49,7 @@ type Checker struct {
 // with what the later stages need to serve the checkpoint.
 //
 // It returns a *stage.Refusal for a bundle that cannot be checked (its
-// code, e.g. CodeUnknownTask or a safetensors code) and for a broken
+// code, e.g. events.ReasonCampaignUnknown or a safetensors code) and for a broken
 // contract (the first violation's code, every violation in the message,
 // the contract block as the detail); any other error (a store that does
 // not answer) is worth a retry. The check is a pure function of the
@@ -103,7 +98,7 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 	m, err := c.Artifacts.Manifest(ctx, in.Artifact)
 	switch {
 	case errors.Is(err, artifact.ErrNotFound):
-		return record.Contract{}, 0, nil, stage.Refusef(CodeArtifactMissing, "the built bundle %s is not in the artifact store; submit again", in.Artifact.Object)
+		return record.Contract{}, 0, nil, stage.Refusef(events.ReasonArtifactMissing, "the built bundle %s is not in the artifact store; submit again", in.Artifact.Object)
 	case errors.Is(err, artifact.ErrCorrupt):
 		return record.Contract{}, 0, nil, stage.Refuse(CodeArtifactCorrupt, err.Error())
 	case err != nil:
@@ -127,7 +122,7 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 	}
 	camp, err := c.Campaigns.Lookup(decl.TaskID)
 	if err != nil {
-		return record.Contract{}, 0, nil, stage.Refuse(CodeUnknownTask, err.Error())
+		return record.Contract{}, 0, nil, stage.Refuse(events.ReasonCampaignUnknown, err.Error())
 	}
 	config, err := small(open, m, "config.json")
 	if err != nil {
@@ -182,7 +177,7 @@ func small(open safetensors.Opener, m artifact.Manifest, name string) ([]byte, e
 	}
 	r, err := open(name)
 	if errors.Is(err, artifact.ErrNotFound) {
-		return nil, stage.Refuse(CodeArtifactMissing, err.Error())
+		return nil, stage.Refuse(events.ReasonArtifactMissing, err.Error())
 	}
 	if err != nil {
 		return nil, err

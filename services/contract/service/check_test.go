@@ -67,8 +67,8 @@ func TestContractDecides(t *testing.T) {
 		{name: "broken: a changed rope", from: "rope-theta-changed", code: analyze.ViolationRopeChanged},
 		{name: "unknown task", from: "int4-w4a16-g32",
 			change: editFile("submission.json", func(s string) string { return strings.Replace(s, examples.TaskID, "llama-9000", 1) }),
-			code:   service.CodeUnknownTask},
-		{name: "no campaign at all", from: "int4-w4a16-g32", campaigns: campaign.Set{}, code: service.CodeUnknownTask},
+			code:   events.ReasonCampaignUnknown},
+		{name: "no campaign at all", from: "int4-w4a16-g32", campaigns: campaign.Set{}, code: events.ReasonCampaignUnknown},
 		{name: "missing config", from: "int4-w4a16-g32", change: remove("config.json"), code: service.CodeMissingConfig},
 		{name: "config too large", from: "int4-w4a16-g32", change: writeFile("config.json", make([]byte, 4<<20+1)),
 			code: string(analyze.CodeConfigInvalid)},
@@ -86,7 +86,7 @@ func TestContractDecides(t *testing.T) {
 			code: string(safetensors.CodeIndexShardMissing)},
 		{name: "the manifest is not stored", from: "int4-w4a16-g32",
 			stored: func(s *memArtifacts, in *events.BuildCompletedData) { delete(s.manifests, in.Artifact.Object) },
-			code:   service.CodeArtifactMissing},
+			code:   events.ReasonArtifactMissing},
 		{name: "the manifest is not the one built", from: "int4-w4a16-g32",
 			stored: func(_ *memArtifacts, in *events.BuildCompletedData) { in.Artifact.SHA256 = strings.Repeat("0", 64) },
 			code:   service.CodeArtifactCorrupt},
@@ -95,7 +95,7 @@ func TestContractDecides(t *testing.T) {
 				i := slices.IndexFunc(in.Files, func(f events.FileDigest) bool { return f.Path == "config.json" })
 				delete(s.files, in.Files[i].SHA256)
 			},
-			code: service.CodeArtifactMissing},
+			code: events.ReasonArtifactMissing},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -83,7 +83,7 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 		return nil, fmt.Errorf("contract: %w", err)
 	}
 	if len(o.Campaigns) == 0 {
-		log.Warn("no campaigns: every submission will be refused with " + CodeUnknownTask)
+		log.Warn("no campaigns: every submission will be refused with " + events.ReasonCampaignUnknown)
 	}
 	return &Service{bus: b, log: log, checker: &Checker{Artifacts: arts, Campaigns: o.Campaigns}}, nil
 }

@@ -239,7 +239,7 @@ func TestContractRefusesBadInput(t *testing.T) {
 			data, err := os.ReadFile(path)
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(data), examples.TaskID, "llama-9000", 1)), 0o644))
-		}, service.CodeUnknownTask},
+		}, events.ReasonCampaignUnknown},
 		{"bad-label-kv", single, func(t *testing.T, dir string) {
 			path := filepath.Join(dir, "submission.json")
 			data, err := os.ReadFile(path)
@@ -261,7 +261,7 @@ func TestContractRefusesBadInput(t *testing.T) {
 		from   string
 		change func(t *testing.T, dir string)
 		code   string
-	}{id: "gone", code: service.CodeArtifactMissing})
+	}{id: "gone", code: events.ReasonArtifactMissing})
 
 	for _, tc := range cases {
 		e := h.outcome(tc.id)

@@ -121,6 +121,30 @@ func (c *Campaign) ReferenceDir() string {
 	return filepath.Join(c.Dir, ref)
 }
 
+// ErrNoReference is a campaign whose BF16 reference folder is missing or
+// holds no weights.
+var ErrNoReference = errors.New("no BF16 reference checkpoint")
+
+// CheckReference reports, wrapping ErrNoReference, a campaign whose BF16
+// reference folder (ReferenceDir) is missing or holds no *.safetensors;
+// its message is a sentence for the participant and the operator. It
+// only reads the folder: every stage that stores the reference (quality,
+// efficiency, round) calls it first and refuses with
+// campaign_no_reference, so nothing is stored for a folder without
+// weights.
+func (c *Campaign) CheckReference() error {
+	dir := c.ReferenceDir()
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("campaign %s has %w: the folder %s does not exist", c.TaskID, ErrNoReference, dir)
+	}
+	// Glob fails only on a malformed pattern, which this one is not.
+	w, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	if len(w) == 0 {
+		return fmt.Errorf("campaign %s has %w: no *.safetensors in %s", c.TaskID, ErrNoReference, dir)
+	}
+	return nil
+}
+
 // Policy is the campaign's contract policy.
 type Policy struct {
 	AllowSparse       bool    `json:"allow_sparse"`

@@ -87,3 +87,38 @@ func TestLoadDirRefuses(t *testing.T) {
 	_, err = campaign.LoadDir(root)
 	require.ErrorContains(t, err, "two campaigns run task tiny")
 }
+
+func TestCheckReference(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		files map[string]string // in the reference folder; nil: no folder
+		want  string            // "" when the reference holds weights
+	}{
+		{"weights", map[string]string{"config.json": config, "model.safetensors": "x"}, ""},
+		{"sharded weights", map[string]string{"model-00001-of-00002.safetensors": "x", "model-00002-of-00002.safetensors": "x"}, ""},
+		{"no folder", nil, "does not exist"},
+		{"a folder without weights", map[string]string{"config.json": config, "README.md": "weights to come"}, "no *.safetensors in"},
+		{"pickled weights only", map[string]string{"pytorch_model.bin": "x"}, "no *.safetensors in"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, filepath.Join(root, "tiny"), good())
+			if tc.files != nil {
+				write(t, filepath.Join(root, "tiny", "reference"), tc.files)
+			}
+			set, err := campaign.LoadDir(root)
+			require.NoError(t, err)
+			c, err := set.Lookup("tiny")
+			require.NoError(t, err)
+			err = c.CheckReference()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, campaign.ErrNoReference)
+			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, "campaign tiny has no BF16 reference checkpoint")
+		})
+	}
+}

@@ -34,17 +34,17 @@ func RequestID(submission string) string {
 // a retry.
 func Job(in events.ContractCompletedData, set campaign.Set, store func(*campaign.Campaign) (events.BundleRef, error)) (stage.Job, error) {
 	if in.Artifact == nil {
-		return stage.Job{}, stage.Refuse(ReasonNoArtifact, "the contract stage passed on no artifact to serve; submit again")
+		return stage.Job{}, stage.Refuse(events.ReasonArtifactMissing, "the contract stage passed on no artifact to serve; submit again")
 	}
 	camp, err := set.Lookup(in.TaskID)
 	if err != nil {
-		return stage.Job{}, stage.Refuse(ReasonUnknownTask, err.Error())
+		return stage.Job{}, stage.Refuse(events.ReasonCampaignUnknown, err.Error())
 	}
 	if camp.Engine == nil {
-		return stage.Job{}, stage.Refusef(ReasonNoEngine, "campaign %s names no engine (campaign.json \"engine\"), so its checkpoints cannot be served", camp.TaskID)
+		return stage.Job{}, stage.Refusef(events.ReasonCampaignNoEngine, "campaign %s names no engine (campaign.json \"engine\"), so its checkpoints cannot be served", camp.TaskID)
 	}
-	if err := checkReference(camp); err != nil {
-		return stage.Job{}, stage.Refuse(ReasonNoReference, err.Error())
+	if err := camp.CheckReference(); err != nil {
+		return stage.Job{}, stage.Refuse(events.ReasonCampaignNoReference, err.Error())
 	}
 	ref, err := store(camp)
 	if err != nil {

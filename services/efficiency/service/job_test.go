@@ -72,11 +72,11 @@ func TestJob(t *testing.T) {
 		stores   bool   // the reference is stored
 	}{
 		{name: "a kept contract", in: kept("sub1"), camp: &camp, stores: true},
-		{name: "no artifact", in: noArtifact, camp: &camp, reason: service.ReasonNoArtifact},
-		{name: "a task no campaign runs", in: unknown, camp: &camp, reason: service.ReasonUnknownTask},
-		{name: "a campaign without an engine", in: kept("sub1"), camp: &noEngine, reason: service.ReasonNoEngine},
-		{name: "a reference folder without weights", in: kept("sub1"), camp: withoutWeights(t, camp), reason: service.ReasonNoReference},
-		{name: "a reference folder that does not exist", in: kept("sub1"), camp: &missing, reason: service.ReasonNoReference},
+		{name: "no artifact", in: noArtifact, camp: &camp, reason: events.ReasonArtifactMissing},
+		{name: "a task no campaign runs", in: unknown, camp: &camp, reason: events.ReasonCampaignUnknown},
+		{name: "a campaign without an engine", in: kept("sub1"), camp: &noEngine, reason: events.ReasonCampaignNoEngine},
+		{name: "a reference folder without weights", in: kept("sub1"), camp: withoutWeights(t, camp), reason: events.ReasonCampaignNoReference},
+		{name: "a reference folder that does not exist", in: kept("sub1"), camp: &missing, reason: events.ReasonCampaignNoReference},
 		{name: "a store that fails", in: kept("sub1"), camp: &camp, storeErr: errors.New("object store down"), stores: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

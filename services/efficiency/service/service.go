@@ -34,10 +34,6 @@ const Name = "efficiency"
 
 // Reasons the stage fails that are not the runner's.
 const (
-	ReasonNoEngine       = "campaign_no_engine"
-	ReasonUnknownTask    = "campaign_unknown_task"
-	ReasonNoReference    = "campaign_no_reference"
-	ReasonNoArtifact     = "artifact_missing"
 	ReasonKVMismatch     = "engine_kv_dtype_mismatch"
 	ReasonBadMeasurement = "efficiency_bad_measurement"
 )

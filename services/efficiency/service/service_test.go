@@ -116,7 +116,7 @@ func TestContractBecomesAJob(t *testing.T) {
 	e = bustest.Await(t, b, "arena.efficiency.failed.sub2", events.EfficiencyFailed)
 	f, err = events.Efficiency.Failed.Decode(e)
 	require.NoError(t, err)
-	require.Equal(t, service.ReasonNoEngine, f.Reason)
+	require.Equal(t, events.ReasonCampaignNoEngine, f.Reason)
 }
 
 // TestReferenceWithoutWeights: a campaign whose BF16 reference folder
@@ -131,7 +131,7 @@ func TestReferenceWithoutWeights(t *testing.T) {
 	e := bustest.Await(t, b, "arena.efficiency.failed.sub1", events.EfficiencyFailed)
 	f, err := events.Efficiency.Failed.Decode(e)
 	require.NoError(t, err)
-	require.Equal(t, service.ReasonNoReference, f.Reason)
+	require.Equal(t, events.ReasonCampaignNoReference, f.Reason)
 	require.Contains(t, f.Message, "no *.safetensors")
 
 	arts, err := b.JetStream().ObjectStore(ctx, bus.ObjectArtifacts)

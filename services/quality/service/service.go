@@ -42,15 +42,7 @@ const Name = "quality"
 
 // Reasons the stage fails that are not the runner's.
 const (
-	ReasonNoSuite     = "campaign_no_suite"
-	ReasonBadSuite    = "suite_invalid"
-	ReasonUnknownTask = "campaign_unknown_task"
-	ReasonNoEngine    = "campaign_no_engine"
-	ReasonNoArtifact  = "artifact_missing"
-	// ReasonNoReferenceCheckpoint is a campaign whose BF16 reference
-	// folder holds no weights (the efficiency stage's reason of the same
-	// code).
-	ReasonNoReferenceCheckpoint = "campaign_no_reference"
+	ReasonNoSuite = "campaign_no_suite"
 	// ReasonNoReference is a BF16 reference whose rows could not be
 	// computed (its job failed).
 	ReasonNoReference   = "quality_no_reference"

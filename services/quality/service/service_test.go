@@ -386,7 +386,7 @@ func TestReferenceWithoutWeights(t *testing.T) {
 	h.contract(t, "sub1")
 	_, f, ok := outcome(t, h, "sub1")
 	require.False(t, ok)
-	require.Equal(t, service.ReasonNoReferenceCheckpoint, f.Reason)
+	require.Equal(t, events.ReasonCampaignNoReference, f.Reason)
 	require.Contains(t, f.Message, "no *.safetensors")
 	arts, err := h.b.JetStream().ObjectStore(h.ctx, bus.ObjectArtifacts)
 	require.NoError(t, err)

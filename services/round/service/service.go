@@ -58,9 +58,6 @@ const (
 	// resume (its campaign is no longer loaded, its state does not
 	// decode, an older arena wrote it).
 	ReasonInterrupted = "interrupted"
-	// ReasonNoReference refuses a round whose campaign has no BF16
-	// weights in its reference folder.
-	ReasonNoReference = "campaign_no_reference"
 )
 
 // Options configure the round service.

@@ -632,7 +632,7 @@ func TestRoundWithoutReference(t *testing.T) {
 	_, err = h.start(ctl.StartRequest{Campaign: examples.TaskID, Candidates: []string{"c1"}})
 	e := refusal(t, err)
 	require.Equal(t, ctl.CodeUnavailable, e.Code)
-	require.Contains(t, e.Message, round.ReasonNoReference)
+	require.Contains(t, e.Message, events.ReasonCampaignNoReference)
 	require.Equal(t, before, objects(), "nothing is stored")
 	require.Nil(t, h.lease(), "the pod is not taken")
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -123,11 +122,10 @@ func prefixed(who string, err error) error {
 // reference stores the campaign's BF16 reference for the runner, after
 // checking that its folder holds weights (nothing is stored otherwise).
 func (s *Service) reference(ctx context.Context, camp *campaign.Campaign) (events.BundleRef, error) {
-	dir := camp.ReferenceDir()
-	if w, err := filepath.Glob(filepath.Join(dir, "*.safetensors")); err != nil || len(w) == 0 {
-		return events.BundleRef{}, ctl.Refuse(ctl.CodeUnavailable, "%s: campaign %s has no BF16 reference checkpoint (no *.safetensors in %s)", ReasonNoReference, camp.TaskID, dir)
+	if err := camp.CheckReference(); err != nil {
+		return events.BundleRef{}, ctl.Refuse(ctl.CodeUnavailable, "%s: %s", events.ReasonCampaignNoReference, err.Error())
 	}
-	ref, err := artifact.PutDir(ctx, s.artifacts, dir)
+	ref, err := artifact.PutDir(ctx, s.artifacts, camp.ReferenceDir())
 	if err != nil {
 		return events.BundleRef{}, fmt.Errorf("campaign %s: store its BF16 reference: %w", camp.TaskID, err)
 	}

@@ -48,7 +48,7 @@ func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJo
 func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParams) (Result, error) {
 	st, err := suite.Load(env.Artifacts[0])
 	if err != nil {
-		return Result{}, Fail(ReasonBadSuite, err.Error())
+		return Result{}, Fail(events.ReasonSuiteInvalid, err.Error())
 	}
 	sim := env.Simulated()
 	qr, err := env.Job.Quality(ctx, p, env.Checkpoint, st, func(ctx context.Context, b []job.Graded) error {

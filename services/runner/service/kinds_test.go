@@ -44,7 +44,7 @@ func TestJobsTheRunnerRefuses(t *testing.T) {
 			message: []string{"efficiency, quality and sla", `"bogus"`}},
 		{id: "p1", kind: events.JobEfficiency, params: json.RawMessage(`{"engine":"not an object"}`), reason: service.ReasonBadParams,
 			message: []string{"params do not decode"}},
-		{id: "q1", kind: events.JobQuality, params: suiteParams, reason: service.ReasonArtifactMissing,
+		{id: "q1", kind: events.JobQuality, params: suiteParams, reason: events.ReasonArtifactMissing,
 			message: []string{"the campaign's eval suite is not in the artifact store"}, started: true},
 	} {
 		t.Run(tc.id, func(t *testing.T) {

@@ -38,10 +38,8 @@ const Name = "runner"
 
 // Reasons a job fails that are not the engine's.
 const (
-	ReasonUnknownKind     = "job_unknown_kind"
-	ReasonBadParams       = "job_bad_params"
-	ReasonArtifactMissing = "artifact_missing"
-	ReasonBadSuite        = "suite_invalid"
+	ReasonUnknownKind = "job_unknown_kind"
+	ReasonBadParams   = "job_bad_params"
 )
 
 // Options configure a runner.
@@ -187,14 +185,14 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	env := Env{Request: req}
 	env.Checkpoint, err = s.fetch(ctx, req.Checkpoint)
 	if errors.Is(err, artifact.ErrNotFound) || errors.Is(err, artifact.ErrCorrupt) {
-		return fail(ReasonArtifactMissing, "the checkpoint is not in the artifact store: "+err.Error(), "", 0)
+		return fail(events.ReasonArtifactMissing, "the checkpoint is not in the artifact store: "+err.Error(), "", 0)
 	} else if err != nil {
 		return bus.Retry(0, err)
 	}
 	for _, a := range work.fetch {
 		dir, err := s.fetch(ctx, a.Ref)
 		if errors.Is(err, artifact.ErrNotFound) || errors.Is(err, artifact.ErrCorrupt) {
-			return fail(ReasonArtifactMissing, a.What+" is not in the artifact store: "+err.Error(), "", 0)
+			return fail(events.ReasonArtifactMissing, a.What+" is not in the artifact store: "+err.Error(), "", 0)
 		} else if err != nil {
 			return bus.Retry(0, err)
 		}

@@ -177,7 +177,7 @@ func TestRunnerRunsJobsAndCachesTheReference(t *testing.T) {
 	request(t, ctx, b, "j4", events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/x.json", SHA256: strings.Repeat("0", 64)}, ref, command(""), small())
 	e = bustest.Await(t, b, outcomes(events.JobEfficiency, "j4"), events.RunnerJobCompleted, events.RunnerJobFailed)
 	require.NoError(t, json.Unmarshal(e.Data(), &f))
-	require.Equal(t, service.ReasonArtifactMissing, f.Reason)
+	require.Equal(t, events.ReasonArtifactMissing, f.Reason)
 }
 
 // TestKilledRunnerLeavesNoEngineAndTheJobMovesOn kills a runner process
