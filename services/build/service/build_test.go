@@ -15,6 +15,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
+	"github.com/lowbarena/lowbarena/events/artifact/artifacttest"
 	"github.com/lowbarena/lowbarena/events/stage"
 	"github.com/lowbarena/lowbarena/services/build/service"
 	"github.com/lowbarena/lowbarena/services/build/unpack"
@@ -122,7 +123,7 @@ func TestBuildDecides(t *testing.T) {
 			if tc.announce != nil {
 				tc.announce(&in.Bundle)
 			}
-			arts := newMemArtifacts()
+			arts := artifacttest.NewMemory()
 			b := &service.Builder{Uploads: uploads, Artifacts: arts, Bundles: &memBundles{}, WorkDir: t.TempDir(), Limits: tc.limits}
 			out, err := b.Build(context.Background(), in)
 			if tc.code != "" {
@@ -130,7 +131,7 @@ func TestBuildDecides(t *testing.T) {
 				require.NotNil(t, r, "a refusal, not a retry: %v", err)
 				require.Equal(t, tc.code, r.Code, r.Message)
 				require.NotEmpty(t, r.Message)
-				require.True(t, arts.empty(), "nothing refused reaches the artifact store")
+				require.True(t, arts.Empty(), "nothing refused reaches the artifact store")
 				return
 			}
 			require.NoError(t, err)
@@ -174,7 +175,7 @@ func TestBuildRecognisesADuplicate(t *testing.T) {
 	t.Parallel()
 	good := pack(t, folder(t, goodFiles()))
 	uploads := &memUploads{}
-	b := &service.Builder{Uploads: uploads, Artifacts: newMemArtifacts(), Bundles: &memBundles{}, WorkDir: t.TempDir()}
+	b := &service.Builder{Uploads: uploads, Artifacts: artifacttest.NewMemory(), Bundles: &memBundles{}, WorkDir: t.TempDir()}
 	build := func(id string, archive []byte) events.BuildCompletedData {
 		in := received(id, archive)
 		uploads.put(in.Bundle.Bucket, in.Bundle.Object, archive)
@@ -203,7 +204,7 @@ func TestBuildRetriesAStoreThatFails(t *testing.T) {
 	t.Parallel()
 	good := pack(t, folder(t, goodFiles()))
 	down := errors.New("nats: no responders")
-	b := &service.Builder{Uploads: &memUploads{err: down}, Artifacts: newMemArtifacts(), Bundles: &memBundles{}, WorkDir: t.TempDir()}
+	b := &service.Builder{Uploads: &memUploads{err: down}, Artifacts: artifacttest.NewMemory(), Bundles: &memBundles{}, WorkDir: t.TempDir()}
 	_, err := b.Build(context.Background(), received("sub", good))
 	require.ErrorIs(t, err, down)
 	require.Nil(t, stage.AsRefusal(err))

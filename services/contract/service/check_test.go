@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/artifact/artifacttest"
 	"github.com/lowbarena/lowbarena/events/bustest"
 	"github.com/lowbarena/lowbarena/events/stage"
 	"github.com/lowbarena/lowbarena/events/stage/stagetest"
@@ -54,7 +55,7 @@ func TestContractDecides(t *testing.T) {
 		// change edits the bundle folder before it is stored.
 		change func(t *testing.T, dir string)
 		// stored edits what the store holds or what build.completed says.
-		stored    func(s *memArtifacts, in *events.BuildCompletedData)
+		stored    func(s *artifacttest.Memory, in *events.BuildCompletedData)
 		campaigns campaign.Set
 		code      string // "" for a kept contract
 	}{
@@ -85,15 +86,17 @@ func TestContractDecides(t *testing.T) {
 		{name: "a missing shard", from: "fp8-w8a8", change: remove("model-00002-of-00002.safetensors"),
 			code: string(safetensors.CodeIndexShardMissing)},
 		{name: "the manifest is not stored", from: "int4-w4a16-g32",
-			stored: func(s *memArtifacts, in *events.BuildCompletedData) { delete(s.manifests, in.Artifact.Object) },
+			stored: func(s *artifacttest.Memory, in *events.BuildCompletedData) { s.DeleteManifest(in.Artifact.Object) },
 			code:   events.ReasonArtifactMissing},
 		{name: "the manifest is not the one built", from: "int4-w4a16-g32",
-			stored: func(_ *memArtifacts, in *events.BuildCompletedData) { in.Artifact.SHA256 = strings.Repeat("0", 64) },
-			code:   service.CodeArtifactCorrupt},
+			stored: func(_ *artifacttest.Memory, in *events.BuildCompletedData) {
+				in.Artifact.SHA256 = strings.Repeat("0", 64)
+			},
+			code: service.CodeArtifactCorrupt},
 		{name: "config.json is not stored", from: "int4-w4a16-g32",
-			stored: func(s *memArtifacts, in *events.BuildCompletedData) {
+			stored: func(s *artifacttest.Memory, in *events.BuildCompletedData) {
 				i := slices.IndexFunc(in.Files, func(f events.FileDigest) bool { return f.Path == "config.json" })
-				delete(s.files, in.Files[i].SHA256)
+				s.DeleteFile(in.Files[i].SHA256)
 			},
 			code: events.ReasonArtifactMissing},
 	}
@@ -106,7 +109,7 @@ func TestContractDecides(t *testing.T) {
 				dir = copyDir(t, ex.Dir)
 				tc.change(t, dir)
 			}
-			store := newMemArtifacts()
+			store := artifacttest.NewMemory()
 			in := put(t, store, "sub", dir)
 			if tc.stored != nil {
 				tc.stored(store, &in)
@@ -163,10 +166,10 @@ func TestContractDecides(t *testing.T) {
 func TestContractRetriesAStoreThatFails(t *testing.T) {
 	t.Parallel()
 	_, set, exs := writeExamples(t)
-	store := newMemArtifacts()
+	store := artifacttest.NewMemory()
 	in := put(t, store, "sub", exs["int4-w4a16-g32"].Dir)
 	down := errors.New("nats: no responders")
-	store.err = down
+	store.Fail(down)
 	_, err := (&service.Checker{Artifacts: store, Campaigns: set}).Run(context.Background(), in)
 	require.ErrorIs(t, err, down)
 	require.Nil(t, stage.AsRefusal(err))
