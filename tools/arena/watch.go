@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -151,7 +152,15 @@ func gist(ev event.Event) string {
 		if es, ok := d["entries"].([]any); ok {
 			for _, e := range es {
 				m, _ := e.(map[string]any)
-				out += fmt.Sprintf("\n      %-16v %-10v %-12v score %v %v", m["entry_id"], m["role"], m["status"], m["score"], m["reason"])
+				score := "—"
+				if v, ok := m["score"].(float64); ok {
+					score = strconv.FormatFloat(v, 'f', -1, 64)
+				}
+				line := fmt.Sprintf("\n      %-16v %-10v %-12v score %s", m["entry_id"], m["role"], m["status"], score)
+				if why, ok := m["reason"].(string); ok && why != "" {
+					line += " · " + why
+				}
+				out += line
 			}
 		}
 		return out
