@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/services/domain/examples"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 )
 
@@ -176,19 +177,18 @@ func TestRender(t *testing.T) {
 	// The documented vLLM and SGLang templates: the budget as a fraction
 	// of the GPU (22.653 GiB of an H200's 141 GiB is 0.1607), only when
 	// there is one, and each engine's name for the KV dtype.
-	vllm := "vllm serve {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{vllmKV .KVCacheDType}} --max-num-seqs {{.MaxNumSeqs}}{{if .GPUMemoryGiB}} --gpu-memory-utilization {{.GPUMemoryFraction}}{{end}}"
-	sglang := "python3 -m sglang.launch_server --model-path {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{sglangKV .KVCacheDType}} --max-running-requests {{.MaxNumSeqs}}{{if .GPUMemoryGiB}} --mem-fraction-static {{.GPUMemoryFraction}}{{end}} --enable-metrics"
+	vllm, sglang := examples.VLLMEngineCommand, examples.SGLangEngineCommand
 	for _, tc := range []struct {
 		tmpl string
 		p    engine.Params
 		want string
 	}{
 		{vllm, engine.Params{Checkpoint: "/ck", Port: 8001, KVCacheDType: "auto", MaxNumSeqs: 256},
-			"vllm serve /ck --port 8001 --kv-cache-dtype auto --max-num-seqs 256"},
+			"vllm serve /ck --host 127.0.0.1 --port 8001 --dtype auto --kv-cache-dtype auto --max-num-seqs 256 --max-model-len 32768 --no-enable-prefix-caching"},
 		{vllm, engine.Params{Checkpoint: "/ck", Port: 8001, KVCacheDType: "nvfp4", MaxNumSeqs: 256, GPUMemoryGiB: 22.653, GPUTotalGiB: 141},
-			"vllm serve /ck --port 8001 --kv-cache-dtype nvfp4 --max-num-seqs 256 --gpu-memory-utilization 0.1607"},
+			"vllm serve /ck --host 127.0.0.1 --port 8001 --dtype auto --kv-cache-dtype nvfp4 --max-num-seqs 256 --max-model-len 32768 --no-enable-prefix-caching --gpu-memory-utilization 0.1607"},
 		{sglang, engine.Params{Checkpoint: "/ck", Port: 30000, KVCacheDType: "fp8", MaxNumSeqs: 64, GPUMemoryGiB: 70.5, GPUTotalGiB: 141},
-			"python3 -m sglang.launch_server --model-path /ck --port 30000 --kv-cache-dtype fp8_e4m3 --max-running-requests 64 --mem-fraction-static 0.5 --enable-metrics"},
+			"python3 -m sglang.launch_server --model-path /ck --host 127.0.0.1 --port 30000 --kv-cache-dtype fp8_e4m3 --max-running-requests 64 --context-length 32768 --disable-radix-cache --enable-metrics --mem-fraction-static 0.5"},
 		{"vllm serve {{.Checkpoint}} --kv-cache-memory-bytes {{.GPUMemoryBytes}}", engine.Params{Checkpoint: "/ck", GPUMemoryGiB: 1.5},
 			"vllm serve /ck --kv-cache-memory-bytes 1610612736"},
 	} {
