@@ -8,7 +8,14 @@ require (
 	github.com/lowbarena/lowbarena/services/runtime v0.0.0
 	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats.go v1.56.0
+	github.com/prometheus/client_model v0.6.3
 	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pandatix/go-abnf v0.5.5 // indirect
+	github.com/prometheus/common v0.74.0
 )
 
 require (

@@ -11,6 +11,12 @@
 // integer (packed 4-bit) tensors counted as two parameters per byte. Prompt
 // tokens are ceil(len(text)/4) bytes (chat: message contents joined by
 // newlines). load_seconds is reported as half of --startup-seconds.
+//
+// It writes vLLM's start-up lines and serves vLLM's /metrics gauges, or
+// SGLang's with --imitate sglang (and /health_generate); with
+// --arena-endpoints=false it serves no /v1/lowbarena/memory or startup
+// report, as a real engine serves none, so the runner measures it from its
+// log and /metrics alone.
 package main
 
 import (
@@ -54,6 +60,8 @@ func run(args []string, stderr io.Writer) int {
 	overheadMS := fs.Float64("step-overhead-ms", 0.5, "fixed time per scheduler step")
 	seed := fs.Int64("seed", 0, "seed of the generated tokens")
 	faultStr := fs.String("fault", "none", "none|never-healthy|crash-on-start|die-after-tokens=N|malformed-sse|zero-tokens|lie-tokens|hang-after-tokens=N")
+	imitate := fs.String("imitate", "vllm", "whose start-up lines, health endpoints and /metrics names to imitate: vllm|sglang")
+	arena := fs.Bool("arena-endpoints", true, "serve /v1/lowbarena/memory and /v1/lowbarena/startup (false: only what a real engine serves, its log and /metrics)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -64,6 +72,10 @@ func run(args []string, stderr io.Writer) int {
 	gpu, ok := GPUs[*gpuKey]
 	if !ok {
 		logf("ERROR", "unknown --gpu %q", *gpuKey)
+		return 2
+	}
+	if *imitate != "vllm" && *imitate != "sglang" {
+		logf("ERROR", "unknown --imitate %q (vllm or sglang)", *imitate)
 		return 2
 	}
 	fault, err := ParseFault(*faultStr)
@@ -90,13 +102,17 @@ func run(args []string, stderr io.Writer) int {
 		logf("ERROR", "%v", err)
 		return 2
 	}
-	logf("INFO", "Loading weights took %.2f seconds", *startupSec/2)
-	logf("INFO", "Model loading took %.4f GiB and %.6f seconds", plan.WeightsBytes/GiB, *startupSec/2)
-	logf("INFO", "GPU KV cache size: %d tokens", plan.KVTokens())
+	if *imitate == "sglang" {
+		sglangStartup(logger, plan, *maxSeqs)
+	} else {
+		logf("INFO", "Loading weights took %.2f seconds", *startupSec/2)
+		logf("INFO", "Model loading took %.4f GiB and %.6f seconds", plan.WeightsBytes/GiB, *startupSec/2)
+		logf("INFO", "GPU KV cache size: %d tokens", plan.KVTokens())
+		logf("INFO", "Available KV cache memory: %.2f GiB", plan.KVPoolBytes/GiB)
+		logf("INFO", "Maximum concurrency for 32,768 tokens per request: %.2fx", float64(plan.KVTokens())/32768)
+		logf("INFO", "Graph capturing finished in 0 secs, took 0.17 GiB")
+	}
 	logf("INFO", "answer model: damage %.3f from the stored weight dtypes and kv_cache_dtype=%s (simulated accuracy)", Damage(m.Checkpoint, plan.KVDType), plan.KVDType)
-	logf("INFO", "Available KV cache memory: %.2f GiB", plan.KVPoolBytes/GiB)
-	logf("INFO", "Maximum concurrency for 32,768 tokens per request: %.2fx", float64(plan.KVTokens())/32768)
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
@@ -112,7 +128,7 @@ func run(args []string, stderr io.Writer) int {
 		}
 	}
 	srv := &Server{Plan: plan, Sched: sched, Fault: fault, ModelID: m.Name, StartupSeconds: *startupSec, Seed: *seed,
-		Damage: Damage(m.Checkpoint, plan.KVDType)}
+		Damage: Damage(m.Checkpoint, plan.KVDType), Imitate: *imitate, NoArenaEndpoints: !*arena}
 	schedCtx, schedCancel := context.WithCancel(context.Background())
 	defer schedCancel()
 	go sched.Run(schedCtx)
@@ -155,4 +171,22 @@ func run(args []string, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// sglangTorchKV is the torch dtype SGLang names a KV cache dtype by.
+var sglangTorchKV = map[string]string{"auto": "bfloat16", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn", "nvfp4": "float4_e2m1fn_x2"}
+
+// sglangStartup writes SGLang's start-up lines, in its wording
+// (model_runner.py, the memory pool, the CUDA graph runner, the
+// scheduler), with the plan's figures; SGLang's "GB" are GiB.
+func sglangStartup(logger *log.Logger, p Plan, maxSeqs int) {
+	at := func() string { return time.Now().UTC().Format("2006-01-02 15:04:05") }
+	capB := p.CapBytes
+	weights, pool := p.WeightsBytes/GiB, p.KVPoolBytes/GiB
+	logger.Printf("[%s] Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB.", at(), capB/GiB-weights, weights)
+	logger.Printf("[%s] Using KV cache dtype: torch.%s", at(), sglangTorchKV[p.KVDType])
+	logger.Printf("[%s] KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB", at(), p.KVTokens(), pool/2, pool/2)
+	logger.Printf("[%s] Memory pool end. avail mem=%.2f GB", at(), (capB-p.WeightsBytes-p.KVPoolBytes)/GiB)
+	logger.Printf("[%s] Capture cuda graph end. Time elapsed: 0.10 s. mem usage=0.17 GB. avail mem=%.2f GB.", at(), (capB-p.WeightsBytes-p.KVPoolBytes)/GiB-0.17)
+	logger.Printf("[%s] max_total_num_tokens=%d, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=%d, context_len=32768, available_gpu_mem=%.2f GB", at(), p.KVTokens(), maxSeqs, (capB-p.WeightsBytes-p.KVPoolBytes)/GiB-0.17)
 }

@@ -49,6 +49,12 @@ type Server struct {
 	// Damage is the answer model's damage of this checkpoint (Damage).
 	Damage float64
 	Seed   int64
+	// Imitate is whose health endpoints and metric names to serve:
+	// "vllm" (the default) or "sglang".
+	Imitate string
+	// NoArenaEndpoints leaves out /v1/lowbarena/memory and
+	// /v1/lowbarena/startup, as a real engine has neither.
+	NoArenaEndpoints bool
 
 	ready atomic.Bool
 	seq   atomic.Int64
@@ -61,11 +67,17 @@ func (s *Server) SetReady() { s.ready.Store(true) }
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
+	if s.Imitate == "sglang" {
+		mux.HandleFunc("GET /health_generate", s.health)
+	}
+	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, false) })
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, true) })
-	mux.HandleFunc("GET /v1/lowbarena/memory", s.memory)
-	mux.HandleFunc("GET /v1/lowbarena/startup", s.startup)
+	if !s.NoArenaEndpoints {
+		mux.HandleFunc("GET /v1/lowbarena/memory", s.memory)
+		mux.HandleFunc("GET /v1/lowbarena/startup", s.startup)
+	}
 	return mux
 }
 
@@ -127,6 +139,35 @@ func (s *Server) Memory() MemoryReport {
 }
 
 func (s *Server) memory(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, s.Memory()) }
+
+// metrics serves Prometheus text exposition under the imitated engine's
+// gauge names (vLLM: vllm:kv_cache_usage_perc, vllm:num_requests_running,
+// vllm:num_requests_waiting; SGLang: sglang:token_usage,
+// sglang:num_used_tokens, sglang:num_running_reqs, sglang:num_queue_reqs),
+// with their HELP texts, labelled by the served model.
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
+	st := s.Sched.Stats()
+	usage := 0.0
+	if s.Plan.KVPoolBytes > 0 {
+		usage = st.KVUsedBytes / s.Plan.KVPoolBytes
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	gauge := func(name, help, labels string, v float64) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s{%s} %s\n", name, help, name, name, labels, strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	if s.Imitate == "sglang" {
+		labels := fmt.Sprintf("model_name=%q", s.ModelID)
+		gauge("sglang:num_running_reqs", "The number of running requests.", labels, float64(st.Running))
+		gauge("sglang:num_used_tokens", "The number of used tokens.", labels, float64(st.ResidentTokens))
+		gauge("sglang:token_usage", "The token usage.", labels, usage)
+		gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", labels, float64(st.Waiting))
+		return
+	}
+	labels := fmt.Sprintf("engine=\"0\",model_name=%q", s.ModelID)
+	gauge("vllm:num_requests_running", "Number of requests in model execution batches.", labels, float64(st.Running))
+	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels, float64(st.Waiting))
+	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels, usage)
+}
 
 // MaxConcurrency is part of StartupReport.
 type MaxConcurrency struct {

@@ -268,6 +268,61 @@ func Write(dir string) ([]Example, error) {
 const EngineCommand = "simengine --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}} " +
 	"--max-num-seqs {{.MaxNumSeqs}} --gpu-memory-gib {{.GPUMemoryGiB}} --scale 3000 --kv-scale 144 --startup-seconds 0.5"
 
+// VLLMEngineCommand is the campaign engine to serve the checkpoints with
+// vLLM on a GPU (flags as vllm/engine/arg_utils.py and the CacheConfig it
+// reads define them): vLLM reads the quantization from the checkpoint's
+// config.json (quantization_config: compressed-tensors, modelopt, fp8,
+// gptq, awq), so no --quantization forces one method on every
+// submission; --kv-cache-dtype takes the declared KV dtype in vLLM's
+// names (auto, fp8, nvfp4, ...); prefix caching is off so repeated
+// prompts are measured, not served from cache; the budget replay limits
+// the engine with --gpu-memory-utilization, its budget as a fraction of
+// the GPU (the whole instance: weights, activations, CUDA graphs, KV).
+const VLLMEngineCommand = "vllm serve {{.Checkpoint}} --host 127.0.0.1 --port {{.Port}} --dtype auto " +
+	"--kv-cache-dtype {{vllmKV .KVCacheDType}} --max-num-seqs {{.MaxNumSeqs}} --max-model-len 32768 --no-enable-prefix-caching" +
+	"{{if .GPUMemoryGiB}} --gpu-memory-utilization {{.GPUMemoryFraction}}{{end}}"
+
+// SGLangEngineCommand is the campaign engine to serve the checkpoints with
+// SGLang (flags as python/sglang/srt/server_args.py defines them): it too
+// reads the quantization from config.json; --kv-cache-dtype in SGLang's
+// names (fp8_e4m3 for fp8; it has no nvfp4 KV cache, and says so); the
+// radix (prefix) cache off; --enable-metrics for /metrics, which the
+// runner reads the KV cache in use from; the budget as
+// --mem-fraction-static, which covers weights and the KV pool only (the
+// CUDA graphs and activations come on top, inside the cap's 4 GiB).
+const SGLangEngineCommand = "python3 -m sglang.launch_server --model-path {{.Checkpoint}} --host 127.0.0.1 --port {{.Port}} " +
+	"--kv-cache-dtype {{sglangKV .KVCacheDType}} --max-running-requests {{.MaxNumSeqs}} --context-length 32768 " +
+	"--disable-radix-cache --enable-metrics{{if .GPUMemoryGiB}} --mem-fraction-static {{.GPUMemoryFraction}}{{end}}"
+
+// EnginesDir is the folder of a campaign, beside campaign.json, holding
+// the engine blocks an operator can switch the campaign to.
+const EnginesDir = "engines"
+
+// enginesReadme says how to switch.
+const enginesReadme = `# Engines for this campaign
+
+campaign.json's "engine" block runs simengine, the simulated engine, so the
+arena runs on a machine without a GPU. On a GPU, replace that block with
+one of these (each file is {"engine": {...}}):
+
+    jq -s '.[0] * .[1]' campaign.json engines/vllm.json > c && mv c campaign.json
+    jq -s '.[0] * .[1]' campaign.json engines/sglang.json > c && mv c campaign.json
+
+- vllm.json: vllm serve; health at /health, KV cache in use from its
+  /metrics (vllm:kv_cache_usage_perc), start-up from its log.
+- sglang.json: python3 -m sglang.launch_server with --enable-metrics;
+  health at /health_generate (a one-token generation), KV cache in use
+  from sglang:token_usage, start-up from its log.
+
+Placeholders: {{.Checkpoint}} {{.Port}} {{.KVCacheDType}} {{.MaxNumSeqs}}
+{{.GPUMemoryGiB}} {{.GPUMemoryFraction}} (the budget over the GPU's
+memory; 0 outside the budget replay, hence the {{if .GPUMemoryGiB}}),
+{{.GPUMemoryBytes}}, and vllmKV and sglangKV, which name the declared KV
+dtype as each engine does. The runner measures the engine's memory from
+NVML's view of its processes and its /metrics, and the record says so
+(peak_memory.source).
+`
+
 // writeReference writes the campaign's BF16 reference checkpoint: the
 // source model's config and weights, as served.
 func writeReference(dir string, tensors []safetensors.Tensor, common map[string][]byte) error {
@@ -343,7 +398,27 @@ func writeCampaign(dir string, m *model) error {
 	if err != nil {
 		return err
 	}
-	return writeFiles(dir, map[string][]byte{"campaign.json": meta, "config.json": cfg, "tensors.json": tensors})
+	if err := writeFiles(dir, map[string][]byte{"campaign.json": meta, "config.json": cfg, "tensors.json": tensors}); err != nil {
+		return err
+	}
+	return writeEngines(filepath.Join(dir, EnginesDir))
+}
+
+// writeEngines writes the engine blocks an operator can switch the
+// campaign to, and how.
+func writeEngines(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("examples: %w", err)
+	}
+	files := map[string][]byte{"README.md": []byte(enginesReadme)}
+	for name, cmd := range map[string]string{"vllm.json": VLLMEngineCommand, "sglang.json": SGLangEngineCommand} {
+		b, err := jsonBytes(map[string]any{"engine": map[string]any{"command": cmd, "max_num_seqs": 256}})
+		if err != nil {
+			return err
+		}
+		files[name] = b
+	}
+	return writeFiles(dir, files)
 }
 
 func writeBundle(dir string, s spec, tensors []safetensors.Tensor, common map[string][]byte) error {

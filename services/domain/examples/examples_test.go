@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"io/fs"
 	"math"
 	"os"
@@ -337,4 +338,33 @@ func TestDishonestShareSource(t *testing.T) {
 	_, src := tensorData(t, sub("bf16-reference"), w+".weight")
 	_, got := tensorData(t, sub("bf16-declared-w4"), w+".weight")
 	require.Equal(t, src, got)
+}
+
+// TestEngineAlternatives: each engine block beside the campaign, put in
+// campaign.json's place as its README says, gives a campaign that loads,
+// serving with that engine's command.
+func TestEngineAlternatives(t *testing.T) {
+	t.Parallel()
+	dir, _ := written(t)
+	camp := filepath.Join(dir, "campaigns", examples.TaskID)
+	base, err := os.ReadFile(filepath.Join(camp, campaign.File))
+	require.NoError(t, err)
+	for name, want := range map[string]string{"vllm.json": examples.VLLMEngineCommand, "sglang.json": examples.SGLangEngineCommand} {
+		alt, err := os.ReadFile(filepath.Join(camp, examples.EnginesDir, name))
+		require.NoError(t, err)
+		var meta, block map[string]any
+		require.NoError(t, json.Unmarshal(base, &meta))
+		require.NoError(t, json.Unmarshal(alt, &block))
+		meta["engine"] = block["engine"]
+		merged, err := json.Marshal(meta)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(camp, campaign.File), merged, 0o644))
+		c, err := campaign.Load(camp)
+		require.NoError(t, err, name)
+		require.Equal(t, want, c.Engine.Command, name)
+		require.Equal(t, 256, c.Engine.MaxNumSeqs, name)
+	}
+	readme, err := os.ReadFile(filepath.Join(camp, examples.EnginesDir, "README.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "engines/vllm.json")
 }

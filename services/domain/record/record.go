@@ -302,7 +302,29 @@ type PeakMemory struct {
 	OtherGiB        float64 `json:"other_gib"`
 	PeakGiB         float64 `json:"peak_gib"`
 	WeightsGiB      float64 `json:"weights_gib"`
+	// Source names where the breakdown came from (one of the
+	// MemoryFrom* values); empty in records older than it.
+	Source string `json:"source,omitempty"`
 }
+
+// Where a peak's breakdown comes from (PeakMemory.Source).
+const (
+	// MemoryFromEngineReport: the engine's own memory report
+	// (/v1/lowbarena/memory: simengine, or an engine with the arena's
+	// patch).
+	MemoryFromEngineReport = "engine_report"
+	// MemoryFromMetricsNVML: the KV cache in use from the engine's
+	// Prometheus /metrics times its KV pool, weights and the pool from its
+	// start-up lines, other = the memory NVML saw its processes hold less
+	// weights and pool.
+	MemoryFromMetricsNVML = "metrics+nvml"
+	// MemoryFromMetrics: as MemoryFromMetricsNVML without NVML (no GPU):
+	// other is the CUDA graph memory of its start-up lines, a lower bound.
+	MemoryFromMetrics = "metrics"
+	// MemoryFromNVML: no report and no metrics: the peak is what NVML saw
+	// the engine's processes hold, kv_gib the whole KV pool it reserved.
+	MemoryFromNVML = "nvml"
+)
 
 // Engine is what the engine reported at start-up and the budget replay.
 type Engine struct {

@@ -13,8 +13,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -24,16 +26,7 @@ import (
 	"syscall"
 	"text/template"
 	"time"
-)
-
-// Reasons a job fails for its engine. They are stable codes.
-const (
-	ReasonOOM           = "engine_oom"
-	ReasonHealthTimeout = "engine_health_timeout"
-	ReasonCrashed       = "engine_crashed"
-	ReasonBadCheckpoint = "engine_bad_checkpoint"
-	ReasonBadCommand    = "engine_bad_command"
-	ReasonOverCap       = "engine_over_memory_cap"
+	"unicode/utf8"
 )
 
 // Params fill the command template.
@@ -42,15 +35,63 @@ type Params struct {
 	Port         int
 	KVCacheDType string
 	MaxNumSeqs   int
+	// GPUMemoryGiB is the memory the engine may use (0: the whole GPU).
 	GPUMemoryGiB float64
+	// GPUMemoryFraction is GPUMemoryGiB over the GPU's total memory,
+	// rounded to 4 places, for engines that take a fraction (vLLM's
+	// --gpu-memory-utilization, SGLang's --mem-fraction-static); 0 when
+	// GPUMemoryGiB is 0. Render fills it from GPUTotalGiB.
+	GPUMemoryFraction float64
+	// GPUMemoryBytes is GPUMemoryGiB in bytes (vLLM's
+	// --kv-cache-memory-bytes takes bytes).
+	GPUMemoryBytes int64
+	// GPUTotalGiB is the GPU's memory, what the fraction is of.
+	GPUTotalGiB float64
+}
+
+// funcs are the template's functions: each engine's name for the arena's
+// KV cache dtypes (the declaration's "fp8", "nvfp4", "auto", "bf16").
+var funcs = template.FuncMap{
+	// vllmKV: vLLM's --kv-cache-dtype takes auto, bfloat16, fp8,
+	// fp8_e4m3, fp8_e5m2, nvfp4 (vllm/config/cache.py CacheDType).
+	"vllmKV": func(s string) string {
+		switch strings.ToLower(s) {
+		case "", "auto":
+			return "auto"
+		case "bf16", "bfloat16":
+			return "bfloat16"
+		}
+		return s
+	},
+	// sglangKV: SGLang's --kv-cache-dtype takes auto, fp8_e5m2,
+	// fp8_e4m3, bf16, bfloat16, fp4_e2m1 (server_args.py); "fp8" is
+	// fp8_e4m3 there. Others pass unchanged, so SGLang itself refuses
+	// what it does not support (engine_unsupported_quantization).
+	"sglangKV": func(s string) string {
+		switch strings.ToLower(s) {
+		case "", "auto":
+			return "auto"
+		case "fp8":
+			return "fp8_e4m3"
+		}
+		return s
+	},
 }
 
 // Render fills a command template ({{.Checkpoint}} {{.Port}}
-// {{.KVCacheDType}} {{.MaxNumSeqs}} {{.GPUMemoryGiB}}) and splits it into
-// words. Words are split on spaces after filling; values are the runner's,
-// not the participant's, so they hold no spaces.
+// {{.KVCacheDType}} {{.MaxNumSeqs}} {{.GPUMemoryGiB}}
+// {{.GPUMemoryFraction}} {{.GPUMemoryBytes}}, the functions vllmKV and
+// sglangKV) and splits it into words. Words are split on spaces after
+// filling; values are the runner's, not the participant's, so they hold no
+// spaces.
 func Render(tmpl string, p Params) ([]string, error) {
-	t, err := template.New("engine").Option("missingkey=error").Parse(tmpl)
+	if p.GPUMemoryGiB > 0 {
+		p.GPUMemoryBytes = int64(p.GPUMemoryGiB * (1 << 30))
+		if p.GPUTotalGiB > 0 {
+			p.GPUMemoryFraction = math.Round(min(p.GPUMemoryGiB/p.GPUTotalGiB, 1)*1e4) / 1e4
+		}
+	}
+	t, err := template.New("engine").Option("missingkey=error").Funcs(funcs).Parse(tmpl)
 	if err != nil {
 		return nil, &Failure{Reason: ReasonBadCommand, Message: fmt.Sprintf("the engine command template does not parse: %v", err)}
 	}
@@ -70,6 +111,11 @@ type Failure struct {
 	Reason  string
 	Message string
 	LogTail string
+	// Phase is where an engine_oom happened (PhaseWeights,
+	// PhaseCUDAGraph, PhaseKVCache, PhaseServing; "" when unknown).
+	Phase string
+	// Exit is how the process ended ("exit status 1"), when it did.
+	Exit string
 }
 
 func (f *Failure) Error() string { return f.Reason + ": " + f.Message }
@@ -89,7 +135,8 @@ type Options struct {
 	Command []string
 	// Env is added to the runner's environment.
 	Env []string
-	// Port is where it serves; HealthPath is polled there (default /health).
+	// Port is where it serves; HealthPath is polled there (default: the
+	// family's of Detect(Command)).
 	Port       int
 	HealthPath string
 	// HealthTimeout bounds the wait for health; default 10 minutes (vLLM
@@ -103,13 +150,15 @@ type Options struct {
 
 // Engine is a started engine process.
 type Engine struct {
-	opts    Options
-	cmd     *exec.Cmd
-	tail    *tail
-	done    chan struct{}
-	err     error // the process's exit, once done is closed
-	stopMu  sync.Mutex
-	stopped bool
+	opts Options
+	// probeErr is the last health probe's error, in the records' form.
+	probeErr string
+	cmd      *exec.Cmd
+	tail     *tail
+	done     chan struct{}
+	err      error // the process's exit, once done is closed
+	stopMu   sync.Mutex
+	stopped  bool
 }
 
 // Start starts the engine and waits until it is healthy, it exits, the
@@ -117,7 +166,7 @@ type Engine struct {
 // stopped before Start returns.
 func Start(ctx context.Context, o Options) (*Engine, error) {
 	if o.HealthPath == "" {
-		o.HealthPath = "/health"
+		o.HealthPath = Detect(o.Command).HealthPath
 	}
 	if o.HealthTimeout <= 0 {
 		o.HealthTimeout = 10 * time.Minute
@@ -160,32 +209,73 @@ func (e *Engine) waitHealthy(ctx context.Context) error {
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	probe := func() bool {
+		resp, err := client.Get(url)
+		if err != nil {
+			e.probeErr = probeError(err)
+			return false
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return true
+		}
+		e.probeErr = fmt.Sprintf("HTTP %d from %s", resp.StatusCode, e.opts.HealthPath)
+		return false
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-e.done:
-			return e.classify("engine died before becoming healthy")
+			if e.probeErr == "" {
+				probe() // it died before the first probe: ask once, as a watcher would have
+			}
+			return e.classify("engine died before becoming healthy", e.probeErr)
 		case <-deadline.C:
+			last := e.probeErr
+			if last == "" {
+				last = lastError(e.tail.String())
+			}
 			return &Failure{Reason: ReasonHealthTimeout, LogTail: e.tail.String(),
-				Message: fmt.Sprintf("engine did not become healthy within %s (last error: %s); container log tail: %s", e.opts.HealthTimeout, lastError(e.tail.String()), e.tail.String())}
+				Message: fmt.Sprintf("engine did not become healthy within %s (last error: %s); container log tail: %s", e.opts.HealthTimeout, last, oneLine(e.tail.String(), MessageTail))}
 		case <-tick.C:
-			resp, err := client.Get(url)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return nil
-				}
+			if probe() {
+				return nil
 			}
 		}
 	}
+}
+
+// probeError writes a failed health probe as the arena's records do, in
+// Python's form of an OS error ("[Errno 111] Connection refused"), so a
+// refused connection reads the same whichever runner saw it.
+func probeError(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		s := errno.Error()
+		if s != "" {
+			s = strings.ToUpper(s[:1]) + s[1:]
+		}
+		return fmt.Sprintf("[Errno %d] %s", int(errno), s)
+	}
+	var ue *neturl.Error
+	if errors.As(err, &ue) && ue.Timeout() {
+		return "timed out"
+	}
+	return err.Error()
 }
 
 // Exited is closed when the engine process has exited.
 func (e *Engine) Exited() <-chan struct{} { return e.done }
 
 // Failure classifies an engine that exited while it served.
-func (e *Engine) Failure() *Failure { return e.classify("engine died while serving") }
+func (e *Engine) Failure() *Failure {
+	f := e.classify("engine died while serving", lastError(e.tail.String()))
+	if f.Reason == ReasonOOM && f.Phase == "" {
+		f.Phase = PhaseServing
+	}
+	return f
+}
 
 // Tail returns the kept log lines.
 func (e *Engine) Tail() string { return e.tail.String() }
@@ -215,29 +305,34 @@ func (e *Engine) Stop() {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
-var (
-	oomPattern  = regexp.MustCompile(`(?i)out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|No available memory for the cache blocks`)
-	ckptPattern = regexp.MustCompile(`(?i)SafetensorError|safetensors:|invalid checkpoint|Error loading model|HeaderTooLarge`)
-	errPattern  = regexp.MustCompile(`(?i)error|exception|fatal`)
-)
+var errPattern = regexp.MustCompile(`(?i)error|exception|fatal`)
 
-// classify names why the engine exited, from its exit and its log tail,
-// in the records' sentence form.
-func (e *Engine) classify(what string) *Failure {
+// MessageTail is how much of the flattened log tail a failure's message
+// keeps: its last characters, as the arena's records keep them (the
+// round page's tails run to about 3,700 characters).
+const MessageTail = 4000
+
+// classify names why the engine exited, from its log tail (Classify), in
+// the records' sentence form: "engine died before becoming healthy (last
+// error: [Errno 111] Connection refused); container log tail: ...".
+func (e *Engine) classify(what, last string) *Failure {
 	logTail := e.tail.String()
-	reason := ReasonCrashed
-	switch {
-	case oomPattern.MatchString(logTail):
-		reason = ReasonOOM
-	case ckptPattern.MatchString(logTail):
-		reason = ReasonBadCheckpoint
-	}
+	reason, phase := Classify(logTail)
 	exit := "exited"
 	if e.err != nil {
 		exit = e.err.Error()
 	}
-	return &Failure{Reason: reason, LogTail: logTail,
-		Message: fmt.Sprintf("%s (%s; last error: %s); container log tail: %s", what, exit, lastError(logTail), oneLine(logTail, 600))}
+	if last == "" {
+		last = "none logged"
+	}
+	return &Failure{Reason: reason, Phase: phase, Exit: exit, LogTail: logTail,
+		Message: FailureMessage(what, last, logTail)}
+}
+
+// FailureMessage is a failure's sentence: what happened, the last error
+// seen and the log tail on one line (its last MessageTail characters).
+func FailureMessage(what, last, logTail string) string {
+	return fmt.Sprintf("%s (last error: %s); container log tail: %s", what, last, oneLine(logTail, MessageTail))
 }
 
 // lastError is the last log line that looks like an error.
@@ -251,10 +346,17 @@ func lastError(logTail string) string {
 	return "none logged"
 }
 
+// oneLine joins s's words with single spaces and keeps its last n bytes
+// (whole characters), cut as the arena's records cut a tail: mid-word,
+// without a mark.
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > n {
-		s = "..." + s[len(s)-n:]
+		i := len(s) - n
+		for i < len(s) && !utf8.RuneStart(s[i]) {
+			i++
+		}
+		s = s[i:]
 	}
 	return s
 }

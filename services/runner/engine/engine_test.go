@@ -10,12 +10,14 @@ import (
 	"os/signal"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/services/domain/examples"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 )
 
@@ -30,6 +32,16 @@ func TestMain(m *testing.M) {
 }
 
 func fakeEngine(mode, port string) {
+	if mode == "replay" {
+		// An engine that prints a recorded log and dies before it
+		// listens, as the round page's SGLang engines did.
+		b, err := os.ReadFile(os.Getenv("LOWBARENA_FAKE_LOG"))
+		if err != nil {
+			panic(err)
+		}
+		os.Stderr.Write(b)
+		os.Exit(1)
+	}
 	fmt.Println("INFO starting fake engine, mode", mode)
 	switch mode {
 	case "oom":
@@ -121,7 +133,7 @@ func TestStartClassifiesFailures(t *testing.T) {
 		mode, reason, says string
 	}{
 		{"oom", engine.ReasonOOM, "engine died before becoming healthy"},
-		{"crash", engine.ReasonCrashed, "last error: RuntimeError: engine core initialisation failed"},
+		{"crash", engine.ReasonCrashed, "last error: [Errno 111] Connection refused); container log tail: INFO starting fake engine, mode crash RuntimeError: engine core initialisation failed"},
 		{"badckpt", engine.ReasonBadCheckpoint, "header_truncated"},
 		{"unhealthy", engine.ReasonHealthTimeout, "did not become healthy within 3s"},
 	}
@@ -161,6 +173,29 @@ func TestRender(t *testing.T) {
 		engine.Params{Checkpoint: "/ck", Port: 8001, KVCacheDType: "fp8", MaxNumSeqs: 64, GPUMemoryGiB: 22.653})
 	require.NoError(t, err)
 	require.Equal(t, []string{"simengine", "--checkpoint", "/ck", "--port", "8001", "--kv-cache-dtype", "fp8", "--max-num-seqs", "64", "--gpu-memory-gib", "22.653"}, got)
+
+	// The documented vLLM and SGLang templates: the budget as a fraction
+	// of the GPU (22.653 GiB of an H200's 141 GiB is 0.1607), only when
+	// there is one, and each engine's name for the KV dtype.
+	vllm, sglang := examples.VLLMEngineCommand, examples.SGLangEngineCommand
+	for _, tc := range []struct {
+		tmpl string
+		p    engine.Params
+		want string
+	}{
+		{vllm, engine.Params{Checkpoint: "/ck", Port: 8001, KVCacheDType: "auto", MaxNumSeqs: 256},
+			"vllm serve /ck --host 127.0.0.1 --port 8001 --dtype auto --kv-cache-dtype auto --max-num-seqs 256 --max-model-len 32768 --no-enable-prefix-caching"},
+		{vllm, engine.Params{Checkpoint: "/ck", Port: 8001, KVCacheDType: "nvfp4", MaxNumSeqs: 256, GPUMemoryGiB: 22.653, GPUTotalGiB: 141},
+			"vllm serve /ck --host 127.0.0.1 --port 8001 --dtype auto --kv-cache-dtype nvfp4 --max-num-seqs 256 --max-model-len 32768 --no-enable-prefix-caching --gpu-memory-utilization 0.1607"},
+		{sglang, engine.Params{Checkpoint: "/ck", Port: 30000, KVCacheDType: "fp8", MaxNumSeqs: 64, GPUMemoryGiB: 70.5, GPUTotalGiB: 141},
+			"python3 -m sglang.launch_server --model-path /ck --host 127.0.0.1 --port 30000 --kv-cache-dtype fp8_e4m3 --max-running-requests 64 --context-length 32768 --disable-radix-cache --enable-metrics --mem-fraction-static 0.5"},
+		{"vllm serve {{.Checkpoint}} --kv-cache-memory-bytes {{.GPUMemoryBytes}}", engine.Params{Checkpoint: "/ck", GPUMemoryGiB: 1.5},
+			"vllm serve /ck --kv-cache-memory-bytes 1610612736"},
+	} {
+		got, err := engine.Render(tc.tmpl, tc.p)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, strings.Join(got, " "))
+	}
 	for _, bad := range []string{"", "vllm {{.Nope}}", "vllm {{.Port"} {
 		_, err := engine.Render(bad, engine.Params{})
 		require.Equal(t, engine.ReasonBadCommand, engine.AsFailure(err).Reason, bad)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
@@ -141,6 +142,7 @@ func TestEfficiencyMeasuresCandidateBesideReference(t *testing.T) {
 		require.InDelta(t, 32.0, b.Peak.WeightsGiB, 0.01, w)
 		require.Equal(t, c.Full, c.Running, "%s: the unconstrained engine holds every request", w)
 		require.Greater(t, c.Peak.KVBytesPerToken, 0.0)
+		require.Equal(t, record.MemoryFromEngineReport, c.Peak.Source, w)
 		// Budget replay: under 1.02 x its peak the engine holds its
 		// requests and keeps its rate.
 		bud := out.Budget[w+"@1.02"]
@@ -212,6 +214,80 @@ func TestServeFailuresAreClassified(t *testing.T) {
 	r, _, _ := runner(t)
 	_, err := r.Serve(context.Background(), job.Launch{Run: "after", Command: command(""), Checkpoint: ck, KVCacheDType: "auto", MaxNumSeqs: 64}, wl)
 	require.NoError(t, err)
+}
+
+// TestServeWithoutArenaEndpoints runs a real engine process that serves
+// what vLLM or SGLang serve and nothing of the arena's (simengine with
+// --arena-endpoints=false, imitating each): the runner reads its start-up
+// from its log, finds it healthy at the family's endpoint, and measures
+// its peak from its /metrics, naming that source.
+func TestServeWithoutArenaEndpoints(t *testing.T) {
+	ck := writeCheckpoint(t, "BF16", 4<<20)
+	wl := []loadgen.Workload{{Name: "serve", Concurrency: 8, Requests: 16, PromptWords: 64, MaxTokens: 48}}
+	r, _, _ := runner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The same engine with its report, for the figures both must share.
+	withReport, err := r.Serve(ctx, job.Launch{Run: "report", Command: command(""), Checkpoint: ck, KVCacheDType: "fp8", MaxNumSeqs: 64}, wl)
+	require.NoError(t, err)
+	want := withReport.Workloads["serve"].Peak
+	require.Equal(t, record.MemoryFromEngineReport, want.Source)
+	for _, engineName := range []string{"vllm", "sglang"} {
+		t.Run(engineName, func(t *testing.T) {
+			out, err := r.Serve(ctx, job.Launch{Run: engineName, Command: command("--arena-endpoints=false --imitate " + engineName),
+				Checkpoint: ck, KVCacheDType: "fp8", MaxNumSeqs: 64}, wl)
+			require.NoError(t, err)
+			st := out.Startup
+			require.InDelta(t, withReport.Startup.KVCacheTokens, st.KVCacheTokens, 0, "the pool's tokens, from the start-up lines")
+			require.InDelta(t, withReport.Startup.KVCacheGiB, st.KVCacheGiB, 0.011)
+			require.Contains(t, []string{"fp8", "fp8_e4m3"}, st.KVCacheDType)
+			got := out.Workloads["serve"]
+			require.Equal(t, record.MemoryFromMetrics, got.Peak.Source)
+			require.InDelta(t, want.WeightsGiB, got.Peak.WeightsGiB, 0.01, "weights from the start-up lines")
+			require.InDelta(t, 0.17, got.Peak.OtherGiB, 1e-9, "other is the CUDA graph memory the log names")
+			require.Greater(t, got.Peak.KVGiB, 0.0, "KV in use from /metrics")
+			require.Less(t, got.Peak.KVGiB, st.KVCacheGiB)
+			require.InDelta(t, got.Peak.KVGiB/st.KVCacheGiB, got.Peak.KVUsage, 0.001)
+			require.InDelta(t, got.Peak.WeightsGiB+got.Peak.KVGiB+got.Peak.OtherGiB, got.Peak.PeakGiB, 0.002)
+			require.Equal(t, got.Full, got.Running, "the engine's own running count, from /metrics")
+			require.True(t, out.Simulated)
+		})
+	}
+}
+
+func TestParseStartupSGLang(t *testing.T) {
+	// SGLang's lines as it prints them (sgl-project/sglang#7691,
+	// #11830, #27537).
+	for _, tc := range []struct {
+		log                  string
+		weights, pool, graph float64
+		tokens               float64
+		dtype                string
+		perRequest           int
+		sequences            float64
+	}{
+		{`[2025-07-02 07:41:58 DP0 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=21.73 GB, mem usage=166.59 GB.
+[2025-11-30 12:50:10] Using KV cache dtype: torch.bfloat16
+[2025-11-30 12:50:10] KV Cache is allocated. #tokens: 2243474, K size: 59.91 GB, V size: 59.91 GB
+[2025-11-30 12:50:10] Memory pool end. avail mem=40.03 GB
+[2025-11-30 12:50:15] Capture cuda graph end. Time elapsed: 5.37 s. mem usage=1.44 GB. avail mem=38.05 GB.`,
+			166.59, 119.82, 1.44, 2243474, "bf16", 0, 0},
+		{`[2026-06-08 07:20:53 TP0] KV Cache is allocated. dtype: torch.float8_e4m3fn, #tokens: 1106304, K size: 25.32 GB, V size: 25.32 GB
+[2026-06-08 07:20:53 TP0] Memory pool end. avail mem=12.05 GB
+[2026-06-08 07:20:55 TP0] max_total_num_tokens=1106304, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=4096, context_len=32768, available_gpu_mem=11.80 GB`,
+			0, 50.64, 0, 1106304, "fp8_e4m3", 32768, 33.76},
+	} {
+		s, ok := job.ParseStartup(tc.log)
+		require.True(t, ok)
+		require.Equal(t, tc.weights, s.WeightsGiB)
+		require.Equal(t, tc.pool, s.KVCacheGiB)
+		require.Equal(t, tc.tokens, s.KVCacheTokens)
+		require.InDelta(t, tc.pool*(1<<30)/tc.tokens, s.KVBytesPerToken, 1e-6)
+		require.Equal(t, tc.graph, s.CUDAGraphGiB)
+		require.Equal(t, tc.dtype, s.KVCacheDType)
+		require.Equal(t, tc.perRequest, s.MaxConcurrency.TokensPerRequest)
+		require.Equal(t, tc.sequences, s.MaxConcurrency.Sequences)
+	}
 }
 
 func TestParseStartup(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/services/domain/formula"
 	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/runner/telemetry"
 )
 
 // memoryPath is where an engine reports its memory layout (simengine
@@ -131,5 +132,94 @@ func (p *probe) result(poolGiB float64) (record.PeakMemory, int, bool) {
 	return record.PeakMemory{
 		WeightsGiB: formula.Round(pk.WeightsGiB, 3), KVGiB: formula.Round(pk.KVGiB, 3), OtherGiB: formula.Round(pk.OtherGiB, 3),
 		PeakGiB: pk.PeakGiB(), KVUsage: pk.KVUsage(), KVBytesPerToken: pk.KVBytesPerToken(),
+		Source: record.MemoryFromEngineReport,
+	}, p.running, true
+}
+
+// metricsProbe polls an engine's Prometheus /metrics during a workload
+// and keeps the most KV cache in use and the most requests running: the
+// peak of an engine that serves no memory report (vLLM, SGLang).
+type metricsProbe struct {
+	url string
+	hc  *http.Client
+
+	mu      sync.Mutex
+	usage   float64
+	tokens  float64 // -1: the engine does not count its tokens
+	running int
+	seen    bool
+	engine  string
+}
+
+func (p *metricsProbe) reset() {
+	p.mu.Lock()
+	p.usage, p.tokens, p.running, p.seen = 0, -1, 0, false
+	p.mu.Unlock()
+}
+
+// run polls until ctx ends; an engine without metrics, or with none of
+// the engines' gauges, stops it at once.
+func (p *metricsProbe) run(ctx context.Context, every time.Duration) {
+	if p.url == "" {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		m, err := telemetry.ScrapeMetrics(ctx, p.hc, p.url)
+		switch {
+		case errors.Is(err, telemetry.ErrNoMetricsEndpoint), errors.Is(err, telemetry.ErrNoEngineMetrics):
+			return
+		case err == nil:
+			p.mu.Lock()
+			if !p.seen || m.KVUsage >= p.usage {
+				p.usage, p.tokens = m.KVUsage, m.UsedTokens
+			}
+			p.running = max(p.running, int(m.Running))
+			p.seen, p.engine = true, m.Engine
+			p.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// peakWithoutReport is the peak breakdown of an engine that gave no
+// memory report, from what the runner saw itself: the KV cache in use
+// from its metrics (usage times the pool of its start-up), weights and
+// pool from its start-up lines, and the memory NVML saw its processes
+// hold (procBytes, 0 without NVML). ok is false when there is neither
+// metrics nor NVML: then nothing measured the engine's memory. The
+// record's source says which of them the figures come from.
+func (p *metricsProbe) peakWithoutReport(st record.Startup, procBytes uint64) (record.PeakMemory, int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	procGiB := float64(procBytes) / formula.GiB
+	pk := formula.Peak{WeightsGiB: st.WeightsGiB, PoolGiB: st.KVCacheGiB}
+	var source string
+	switch {
+	case p.seen:
+		pk.KVGiB = p.usage * st.KVCacheGiB
+		pk.ResidentTokens = p.tokens
+		if p.tokens < 0 {
+			pk.ResidentTokens = p.usage * st.KVCacheTokens
+		}
+		if procBytes > 0 {
+			pk.OtherGiB, source = max(0, procGiB-st.WeightsGiB-st.KVCacheGiB), record.MemoryFromMetricsNVML
+		} else {
+			pk.OtherGiB, source = st.CUDAGraphGiB, record.MemoryFromMetrics
+		}
+	case procBytes > 0:
+		pk.KVGiB = st.KVCacheGiB
+		pk.OtherGiB, source = max(0, procGiB-st.WeightsGiB-st.KVCacheGiB), record.MemoryFromNVML
+	default:
+		return record.PeakMemory{}, 0, false
+	}
+	return record.PeakMemory{
+		WeightsGiB: formula.Round(pk.WeightsGiB, 3), KVGiB: formula.Round(pk.KVGiB, 3), OtherGiB: formula.Round(pk.OtherGiB, 3),
+		PeakGiB: pk.PeakGiB(), KVUsage: pk.KVUsage(), KVBytesPerToken: pk.KVBytesPerToken(), Source: source,
 	}, p.running, true
 }

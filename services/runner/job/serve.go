@@ -95,15 +95,21 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 	return r.session(ctx, l, len(workloads), func(ss *session, out *Served) error {
 		ctx, jctx, e, base, hc, sampler := ss.ctx, ss.jctx, ss.e, ss.base, ss.hc, ss.sampler
 		pr := &probe{url: base + memoryPath, hc: hc}
+		mp := &metricsProbe{hc: hc}
+		if ss.family.MetricsPath != "" {
+			mp.url = base + ss.family.MetricsPath
+		}
 		client := &loadgen.Client{BaseURL: base, Model: ss.model, IdleTimeout: r.IdleTimeout}
 		out.Workloads = make(map[string]WorkloadResult, len(workloads))
 		for i, w := range workloads {
 			r.progress(w.Name+" "+l.Run, i, len(workloads))
 			pr.reset()
+			mp.reset()
 			sampler.ResetPeak()
 			pctx, stopProbe := context.WithCancel(jctx)
 			var pwg sync.WaitGroup
 			pwg.Go(func() { pr.run(pctx, r.interval()) })
+			pwg.Go(func() { mp.run(pctx, r.interval()) })
 			res, err := client.Run(jctx, w)
 			stopProbe()
 			pwg.Wait()
@@ -120,7 +126,13 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 				ITLP50: res.ITLP50, ITLP90: res.ITLP90, ITLP99: res.ITLP99, Tokens: res.OutputTokens}
 			devicePeak := formula.Round(float64(sampler.Peak())/formula.GiB, 3)
 			out.DevicePeakGiB = max(out.DevicePeakGiB, devicePeak)
-			if pk, running, ok := pr.result(out.Startup.KVCacheGiB); ok {
+			// The engine's own report where it serves one; else its
+			// metrics and NVML's view of its processes.
+			pk, running, ok := pr.result(out.Startup.KVCacheGiB)
+			if !ok {
+				pk, running, ok = mp.peakWithoutReport(out.Startup, sampler.ProcPeak())
+			}
+			if ok {
 				wr.Peak = pk
 				if running > 0 {
 					wr.Running = min(running, w.Concurrency)
@@ -139,21 +151,38 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 // path. steps is the count of body's phases, for progress.
 func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss *session, out *Served) error) (out Served, err error) {
 	t0 := time.Now()
-	port, err := freePort()
-	if err != nil {
-		return out, err
-	}
-	argv, err := engine.Render(l.Command, engine.Params{Checkpoint: l.Checkpoint, Port: port,
-		KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs, GPUMemoryGiB: l.GPUMemoryGiB})
-	if err != nil {
-		return out, err
-	}
 	r.progress("starting_engine "+l.Run, 0, steps)
-	e, err := engine.Start(ctx, engine.Options{Command: argv, Port: port, HealthTimeout: r.HealthTimeout,
-		StopGrace: r.StopGrace, TailLines: 200})
-	if err != nil {
+	var (
+		e      *engine.Engine
+		port   int
+		family engine.Family
+	)
+	// A port taken between freePort and the engine's bind is the
+	// runner's race, not the engine's failure: start again on another
+	// port, up to three times.
+	for attempt := 1; ; attempt++ {
+		if port, err = freePort(); err != nil {
+			return out, err
+		}
+		argv, err := engine.Render(l.Command, engine.Params{Checkpoint: l.Checkpoint, Port: port,
+			KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs, GPUMemoryGiB: l.GPUMemoryGiB, GPUTotalGiB: r.gpuTotalGiB()})
+		if err != nil {
+			return out, err
+		}
+		family = engine.Detect(argv)
+		e, err = engine.Start(ctx, engine.Options{Command: argv, Port: port, HealthPath: family.HealthPath,
+			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200})
+		if err == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			return out, ctx.Err()
+		}
+		if f := engine.AsFailure(err); f != nil && f.Reason == engine.ReasonPortInUse && attempt < 3 {
+			if r.Log != nil {
+				r.Log.Warn("engine port taken; starting it on another", "run", l.Run, "port", port, "attempt", attempt)
+			}
+			continue
 		}
 		return out, err
 	}
@@ -216,7 +245,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 		wg.Wait()
 	}()
 
-	ss := &session{ctx: ctx, jctx: jctx, e: e, base: base, hc: hc, sampler: sampler,
+	ss := &session{ctx: ctx, jctx: jctx, e: e, base: base, hc: hc, sampler: sampler, family: family,
 		model: servedModel(ctx, hc, base, l.Checkpoint)}
 	if err := body(ss, &out); err != nil {
 		return out, err
@@ -234,6 +263,9 @@ type session struct {
 	base, model string
 	hc          *http.Client
 	sampler     *telemetry.Sampler
+	// family is the engine's (engine.Detect): its health and metrics
+	// endpoints.
+	family engine.Family
 }
 
 // why turns a workload's error into the job's: the engine's own failure
@@ -253,6 +285,21 @@ func (r *Runner) why(ctx, jctx context.Context, e *engine.Engine, err error) err
 	case <-time.After(200 * time.Millisecond):
 	}
 	return err
+}
+
+// SimulatedGPUTotalGiB is the memory of the GPU simulated without NVML
+// (an H200's 141 GiB, simengine's default), what a budget's
+// GPUMemoryFraction is of there.
+const SimulatedGPUTotalGiB = 141
+
+// gpuTotalGiB is the GPU's memory: NVML's, or the simulated H200's.
+func (r *Runner) gpuTotalGiB() float64 {
+	if r.NVML != nil {
+		if b := r.NVML.TotalBytes(); b > 0 {
+			return float64(b) / formula.GiB
+		}
+	}
+	return SimulatedGPUTotalGiB
 }
 
 func (r *Runner) interval() time.Duration {
@@ -282,7 +329,7 @@ func (r *Runner) startup(ctx context.Context, hc *http.Client, base, log string)
 	s, ok := ParseStartup(log)
 	if !ok {
 		return s, &engine.Failure{Reason: ReasonNoStartup, LogTail: log,
-			Message: "the engine became healthy but reported neither its KV cache size nor its token count (no start-up endpoint, no vLLM start-up lines in its log)"}
+			Message: "the engine became healthy but reported neither its KV cache size nor its token count (no start-up endpoint, no vLLM or SGLang start-up lines in its log)"}
 	}
 	return s, nil
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -38,6 +39,12 @@ type Source struct {
 // NVML call made.
 func Open() (*Source, error) {
 	return open(nvml.New(), false)
+}
+
+// FromNVML initialises lib (any nvml.Interface: the machine's, or
+// go-nvml's mock in tests) and returns its Source.
+func FromNVML(lib nvml.Interface, simulated bool) (*Source, error) {
+	return open(lib, simulated)
 }
 
 func open(lib nvml.Interface, simulated bool) (*Source, error) {
@@ -62,21 +69,39 @@ func (s *Source) Simulated() bool { return s.simulated }
 // GPU names the first device ("NVIDIA H200 (simulated)" for a simulation).
 func (s *Source) GPU() string { return s.gpu }
 
+// TotalBytes is the first device's memory (0 when NVML does not say).
+func (s *Source) TotalBytes() uint64 {
+	d, ret := s.lib.DeviceGetHandleByIndex(0)
+	if ret != nvml.SUCCESS {
+		return 0
+	}
+	mem, ret := d.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return 0
+	}
+	return mem.Total
+}
+
 // Sample is one reading of one device.
 type Sample struct {
-	At        time.Time
-	GPU       int
-	UUID      string
-	MemUsed   uint64
-	MemTotal  uint64
-	ProcMem   uint64 // memory of the watched process (0 when unknown)
+	At       time.Time
+	GPU      int
+	UUID     string
+	MemUsed  uint64
+	MemTotal uint64
+	// ProcMem is the memory of the watched engine's processes: every
+	// process NVML lists on the device whose process group is the
+	// engine's (vLLM's engine core and workers are children of the
+	// server it starts); 0 when unknown.
+	ProcMem   uint64
 	Util      float64
 	PowerW    float64
 	Simulated bool
 }
 
 // Read reads every device once. pid, when not zero, is the engine's
-// process, whose own memory is reported in ProcMem.
+// process and process group (the runner starts it as a group leader):
+// the memory of every process of that group is reported in ProcMem.
 func (s *Source) Read(pid int) ([]Sample, error) {
 	n, ret := s.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
@@ -105,16 +130,30 @@ func (s *Source) Read(pid int) ([]Sample, error) {
 		}
 		if pid > 0 {
 			if procs, ret := d.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
-				for _, p := range procs {
-					if int(p.Pid) == pid {
-						smp.ProcMem = p.UsedGpuMemory
-					}
-				}
+				smp.ProcMem = GroupMemory(procs, pid)
 			}
 		}
 		out = append(out, smp)
 	}
 	return out, nil
+}
+
+// GroupMemory sums the GPU memory of the processes of process group pgid
+// among procs (NVML's compute processes of one device). A process that
+// has exited since NVML listed it is not counted. NVML reports PIDs of
+// the host's namespace; the runner and its engines share one.
+func GroupMemory(procs []nvml.ProcessInfo, pgid int) uint64 {
+	var n uint64
+	for _, p := range procs {
+		if int(p.Pid) == pgid {
+			n += p.UsedGpuMemory
+			continue
+		}
+		if g, err := syscall.Getpgid(int(p.Pid)); err == nil && g == pgid {
+			n += p.UsedGpuMemory
+		}
+	}
+	return n
 }
 
 // SimMemory is the simulated engine's memory report.
@@ -203,8 +242,9 @@ type Sampler struct {
 	CapBytes uint64
 	OverCap  func(Sample)
 
-	mu   sync.Mutex
-	peak uint64
+	mu       sync.Mutex
+	peak     uint64
+	procPeak uint64
 }
 
 // Peak returns the highest used memory seen on any device.
@@ -214,13 +254,22 @@ func (s *Sampler) Peak() uint64 {
 	return s.peak
 }
 
-// ResetPeak forgets the highest used memory seen so far and returns it, so
-// that each workload of an engine run gets its own device peak.
+// ProcPeak returns the most memory the engine's processes held on one
+// device (0 when NVML listed none of them).
+func (s *Sampler) ProcPeak() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.procPeak
+}
+
+// ResetPeak forgets the highest used memory (device and processes) seen so
+// far and returns the device's, so that each workload of an engine run
+// gets its own peaks.
 func (s *Sampler) ResetPeak() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.peak
-	s.peak = 0
+	s.peak, s.procPeak = 0, 0
 	return p
 }
 
@@ -268,6 +317,7 @@ func (s *Sampler) Run(ctx context.Context) error {
 			for _, smp := range smps {
 				s.mu.Lock()
 				s.peak = max(s.peak, smp.MemUsed)
+				s.procPeak = max(s.procPeak, smp.ProcMem)
 				s.mu.Unlock()
 				if !capped && s.CapBytes > 0 && smp.MemUsed > s.CapBytes && s.OverCap != nil {
 					capped = true

@@ -1,0 +1,118 @@
+package engine
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Reasons a job fails for its engine. They are stable codes; each has a
+// class of log lines below (see Classify).
+const (
+	// ReasonOOM: CUDA ran out of memory (loading weights, capturing CUDA
+	// graphs, allocating the KV cache or serving; Failure.Phase says
+	// which).
+	ReasonOOM = "engine_oom"
+	// ReasonHealthTimeout: the engine did not answer its health endpoint
+	// with 200 in time.
+	ReasonHealthTimeout = "engine_health_timeout"
+	// ReasonCrashed: the engine exited for a reason of no other class.
+	ReasonCrashed = "engine_crashed"
+	// ReasonBadCheckpoint: the engine could not read the checkpoint
+	// (a broken safetensors header, missing weights).
+	ReasonBadCheckpoint = "engine_bad_checkpoint"
+	// ReasonBadCommand: the command template does not render or start.
+	ReasonBadCommand = "engine_bad_command"
+	// ReasonOverCap: the runner stopped an engine above its hard cap.
+	ReasonOverCap = "engine_over_memory_cap"
+	// ReasonUnsupportedQuantization: the engine, or this GPU, does not
+	// support the checkpoint's quantization method or the KV cache dtype
+	// asked for.
+	ReasonUnsupportedQuantization = "engine_unsupported_quantization"
+	// ReasonPortInUse: a port the engine binds was taken (the runner
+	// starts it again on another port before giving up).
+	ReasonPortInUse = "engine_port_in_use"
+	// ReasonNCCL: NCCL (the collective library between GPUs and ranks)
+	// failed.
+	ReasonNCCL = "engine_nccl_error"
+)
+
+// Phases of an engine's start-up, for an OOM: the step it was in when
+// memory ran out.
+const (
+	PhaseWeights   = "weights_loading"
+	PhaseCUDAGraph = "cuda_graph_capture"
+	PhaseKVCache   = "kv_cache_allocation"
+	PhaseServing   = "serving"
+)
+
+// The classes, in order: the first whose pattern a log line matches names
+// the failure. Out of memory comes first because NCCL and CUDA errors are
+// often its symptom ("NCCL error ... Cuda failure 'out of memory'"). Every
+// pattern is the wording the engines print (vLLM's and SGLang's sources,
+// PyTorch's and CPython's messages), quoted in classify_test.go with where
+// each comes from.
+var classes = []struct {
+	reason string
+	re     *regexp.Regexp
+}{
+	{ReasonOOM, regexp.MustCompile(`(?i)out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|No available memory for the cache blocks|KV cache is needed, which is larger than the available KV cache memory|Not enough memory\. Please try to increase --mem-fraction-static`)},
+	{ReasonPortInUse, regexp.MustCompile(`(?i)address already in use|EADDRINUSE`)},
+	{ReasonUnsupportedQuantization, regexp.MustCompile(`(?i)quantization method \S+ is not supported for the current GPU|Unknown quantization method|Quantization scheme is not supported|argument --quantization: invalid choice|argument --kv-cache-dtype: invalid choice`)},
+	{ReasonBadCheckpoint, regexp.MustCompile(`(?i)SafetensorError|safetensors:|Error while deserializing header|invalid checkpoint|Error loading model|HeaderTooLarge|Following weights were not initialized from checkpoint`)},
+	{ReasonNCCL, regexp.MustCompile(`NCCL error|DistBackendError|ncclUnhandledCudaError|ncclSystemError|ncclInternalError`)},
+}
+
+// logLevel matches a line a logger wrote below ERROR (vLLM's "INFO 08-19
+// 07:51:12 ...", uvicorn's "INFO:     ..."): such lines give advice ("If
+// you are running out of memory, consider decreasing
+// `gpu_memory_utilization`") and never name the failure. A level word
+// inside a message ("NCCL_DEBUG=INFO") is not one.
+var logLevel = regexp.MustCompile(`(?:^|[\s)\]])(?:INFO|WARNING|WARN|DEBUG)(?:\s+\d\d-\d\d|:)`)
+
+// phaseMarks are lines that show where a start-up is: the last one at or
+// before the out-of-memory line is its phase. Python prints a traceback
+// outermost frame first, so the innermost (the most precise) comes last.
+var phaseMarks = []struct {
+	phase string
+	re    *regexp.Regexp
+}{
+	{PhaseWeights, regexp.MustCompile(`(?i)load_weights|load_model|Loading safetensors checkpoint shards|Load weight begin|create_weights|weight_loader|Loading weights`)},
+	{PhaseKVCache, regexp.MustCompile(`(?i)No available memory for the cache blocks|KV cache is needed|determine_available_memory|_initialize_kv_caches|initialize_kv_cache|profile_max_num_token|init_memory_pool|Not enough memory\. Please try to increase --mem-fraction-static|KV Cache is allocated`)},
+	{PhaseCUDAGraph, regexp.MustCompile(`(?i)cuda_graph|capture_one|capture_model|capture_end|Capturing (?:batches|CUDA graph|cudagraphs)|Capture cuda graph|Capturing the model for CUDA graphs`)},
+	{PhaseServing, regexp.MustCompile(`(?i)Application startup complete|"POST /v1/|Decode batch|Avg prompt throughput`)},
+}
+
+// Classify names why an engine failed from its log tail: one of the
+// reasons above (ReasonCrashed when no class matches) and, for an out of
+// memory, the phase it happened in ("" when the log does not show it).
+func Classify(logTail string) (reason, phase string) {
+	lines := strings.Split(logTail, "\n")
+	for _, c := range classes {
+		at := -1
+		for i, l := range lines {
+			if c.re.MatchString(l) && !logLevel.MatchString(l) {
+				at = i
+			}
+		}
+		if at < 0 {
+			continue
+		}
+		if c.reason == ReasonOOM {
+			phase = phaseAt(lines, at)
+		}
+		return c.reason, phase
+	}
+	return ReasonCrashed, ""
+}
+
+// phaseAt is the phase of the last marker at or before line at.
+func phaseAt(lines []string, at int) string {
+	for i := at; i >= 0; i-- {
+		for _, m := range phaseMarks {
+			if m.re.MatchString(lines[i]) {
+				return m.phase
+			}
+		}
+	}
+	return ""
+}
