@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/services/domain/grade"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 )
 
 // pyList writes strs as a Python list of str literals.
@@ -379,6 +380,31 @@ func sleepers(marker string) []string {
 	return out
 }
 
+// noNamespaces is what bwrap says, and does, where it cannot create a
+// user namespace.
+const noNamespaces = `echo "bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces." >&2; exit 1`
+
+// TestCheckSuite is not parallel: it puts a bwrap that cannot create
+// namespaces first on PATH, where the built-in code grader finds it.
+func TestCheckSuite(t *testing.T) {
+	needSandbox(t)
+	ctx := context.Background()
+	withCode := suite.Generate("t", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 2, "code": 1})
+	noCode := suite.Generate("t", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 2})
+	require.NoError(t, grade.Check(ctx, withCode))
+	require.NoError(t, grade.Check(ctx, noCode))
+
+	dir := worldDir(t, 0o755)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bwrap"), []byte("#!/bin/sh\n"+noNamespaces+"\n"), 0o755))
+	t.Setenv("PATH", dir+string(filepath.ListSeparator)+os.Getenv("PATH"))
+	err := grade.Check(ctx, withCode)
+	require.ErrorIs(t, err, grade.ErrSandboxUnavailable)
+	require.ErrorContains(t, err, "No permissions to create new namespace")
+	require.NoError(t, grade.Check(ctx, noCode), "a suite without code needs no sandbox")
+	_, err = grade.Grade(ctx, addItem, addRight)
+	require.ErrorIs(t, err, grade.ErrSandboxUnavailable)
+}
+
 // TestCodeRefusesWithoutSandbox: where bubblewrap cannot sandbox a
 // program, Grade and Check refuse with ErrSandboxUnavailable and say what
 // to do, and the program never runs: it would leave a file in a folder
@@ -397,7 +423,6 @@ func TestCodeRefusesWithoutSandbox(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755))
 		return p
 	}
-	noNamespaces := `echo "bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces." >&2; exit 1`
 	flag := filepath.Join(open, "broken")
 	// Works until the flag exists: a machine that loses its sandbox after
 	// the grader checked it.
