@@ -111,6 +111,27 @@ func TestCode(t *testing.T) {
 	}
 }
 
+// TestCodeGeneratedSuite: honest programs still pass in the sandbox. The
+// shipped suite's code items, answered by the generators' own solver,
+// score 1 when right and 0 when wrong.
+func TestCodeGeneratedSuite(t *testing.T) {
+	needSandbox(t)
+	t.Parallel()
+	s := suite.Generate("t", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"code": 12})
+	require.Len(t, s.Items["code"], 12)
+	for _, it := range s.Items["code"] {
+		sol, ok := suite.Solve(it.Prompt)
+		require.True(t, ok, it.ID)
+		require.NotEmpty(t, sol.Wrong, it.ID)
+		res, err := grade.Grade(context.Background(), it, sol.Right)
+		require.NoError(t, err)
+		require.Equal(t, 1.0, res.Score, "%s: %s", it.ID, res.Detail)
+		res, err = grade.Grade(context.Background(), it, sol.Wrong[0])
+		require.NoError(t, err)
+		require.Zero(t, res.Score, "%s: a wrong program passed", it.ID)
+	}
+}
+
 func TestCodeCPULimit(t *testing.T) {
 	needSandbox(t)
 	t.Parallel()
