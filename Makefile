@@ -2,7 +2,8 @@
 #
 # Everything the tests need is installed from here: Debian's clickhouse-server
 # (the contract suite runs the clickhouse-go adapter against a real server on
-# loopback) and the chDB engine library from npm (the embedded default).
+# loopback), the chDB engine library from npm (the embedded default), and
+# Debian's bubblewrap and python3 (the code grader's sandbox and interpreter).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -19,11 +20,11 @@ MODULES := $(shell sed -n 's|^[[:space:]]*\./||p' go.work)
 BIN     := $(CURDIR)/bin
 DATA    ?= $(CURDIR)/.data/arena
 
-.PHONY: all deps deps-chdb deps-clickhouse build vet test bench run clean
+.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox build vet test bench run clean
 
 all: build
 
-deps: deps-chdb deps-clickhouse
+deps: deps-chdb deps-clickhouse deps-sandbox
 
 deps-chdb: $(CHDB_LIB_PATH)
 
@@ -42,6 +43,18 @@ deps-clickhouse:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clickhouse-server >/dev/null; \
 	fi
 
+# The code grader runs every program under bubblewrap (0.8.0 or later) as an
+# unprivileged user, with Debian's /usr/bin/python3; without them it refuses
+# to grade code (sandbox_unavailable).
+deps-sandbox:
+	@if command -v bwrap >/dev/null 2>&1 && [ -x /usr/bin/python3 ]; then \
+		echo "bubblewrap and /usr/bin/python3 present"; \
+	else \
+		echo "installing Debian's bubblewrap and python3"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap python3 >/dev/null; \
+	fi
+
 build: deps-chdb
 	mkdir -p $(BIN)
 	cd tools/arena && go build -o $(BIN)/arena .
@@ -50,15 +63,17 @@ build: deps-chdb
 vet:
 	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go vet $$m"; (cd $$m && go vet ./...); done
 
-# The clickhouse-go adapter must be tested against a real server on every run:
-# LOWBARENA_REQUIRE_CLICKHOUSE=1 turns a missing server into a failure.
+# The clickhouse-go adapter must be tested against a real server, and the code
+# sandbox for real, on every run: LOWBARENA_REQUIRE_CLICKHOUSE=1 and
+# LOWBARENA_REQUIRE_SANDBOX=1 turn a missing server or sandbox into a failure.
 test: deps vet
-	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 go test -count=1 -timeout 15m ./...); done
+	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 go test -count=1 -timeout 15m ./...); done
 
 bench: deps
 	@for m in events services/domain services/store services/build services/runner tools/simengine; do (cd $$m && go test -run '^$$' -bench . -benchmem ./...); done
 
-run: build
+# The quality stage grades code answers in the sandbox.
+run: build deps-sandbox
 	$(BIN)/arena demo --data $(DATA)
 
 clean:

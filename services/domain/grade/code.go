@@ -2,13 +2,9 @@ package grade
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -19,53 +15,72 @@ import (
 const (
 	// DefaultCodeTimeout is the wall-clock limit of one run.
 	DefaultCodeTimeout = 10 * time.Second
-	// DefaultCodeMemory is the address-space limit of one run, in bytes.
+	// DefaultCodeMemory is the address-space limit of each process of a
+	// run, in bytes.
 	DefaultCodeMemory = 512 << 20
-	// DefaultCodeProcs is the process limit (RLIMIT_NPROC) of one run.
+	// DefaultCodeProcs is the process limit (RLIMIT_NPROC, threads
+	// included) of one run.
 	DefaultCodeProcs = 64
 	// DefaultCodeFileSize is the largest file one run may write, in bytes.
 	DefaultCodeFileSize = 16 << 20
+	// DefaultCodeFolder is the size of each of a run's two writable
+	// folders (its working folder and /dev/shm), in bytes.
+	DefaultCodeFolder = 64 << 20
 	// DefaultCodeOutput is how much of each of stdout and stderr is kept
 	// (the last bytes).
 	DefaultCodeOutput = 4 << 10
+	// DefaultCodePython is the interpreter: Debian's, which the sandbox
+	// user can read.
+	DefaultCodePython = "/usr/bin/python3"
+	// DefaultCodeBwrap is bubblewrap, looked up in PATH.
+	DefaultCodeBwrap = "bwrap"
 )
-
-// sandboxPath is the only PATH a run sees.
-const sandboxPath = "/usr/local/bin:/usr/bin:/bin"
 
 // CodeGrader grades an answer that holds a Python program: the last
 // ```python (or ```py, ```python3) fenced block, else the last fenced
 // block of any kind, else the whole answer; a fence left open (a truncated
 // answer) runs to the end. The program, followed by the item's Tests, is
-// written to main.py in a fresh temporary folder and run by python3 in a
-// subprocess; it scores 1 when the run exits 0, and 0 otherwise with a
-// Detail such as "tests failed: AssertionError: ...", "timed out after
-// 10s" or "killed: memory limit (512 MiB address space)".
+// run as main.py by python3 in a bubblewrap sandbox; it scores 1 when the
+// run exits 0, and 0 otherwise with a Detail such as "tests failed:
+// AssertionError: ...", "timed out after 10s", "killed: memory limit (512
+// MiB address space)" or "killed: process limit (64 processes)".
 //
 // The sandbox of one run, all of which ends with the run:
 //
-//   - prlimit limits address space (Memory), CPU seconds (CPU, soft; the
-//     hard limit is a second more), processes (Procs), file size (FileSize)
-//     and core dumps (none). RLIMIT_NPROC counts every process of the user
-//     and does not bind root.
-//   - unshare -rn puts the run in its own user and network namespaces: no
-//     network but a loopback that is down, and no access to the grader's
-//     /proc entries. It is used when "unshare -rn true" works on this
-//     machine (probed once per process, see CodeIsolation); otherwise the
-//     run has no isolation and Detail says so, or, with RequireIsolation,
-//     Grade returns an error.
-//   - The working directory is the temporary folder, removed afterwards;
-//     the environment is PATH, HOME and TMPDIR only (the latter two the
-//     folder), and python runs isolated (-I: no PYTHON* variables, no user
-//     site-packages) without writing bytecode (-B); stdin is empty.
-//   - The run leads its own process group, which is killed (SIGKILL) on the
-//     wall-clock Timeout, on cancellation of the context, and after the run
-//     in any case, so no process it started outlives Grade (one that moved
-//     itself to another group or session excepted).
-//   - Only the last OutputBytes of stdout and of stderr are kept.
+//   - It runs as an unprivileged user: SandboxUID when the grader is root
+//     (so that the process limit binds), else the grader's own user, in
+//     new user, PID, network, IPC, UTS and (where the kernel has them)
+//     cgroup namespaces; it cannot create further user namespaces.
+//   - Its root is a read-only minimal tree: /usr (with /usr/local hidden
+//     unless the interpreter lives there), /bin, /lib and /lib64 (links
+//     into /usr on a merged-usr system), the interpreter's own prefix when
+//     it is outside /usr, a /proc of its PID namespace and a minimal /dev.
+//     Nothing else of the host: no /etc, /home, /root, /tmp, /var, no data
+//     of the arena, no other run.
+//   - Its writable folders are /work (its working folder, HOME and
+//     TMPDIR, with /tmp linking to it) and /dev/shm, each a fresh tmpfs of
+//     at most Folder bytes; main.py in /work is read-only.
+//   - No network: its network namespace has only a loopback of its own.
+//   - Limits, set inside the sandbox before main.py starts: address
+//     space (Memory, per process), CPU seconds (CPU, soft; the hard limit
+//     is a second more), processes and threads (Procs, counted in the
+//     run's own user namespace, so that one run's fork bomb does not
+//     starve another run), file size (FileSize) and core dumps (none).
+//     Memory is per process, so a run holds at most about Procs × Memory.
+//   - The wall-clock Timeout, the cancellation of the context, and the
+//     end of the run in any case kill bubblewrap's process group; its
+//     death kills the PID namespace (--die-with-parent), so no process of
+//     the run outlives Grade, whatever group or session it moved to.
+//   - The environment is PATH, HOME and TMPDIR only; no file descriptor
+//     but stdio reaches the program; python runs isolated (-I: no PYTHON*
+//     variables, no user site-packages) without writing bytecode (-B);
+//     stdin is empty; only the last OutputBytes of stdout and of stderr
+//     are kept.
 //
-// The file system is otherwise the grader's, read-only or not as the
-// grader's user sees it: run the grader as an unprivileged user.
+// When the sandbox cannot be had (bubblewrap missing or unable to create
+// namespaces, an interpreter missing or one the sandbox user cannot run),
+// Grade refuses with an error wrapping ErrSandboxUnavailable; it
+// never runs a program outside the sandbox. Check runs the same probe.
 //
 // A CodeGrader is safe for concurrent use; each Grade is one python
 // process (about a CPU core while it runs), so callers bound their own
@@ -80,24 +95,29 @@ type CodeGrader struct {
 	// busy loop meets the wall-clock limit first and only a program burning
 	// several cores meets this one).
 	CPU time.Duration
-	// Memory is the address-space limit of a run, in bytes (default
-	// DefaultCodeMemory).
+	// Memory is the address-space limit of each process of a run, in
+	// bytes (default DefaultCodeMemory).
 	Memory int64
 	// Procs is the process limit of a run (default DefaultCodeProcs).
 	Procs int
 	// FileSize is the largest file a run may write, in bytes (default
 	// DefaultCodeFileSize).
 	FileSize int64
+	// Folder is the size of each of a run's writable folders, /work and
+	// /dev/shm, in bytes (default DefaultCodeFolder).
+	Folder int64
 	// OutputBytes is how much of each of stdout and stderr is kept
 	// (default DefaultCodeOutput).
 	OutputBytes int
 	// Python is the interpreter, a name looked up in PATH or a path
-	// (default "python3"); a pyenv-style shim is resolved to the real
-	// interpreter once, by asking it for sys.executable.
+	// (default DefaultCodePython). A launcher such as a pyenv shim is
+	// resolved to the interpreter itself; its prefix is bound read-only
+	// into the sandbox when it is outside /usr, and must be readable by the
+	// sandbox user.
 	Python string
-	// RequireIsolation makes Grade fail rather than run a program without
-	// unshare -rn.
-	RequireIsolation bool
+	// Bwrap is bubblewrap, a name looked up in PATH or a path (default
+	// DefaultCodeBwrap).
+	Bwrap string
 }
 
 // Grade runs the answer's program and the item's tests; see CodeGrader.
@@ -115,91 +135,48 @@ func (g *CodeGrader) Grade(ctx context.Context, it suite.Item, answer string) (R
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("code grader: item %s: %w", it.ID, err)
 	}
-	python, err := resolvePython(ctx, g.python())
+	sb, err := g.sandbox(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	prlimit, err := exec.LookPath("prlimit")
-	if err != nil {
-		return Result{}, fmt.Errorf("code grader: prlimit not found: %w", err)
-	}
-	isolated, why := CodeIsolation()
-	if !isolated && g.RequireIsolation {
-		return Result{}, fmt.Errorf("code grader: isolation required but unavailable: %s", why)
-	}
-
-	dir, err := os.MkdirTemp("", "lowbarena-code-*")
-	if err != nil {
-		return Result{}, fmt.Errorf("code grader: temporary folder: %w", err)
-	}
-	defer removeAll(dir)
 	src := program
 	if !strings.HasSuffix(src, "\n") {
 		src += "\n"
 	}
 	src += "\n# --- tests ---\n" + it.Tests + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "main.py"), []byte(src), 0o644); err != nil {
-		return Result{}, fmt.Errorf("code grader: write program: %w", err)
-	}
 
-	timeout, cpu, mem := g.timeout(), g.cpuSeconds(), g.memory()
-	args := []string{
-		fmt.Sprintf("--as=%d", mem),
-		fmt.Sprintf("--cpu=%d:%d", cpu, cpu+1),
-		fmt.Sprintf("--nproc=%d", g.procs()),
-		fmt.Sprintf("--fsize=%d", g.fileSize()),
-		"--core=0",
+	o, err := g.run(ctx, sb, src, g.timeout())
+	if err != nil {
+		return Result{}, err
 	}
-	if isolated {
-		args = append(args, "unshare", "-rn")
+	if o.ctxErr != nil {
+		return Result{}, fmt.Errorf("code grader: item %s: %w", it.ID, o.ctxErr)
 	}
-	args = append(args, python, "-I", "-B", "main.py")
-
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(runCtx, prlimit, args...)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + sandboxPath, "HOME=" + dir, "TMPDIR=" + dir}
-	// The run leads its own process group: prlimit execs unshare, which
-	// execs python, so the group id stays the pid we start.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	// Bounds Wait when a straggler still holds the output pipes.
-	cmd.WaitDelay = time.Second
-	stdout, stderr := newTail(g.outputBytes()), newTail(g.outputBytes())
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-
-	if err := cmd.Start(); err != nil {
-		return Result{}, fmt.Errorf("code grader: start sandbox: %w", err)
+	if !o.started && !o.timedOut {
+		// bubblewrap failed before the program ran: probe again, so that a
+		// machine that lost its sandbox refuses, and anything else is the
+		// grader's failure, never the answer's.
+		g.forget(sb)
+		if _, err := g.sandbox(ctx); err != nil {
+			return Result{}, err
+		}
+		return Result{}, fmt.Errorf("code grader: item %s: the sandbox did not start (%s; %v)", it.ID, orNothing(lastLine(o.stderr)), o.runErr)
 	}
-	runErr := cmd.Wait()
-	// Whatever happened, nothing of the run outlives it.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-
-	res := g.judge(ctx, runCtx, cmd.ProcessState, runErr, stdout.String(), stderr.String())
-	if ctx.Err() != nil {
-		return Result{}, fmt.Errorf("code grader: item %s: %w", it.ID, ctx.Err())
-	}
-	if !isolated {
-		res.Detail = joinDetail(res.Detail, "isolation: none ("+why+")")
-	}
-	return res, nil
+	return g.judge(o), nil
 }
 
-// judge turns the end of a run into a Result.
-func (g *CodeGrader) judge(ctx, runCtx context.Context, ps *os.ProcessState, runErr error, stdout, stderr string) Result {
-	if ps != nil && ps.Success() {
-		return Result{Score: 1}
-	}
-	if ctx.Err() == nil && errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+// judge turns the end of a run into a Result. bubblewrap reports a program
+// killed by signal n as exit status 128+n, as a shell does.
+func (g *CodeGrader) judge(o outcome) Result {
+	if o.timedOut {
 		return Result{Detail: fmt.Sprintf("timed out after %v", g.timeout())}
 	}
-	if ps == nil {
-		return Result{Detail: fmt.Sprintf("run failed: %v", runErr)}
+	if o.exit == 0 {
+		return Result{Score: 1}
 	}
-	line := lastLine(stderr)
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		switch sig := ws.Signal(); sig {
+	line := failureLine(o.stderr)
+	if o.exit > 128 && o.exit < 128+65 {
+		switch sig := syscall.Signal(o.exit - 128); sig {
 		case syscall.SIGXCPU:
 			return Result{Detail: fmt.Sprintf("killed: CPU time limit (%ds)", g.cpuSeconds())}
 		case syscall.SIGXFSZ:
@@ -215,11 +192,15 @@ func (g *CodeGrader) judge(ctx, runCtx context.Context, ps *os.ProcessState, run
 		return Result{Detail: fmt.Sprintf("killed: memory limit (%d MiB address space)", g.memory()>>20)}
 	case strings.Contains(line, "[Errno 27]"): // EFBIG: python ignores SIGXFSZ
 		return Result{Detail: fmt.Sprintf("killed: file size limit (%d bytes)", g.fileSize())}
+	case strings.Contains(line, "[Errno 28]"): // ENOSPC: the folder is full
+		return Result{Detail: fmt.Sprintf("killed: folder size limit (%d MiB)", g.folder()>>20)}
+	case strings.HasPrefix(line, "BlockingIOError: [Errno 11]"): // EAGAIN from fork
+		return Result{Detail: fmt.Sprintf("killed: process limit (%d processes)", g.procs())}
 	case line != "":
 		return Result{Detail: "tests failed: " + line}
 	}
-	detail := fmt.Sprintf("tests failed: exit status %d", ps.ExitCode())
-	if out := lastLine(stdout); out != "" {
+	detail := fmt.Sprintf("tests failed: exit status %d", o.exit)
+	if out := lastLine(o.stdout); out != "" {
 		detail += ", stdout: " + out
 	}
 	return Result{Detail: detail}
@@ -268,11 +249,25 @@ func (g *CodeGrader) outputBytes() int {
 	return DefaultCodeOutput
 }
 
+func (g *CodeGrader) folder() int64 {
+	if g.Folder > 0 {
+		return g.Folder
+	}
+	return DefaultCodeFolder
+}
+
 func (g *CodeGrader) python() string {
 	if g.Python != "" {
 		return g.Python
 	}
-	return "python3"
+	return DefaultCodePython
+}
+
+func (g *CodeGrader) bwrap() string {
+	if g.Bwrap != "" {
+		return g.Bwrap
+	}
+	return DefaultCodeBwrap
 }
 
 // ExtractProgram returns the program in a code answer: the body of the
@@ -327,83 +322,6 @@ func ExtractProgram(answer string) string {
 	return strings.Join(pick.lines, "\n")
 }
 
-// CodeIsolation reports whether code runs under unshare -rn on this
-// machine and, when not, why. It probes "unshare -rn true" once per
-// process and caches the answer.
-func CodeIsolation() (isolated bool, why string) {
-	isolation.once.Do(func() {
-		isolation.ok, isolation.why = probeIsolation()
-	})
-	return isolation.ok, isolation.why
-}
-
-var isolation struct {
-	once sync.Once
-	ok   bool
-	why  string
-}
-
-func probeIsolation() (bool, string) {
-	path, err := exec.LookPath("unshare")
-	if err != nil {
-		return false, "unshare not found"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, "-rn", "true")
-	cmd.Env = []string{"PATH=" + sandboxPath}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return false, fmt.Sprintf("unshare -rn true failed: %v: %s", err, lastLine(string(out)))
-	}
-	return true, "unshare -rn"
-}
-
-// pythons caches interpreter names resolved to real interpreters; only
-// successes are cached, so installing python3 later needs no restart.
-var pythons sync.Map // string -> string
-
-// resolvePython finds name and resolves a launcher (such as a pyenv shim)
-// to the interpreter itself, which needs no environment to start.
-func resolvePython(ctx context.Context, name string) (string, error) {
-	if p, ok := pythons.Load(name); ok {
-		return p.(string), nil
-	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		return "", fmt.Errorf("code grader: %s not found: %w", name, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "-I", "-c", "import sys; sys.stdout.write(sys.executable)").Output()
-	if err != nil {
-		return "", fmt.Errorf("code grader: %s does not run: %w", path, err)
-	}
-	real := strings.TrimSpace(string(out))
-	if real == "" || !filepath.IsAbs(real) {
-		real = path
-	}
-	if _, err := os.Stat(real); err != nil {
-		real = path
-	}
-	pythons.Store(name, real)
-	return real, nil
-}
-
-// removeAll removes a run's folder, first making its folders writable in
-// case the program took the permission away.
-func removeAll(dir string) {
-	if os.RemoveAll(dir) == nil {
-		return
-	}
-	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	_ = os.RemoveAll(dir)
-}
-
 // tail is an io.Writer keeping the last max bytes written to it.
 type tail struct {
 	max int
@@ -428,6 +346,25 @@ func (t *tail) Write(p []byte) (int, error) {
 }
 
 func (t *tail) String() string { return string(t.buf) }
+
+// exceptionLine is the last line of a Python traceback: the exception's
+// name, built-in ones ending in Error, Exception, Exit, Interrupt or
+// Warning, then its message.
+var exceptionLine = regexp.MustCompile(`^([A-Za-z_]\w*\.)*[A-Za-z_]\w*(Error|Exception|Exit|Interrupt|Warning)(: |$)`)
+
+// failureLine returns the line of stderr that says why a run failed: the
+// last exception line among its last 64 lines, else its last line. The
+// processes of a run share stderr, so the tracebacks of a program's
+// children (a fork bomb's) interleave, a line at a time, with its own.
+func failureLine(stderr string) string {
+	lines := strings.Split(strings.TrimRight(stderr, " \t\r\n"), "\n")
+	for i := len(lines) - 1; i >= 0 && i >= len(lines)-64; i-- {
+		if l := strings.TrimSpace(lines[i]); exceptionLine.MatchString(l) {
+			return lastLine(l)
+		}
+	}
+	return lastLine(stderr)
+}
 
 // lastLine returns the last non-blank line of s, trimmed and shortened for
 // a Detail.

@@ -2,14 +2,8 @@ package grade_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,13 +13,16 @@ import (
 	"github.com/lowbarena/lowbarena/services/domain/suite"
 )
 
-// needSandbox skips a test on a machine without python3 or prlimit.
+// needSandbox skips a test on a machine where the code sandbox cannot
+// run, unless LOWBARENA_REQUIRE_SANDBOX=1 (make test sets it), which makes
+// that a failure.
 func needSandbox(t testing.TB) {
 	t.Helper()
-	for _, tool := range []string{"python3", "prlimit"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed: %v", tool, err)
+	if err := (&grade.CodeGrader{}).Check(context.Background()); err != nil {
+		if os.Getenv("LOWBARENA_REQUIRE_SANDBOX") == "1" {
+			t.Fatalf("the code sandbox is required: %v", err)
 		}
+		t.Skipf("no code sandbox on this machine: %v", err)
 	}
 }
 
@@ -42,7 +39,11 @@ const addRight = "Here you go:\n\n```python\ndef add(a, b):\n    return a + b\n`
 func TestCode(t *testing.T) {
 	needSandbox(t)
 	t.Parallel()
-	g := &grade.CodeGrader{Timeout: 2 * time.Second}
+	// The runs that must end at a limit other than the wall clock have
+	// ample time (slow, a loaded machine notwithstanding); the others two
+	// seconds.
+	fast := &grade.CodeGrader{Timeout: 2 * time.Second}
+	slow := &grade.CodeGrader{Timeout: 20 * time.Second}
 	for _, tc := range []struct {
 		name   string
 		answer string
@@ -50,8 +51,7 @@ func TestCode(t *testing.T) {
 		empty  bool
 		// detail must be in the Detail.
 		detail string
-		// within bounds the run's wall time.
-		within time.Duration
+		slow   bool
 	}{
 		{name: "right", answer: addRight, score: 1},
 		{name: "right bare", answer: "def add(a, b):\n    return a + b\n", score: 1},
@@ -60,18 +60,31 @@ func TestCode(t *testing.T) {
 		{name: "plain fence", answer: "```\ndef add(a, b): return a + b\n```", score: 1},
 		{name: "indented fence", answer: "1. Code:\n   ```python\n   def add(a, b):\n       return a + b\n   ```", score: 1},
 		{name: "unclosed fence", answer: "```python\ndef add(a, b):\n    return a + b\n", score: 1},
+		{name: "uses its folder, /tmp and a subprocess", score: 1, answer: "import subprocess, tempfile\n" +
+			"open('notes.txt', 'w').write('x' * 1000)\n" +
+			"with tempfile.NamedTemporaryFile() as f: f.write(b'y')\n" +
+			"assert subprocess.run(['echo', 'hi'], capture_output=True).stdout == b'hi\\n'\n" +
+			"def add(a, b): return a + b"},
+		{name: "uses multiprocessing", score: 1, answer: "import multiprocessing as mp\n" +
+			"def add(a, b): return a + b\n" +
+			"if __name__ == '__main__':\n    with mp.Pool(2) as p: assert p.starmap(add, [(1, 2)]) == [3]"},
 		{name: "wrong", answer: "```python\ndef add(a, b):\n    return a - b\n```", detail: "tests failed: AssertionError: add(2, 3) != 5"},
 		{name: "syntax error", answer: "```python\ndef add(a, b)\n    return a + b\n```", detail: "tests failed: SyntaxError"},
 		{name: "prose", answer: "I cannot write that function.", detail: "tests failed: SyntaxError"},
 		{name: "exit code", answer: "import sys\nsys.exit(3)", detail: "tests failed: exit status 3"},
-		{name: "infinite loop", answer: "```python\nwhile True: pass\n```", detail: "timed out after 2s", within: 6 * time.Second},
-		{name: "sleep", answer: "import time\ntime.sleep(60)", detail: "timed out after 2s", within: 6 * time.Second},
-		{name: "memory bomb", answer: "x = bytearray(10**10)", detail: "killed: memory limit"},
-		{name: "growing list", answer: "x = []\nwhile True:\n    x.append(bytearray(16 << 20))", detail: "killed: memory limit", within: 6 * time.Second},
-		{name: "file bomb", answer: "with open('big', 'wb') as f:\n    f.write(b'x' * (32 << 20))", detail: "killed: file size limit"},
+		{name: "infinite loop", answer: "```python\nwhile True: pass\n```", detail: "timed out after 2s"},
+		{name: "sleep", answer: "import time\ntime.sleep(60)", detail: "timed out after 2s"},
+		{name: "memory bomb", answer: "x = bytearray(10**10)", detail: "killed: memory limit (512 MiB address space)", slow: true},
+		{name: "growing list", answer: "x = []\nwhile True:\n    x.append(bytearray(16 << 20))", detail: "killed: memory limit (512 MiB address space)", slow: true},
+		{name: "fork bomb", answer: "import os\nwhile True:\n    os.fork()", detail: "killed: process limit (64 processes)", slow: true},
+		{name: "fork bomb that ignores failures", answer: "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", detail: "timed out after 2s"},
+		{name: "file bomb", answer: "with open('big', 'wb') as f:\n    f.write(b'x' * (32 << 20))", detail: "killed: file size limit (16777216 bytes)", slow: true},
+		{name: "folder bomb", answer: "for i in range(100):\n    open('f%d' % i, 'wb').write(b'x' * (1 << 20))", detail: "killed: folder size limit (64 MiB)", slow: true},
+		{name: "shared memory bomb", answer: "for i in range(100):\n    open('/dev/shm/f%d' % i, 'wb').write(b'x' * (1 << 20))", detail: "killed: folder size limit (64 MiB)", slow: true},
 		{name: "self kill", answer: "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", detail: "killed: signal segmentation fault"},
-		{name: "child left in a loop", answer: "import subprocess\nsubprocess.Popen(['sleep', '60'])\nwhile True: pass", detail: "timed out after 2s", within: 6 * time.Second},
+		{name: "child left in a loop", answer: "import subprocess\nsubprocess.Popen(['sleep', '60'])\nwhile True: pass", detail: "timed out after 2s"},
 		{name: "output flood", answer: "import sys\nfor i in range(100000): print('x' * 100, file=sys.stderr)\nraise ValueError('boom')", detail: "tests failed: ValueError: boom"},
+		{name: "stray lines after the exception", answer: "import sys\nsys.stderr.write('ValueError: boom\\n  File \"main.py\", line 9, in <module>\\n')\nsys.exit(1)", detail: "tests failed: ValueError: boom"},
 		{name: "empty", answer: "", empty: true, detail: "empty answer"},
 		{name: "empty block", answer: "```python\n\n```", empty: true, detail: "no program in answer"},
 		{name: "over long", answer: overLong, empty: true, detail: "answer over 65536 bytes"},
@@ -80,10 +93,13 @@ func TestCode(t *testing.T) {
 		// their own 2 s timeouts.
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
+			g := fast
+			if tc.slow {
+				g = slow
+			}
 			res, err := g.Grade(context.Background(), addItem, tc.answer)
-			took := time.Since(start)
 			require.NoError(t, err)
-			t.Logf("%v: %+v", took.Round(time.Millisecond), res)
+			t.Logf("%v: %+v", time.Since(start).Round(time.Millisecond), res)
 			require.Equal(t, tc.score, res.Score, res.Detail)
 			require.Equal(t, tc.empty, res.Empty)
 			require.False(t, res.HasFormat)
@@ -91,12 +107,28 @@ func TestCode(t *testing.T) {
 			if tc.detail != "" {
 				require.Contains(t, res.Detail, tc.detail)
 			}
-			within := tc.within
-			if within == 0 {
-				within = 10 * time.Second
-			}
-			require.Less(t, took, within, "run took %v", took)
 		})
+	}
+}
+
+// TestCodeGeneratedSuite: honest programs still pass in the sandbox. The
+// shipped suite's code items, answered by the generators' own solver,
+// score 1 when right and 0 when wrong.
+func TestCodeGeneratedSuite(t *testing.T) {
+	needSandbox(t)
+	t.Parallel()
+	s := suite.Generate("t", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"code": 12})
+	require.Len(t, s.Items["code"], 12)
+	for _, it := range s.Items["code"] {
+		sol, ok := suite.Solve(it.Prompt)
+		require.True(t, ok, it.ID)
+		require.NotEmpty(t, sol.Wrong, it.ID)
+		res, err := grade.Grade(context.Background(), it, sol.Right)
+		require.NoError(t, err)
+		require.Equal(t, 1.0, res.Score, "%s: %s", it.ID, res.Detail)
+		res, err = grade.Grade(context.Background(), it, sol.Wrong[0])
+		require.NoError(t, err)
+		require.Zero(t, res.Score, "%s: a wrong program passed", it.ID)
 	}
 }
 
@@ -110,92 +142,13 @@ func TestCodeCPULimit(t *testing.T) {
 	require.Contains(t, res.Detail, "killed: CPU time limit (1s)")
 }
 
-func TestCodeNoNetwork(t *testing.T) {
-	needSandbox(t)
-	if ok, why := grade.CodeIsolation(); !ok {
-		t.Skipf("no isolation on this machine: %s", why)
-	}
-	t.Parallel()
-	program := "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=3).close()\n" +
-		"def add(a, b): return a + b\n"
-	res, err := (&grade.CodeGrader{}).Grade(context.Background(), addItem, program)
-	require.NoError(t, err)
-	require.Zero(t, res.Score)
-	require.Contains(t, res.Detail, "tests failed: OSError: [Errno 101] Network is unreachable")
-}
-
-// TestCodeEnvironment is not parallel: it sets a secret in the grader's
-// environment that the program must not see.
-func TestCodeEnvironment(t *testing.T) {
-	needSandbox(t)
-	t.Setenv("LOWBARENA_GRADE_SECRET", "hunter2")
-	isolated, _ := grade.CodeIsolation()
-	program := fmt.Sprintf(`import os
-assert "LOWBARENA_GRADE_SECRET" not in os.environ, "secret visible"
-extra = set(os.environ) - {"PATH", "HOME", "TMPDIR", "LC_CTYPE"}
-assert not extra, "unexpected variables: %%s" %% sorted(extra)
-here = os.path.realpath(os.getcwd())
-assert os.path.realpath(os.environ["HOME"]) == here, "HOME is not the run folder"
-assert os.listdir(here) == ["main.py"], os.listdir(here)
-try:
-    leaked = b"hunter2" in open("/proc/%%d/environ" %% os.getppid(), "rb").read()
-except OSError:
-    leaked = False
-assert not (leaked and %s), "secret readable through /proc"
-def add(a, b): return a + b
-`, map[bool]string{true: "True", false: "False"}[isolated])
-	res, err := (&grade.CodeGrader{}).Grade(context.Background(), addItem, program)
-	require.NoError(t, err)
-	require.Equal(t, 1.0, res.Score, res.Detail)
-}
-
-// TestCodeLeavesNothing checks that a process the program leaves behind
-// is killed and the run folder removed when Grade returns.
-func TestCodeLeavesNothing(t *testing.T) {
-	needSandbox(t)
-	t.Parallel()
-	out := t.TempDir()
-	program := fmt.Sprintf(`import os, subprocess
-p = subprocess.Popen(["sleep", "60"])
-with open(%q, "w") as f:
-    f.write("%%d %%s" %% (p.pid, os.getcwd()))
-def add(a, b): return a + b
-`, filepath.Join(out, "pid"))
-	res, err := (&grade.CodeGrader{}).Grade(context.Background(), addItem, program)
-	require.NoError(t, err)
-	require.Equal(t, 1.0, res.Score, res.Detail)
-
-	b, err := os.ReadFile(filepath.Join(out, "pid"))
-	require.NoError(t, err)
-	pidText, dir, ok := strings.Cut(string(b), " ")
-	require.True(t, ok)
-	pid, err := strconv.Atoi(pidText)
-	require.NoError(t, err)
-	require.NoDirExists(t, dir)
-	require.Eventually(t, func() bool { return !running(pid) }, 5*time.Second, 20*time.Millisecond, "pid %d outlived Grade", pid)
-}
-
-// running reports whether pid is a live (not zombie) process.
-func running(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised command name.
-	_, rest, _ := strings.Cut(string(stat), ") ")
-	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
-}
-
 func TestCodeGraderSurvives(t *testing.T) {
 	needSandbox(t)
 	t.Parallel()
 	// After the loops, bombs and kills above and beside it, the grader
 	// still grades.
 	g := &grade.CodeGrader{Timeout: 2 * time.Second}
-	for _, answer := range []string{"while True: pass", "x = bytearray(10**10)", addRight} {
+	for _, answer := range []string{"while True: pass", "x = bytearray(10**10)", "import os\nwhile True: os.fork()", addRight} {
 		_, err := g.Grade(context.Background(), addItem, answer)
 		require.NoError(t, err)
 	}
@@ -208,9 +161,8 @@ func TestCodeErrors(t *testing.T) {
 	needSandbox(t)
 	t.Parallel()
 
-	_, err := (&grade.CodeGrader{Python: "python3-not-installed"}).Grade(context.Background(), addItem, addRight)
-	require.ErrorIs(t, err, exec.ErrNotFound)
-	require.ErrorContains(t, err, "code grader: python3-not-installed not found")
+	_, err := (&grade.CodeGrader{}).Grade(context.Background(), suite.Item{ID: "k2", Grader: suite.GraderCode}, addRight)
+	require.ErrorIs(t, err, grade.ErrBadItem)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -220,10 +172,21 @@ func TestCodeErrors(t *testing.T) {
 	// Cancelling mid-run is the grader's failure, not a timeout.
 	ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	_, err = (&grade.CodeGrader{}).Grade(ctx, addItem, "while True: pass")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, time.Since(start), 5*time.Second)
+	require.NotErrorIs(t, err, grade.ErrSandboxUnavailable)
+}
+
+// TestCodeInterpreterNotInstalled: a missing interpreter is a refusal, not
+// a failure to retry.
+func TestCodeInterpreterNotInstalled(t *testing.T) {
+	needSandbox(t)
+	t.Parallel()
+	res, err := (&grade.CodeGrader{Python: "python3-not-installed"}).Grade(context.Background(), addItem, addRight)
+	require.ErrorIs(t, err, grade.ErrSandboxUnavailable)
+	require.ErrorIs(t, err, exec.ErrNotFound)
+	require.ErrorContains(t, err, "code grader: sandbox unavailable: the interpreter python3-not-installed is not installed")
+	require.Equal(t, grade.Result{}, res)
 }
 
 func TestExtractProgram(t *testing.T) {

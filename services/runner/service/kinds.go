@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"errors"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/domain/grade"
 	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 )
@@ -50,11 +52,26 @@ func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParam
 	if err != nil {
 		return Result{}, Fail(events.ReasonSuiteInvalid, err.Error())
 	}
+	// A machine that cannot sandbox the suite's code answers fails the
+	// job before its engine starts.
+	if err := grade.Check(ctx, st); err != nil {
+		return Result{}, sandboxFailure(err)
+	}
 	sim := env.Simulated()
 	qr, err := env.Job.Quality(ctx, p, env.Checkpoint, st, func(ctx context.Context, b []job.Graded) error {
 		return s.graded(ctx, env.Request, p, b, sim)
 	})
-	return Result{Value: qr, Seconds: qr.Seconds}, err
+	return Result{Value: qr, Seconds: qr.Seconds}, sandboxFailure(err)
+}
+
+// sandboxFailure turns the code grader's refusal into the job's failure:
+// no retry on this machine would grade the answers, and the message tells
+// the operator what to install or enable.
+func sandboxFailure(err error) error {
+	if errors.Is(err, grade.ErrSandboxUnavailable) {
+		return Fail(grade.ReasonSandboxUnavailable, err.Error())
+	}
+	return err
 }
 
 // sla serves one round entry through the standard workloads.
