@@ -16,9 +16,11 @@
 // whose module M is not an embedding (a last component containing
 // "embed", or wte, wpe), and its rank-3 fused expert projections
 // (M.experts.gate_up_proj). Decoder linears are the linear weights inside
-// a decoder layer (layers.N, h.N, blocks.N) that are not a router or gate
-// (mlp.gate, mlp.router, shared_expert_gate) and not in a vision, audio or
-// MTP tower: the attention, MLP and expert projections. When the source
+// a decoder layer (layers.N, h.N, blocks.N, N below the source config's
+// num_hidden_layers) that are not a router or gate (mlp.gate, mlp.router,
+// shared_expert_gate) and not in a vision, audio or MTP tower (mtp.*, or
+// the layers DeepSeek-V3 appends past num_hidden_layers): the attention,
+// MLP and expert projections. When the source
 // has none (a layout without numbered layers), every linear weight but
 // lm_head and the gates is a decoder linear.
 //
@@ -176,7 +178,8 @@ func Analyze(in Input) (record.Contract, error) {
 		limit = DefaultForeignShareLimit
 	}
 
-	a := &analysis{in: in, cfg: cfg, src: in.Source.Tensors, ck: in.Checkpoint, sch: schemeOf(quantizationConfig(cfg, hfQuant))}
+	a := &analysis{in: in, cfg: cfg, src: in.Source.Tensors, ck: in.Checkpoint, sch: schemeOf(quantizationConfig(cfg, hfQuant)),
+		layers: decoderLayers(srcCfg)}
 	a.classify()
 
 	c := record.Contract{
@@ -251,6 +254,8 @@ type analysis struct {
 	src *TensorIndex
 	ck  *safetensors.Checkpoint
 	sch scheme
+	// layers is the source's num_hidden_layers (0 when not said).
+	layers int
 
 	// linear are the decoder linears: the weights the label counts.
 	linear []linearWeight
@@ -311,7 +316,7 @@ func (a *analysis) classify() {
 			continue
 		}
 		lw := linearWeight{name: name, module: module, numel: st.NumElements(), stored: stored}
-		if inDecoder(module) && !isGate(module) {
+		if inDecoder(module, a.layers) && !isGate(module) {
 			a.linear = append(a.linear, lw)
 		} else if lastName(module) != "lm_head" && !isGate(module) {
 			others = append(others, lw)

@@ -16,7 +16,7 @@ import (
 // them expert projections.
 func moe30B() model {
 	const layers, experts, hidden, inter, vocab, q, kv = 48, 128, 2048, 768, 151936, 32 * 128, 4 * 128
-	m := model{src: &analyze.TensorIndex{Tensors: map[string]analyze.SourceTensor{}}}
+	m := model{src: &analyze.TensorIndex{Tensors: map[string]analyze.SourceTensor{}}, layers: layers}
 	add := func(name string, shape ...int64) {
 		m.src.Tensors[name] = analyze.SourceTensor{DType: "BF16", Shape: shape}
 	}
@@ -57,7 +57,7 @@ func BenchmarkAnalyzeMoE30B(b *testing.B) {
 	bl := write(m, m.decoderOnly, gptqWriter(4, 128, safetensors.I32))
 	ck := bl.checkpoint(b, true)
 	qc := gptqModelConfig(4, 128, "int32", map[string]any{`+:.*down_proj`: map[string]any{"bits": 4}, `-:.*mlp\.gate$`: map[string]any{}})
-	in := analyze.Input{Config: configWith(b, qc), Checkpoint: ck, Source: analyze.Source{Config: configWith(b, nil), Tensors: m.src},
+	in := analyze.Input{Config: m.config(b, qc), Checkpoint: ck, Source: analyze.Source{Config: m.config(b, nil), Tensors: m.src},
 		Declared: "W4A16KV16"}
 	got, err := analyze.Analyze(in)
 	require.NoError(b, err)

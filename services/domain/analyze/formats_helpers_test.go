@@ -29,13 +29,22 @@ import (
 type model struct {
 	src     *analyze.TensorIndex
 	decoder []string
+	// layers is its num_hidden_layers.
+	layers int
+}
+
+// config is a config.json of the model carrying a quantization_config
+// (none when nil).
+func (m model) config(t testing.TB, qc map[string]any) []byte {
+	t.Helper()
+	return qwen3Config(t, qc, map[string]any{"num_hidden_layers": m.layers})
 }
 
 // model returns an arch's source and its decoder linears: per layer the
 // four attention projections (or Qwen3.5's linear-attention projections)
 // and the three MLP projections.
 func (a arch) model() model {
-	m := model{src: a.source()}
+	m := model{src: a.source(), layers: a.layers}
 	for l := range a.layers {
 		p := fmt.Sprintf("%slayers.%d.", a.prefix, l)
 		attn := []string{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"}
@@ -59,7 +68,7 @@ func deepseekSmall() model {
 		hidden, vocab, inter, moeInter, experts = 64, 256, 128, 32, 2
 		heads, qLora, kvLora, nope, rope, vDim  = 2, 32, 32, 16, 16, 16
 	)
-	m := model{src: &analyze.TensorIndex{Tensors: map[string]analyze.SourceTensor{}}}
+	m := model{src: &analyze.TensorIndex{Tensors: map[string]analyze.SourceTensor{}}, layers: 2}
 	add := func(name, dt string, shape ...int64) {
 		m.src.Tensors[name] = analyze.SourceTensor{DType: dt, Shape: shape}
 	}
@@ -109,7 +118,7 @@ func deepseekSmall() model {
 // their biases.
 func gptOSSSmall() model {
 	const hidden, vocab, inter, experts, heads, kvHeads, head = 64, 256, 64, 4, 4, 2, 16
-	m := model{src: &analyze.TensorIndex{Tensors: map[string]analyze.SourceTensor{}}}
+	m := model{src: &analyze.TensorIndex{Tensors: map[string]analyze.SourceTensor{}}, layers: 2}
 	add := func(name string, shape ...int64) {
 		m.src.Tensors[name] = analyze.SourceTensor{DType: "BF16", Shape: shape}
 	}
@@ -227,13 +236,6 @@ func (b *build) checkpoint(t testing.TB, sharded bool) *safetensors.Checkpoint {
 // module is a source weight's module.
 func module(name string) string { return strings.TrimSuffix(name, ".weight") }
 
-// configWith is a config.json carrying a quantization_config (none when
-// nil).
-func configWith(t testing.TB, qc map[string]any) []byte {
-	t.Helper()
-	return qwen3Config(t, qc, nil)
-}
-
 // jsonMap decodes a JSON document written as a Go raw string, as the tools
 // write their configs.
 func jsonMap(t *testing.T, doc string) map[string]any {
@@ -276,9 +278,9 @@ func analyzeFormat(t *testing.T, tc formatCase) (record.Contract, *build) {
 		tc.extra(b)
 	}
 	in := analyze.Input{
-		Config:       configWith(t, tc.qc),
+		Config:       tc.m.config(t, tc.qc),
 		Checkpoint:   b.checkpoint(t, true),
-		Source:       analyze.Source{Config: configWith(t, nil), Tensors: tc.m.src},
+		Source:       analyze.Source{Config: tc.m.config(t, nil), Tensors: tc.m.src},
 		Declared:     tc.label,
 		KVCacheDType: tc.kv,
 	}
@@ -326,9 +328,9 @@ func ceil(a, b int64) int64 { return (a + b - 1) / b }
 func analyzeBuild(t *testing.T, m model, b *build, qc map[string]any, declared string) record.Contract {
 	t.Helper()
 	got, err := analyze.Analyze(analyze.Input{
-		Config:     configWith(t, qc),
+		Config:     m.config(t, qc),
 		Checkpoint: b.checkpoint(t, false),
-		Source:     analyze.Source{Config: configWith(t, nil), Tensors: m.src},
+		Source:     analyze.Source{Config: m.config(t, nil), Tensors: m.src},
 		Declared:   declared,
 	})
 	require.NoError(t, err)

@@ -1,10 +1,13 @@
 package analyze_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/services/domain/analyze"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/domain/safetensors"
 )
@@ -79,4 +82,43 @@ func TestUnquantizedModulesDeepSeek(t *testing.T) {
 		{Name: "model.layers.*.mlp.gate", Kind: "gate", Count: 1, DType: "BF16",
 			Bytes: size("model.layers.1.mlp.gate.weight", "model.layers.1.mlp.gate.e_score_correction_bias")},
 	}, got.UnquantizedModules)
+}
+
+// TestDeepSeekMTPLayer: DeepSeek-V3 appends its multi-token-prediction
+// module as the layer after the last (README_WEIGHTS.md: layer
+// num_hidden_layers), with an eh_proj and a shared_head left in BF16 and
+// its own attention and MLP in FP8. It is no decoder layer: the label stays
+// W8A8 and the MTP module's BF16 parts are listed.
+func TestDeepSeekMTPLayer(t *testing.T) {
+	t.Parallel()
+	m := deepseekSmall()
+	add := func(name string, shape ...int64) {
+		m.src.Tensors[name] = analyze.SourceTensor{DType: "BF16", Shape: shape}
+	}
+	const p = "model.layers.2."
+	var mtpLinears []string
+	for name, st := range deepseekSmall().src.Tensors {
+		if rest, ok := strings.CutPrefix(name, "model.layers.0."); ok {
+			add(p+rest, st.Shape...)
+			if len(st.Shape) == 2 {
+				mtpLinears = append(mtpLinears, p+rest)
+			}
+		}
+	}
+	add(p+"enorm.weight", 64)
+	add(p+"hnorm.weight", 64)
+	add(p+"eh_proj.weight", 64, 128)
+	add(p+"embed_tokens.weight", 256, 64)
+	add(p+"shared_head.norm.weight", 64)
+	add(p+"shared_head.head.weight", 256, 64)
+	quantize := func(name string) bool { return m.decoderOnly(name) || slices.Contains(mtpLinears, name) }
+	got, _ := analyzeFormat(t, formatCase{m: m, qc: deepseekFP8Config(), quantize: quantize, w: blockFP8, kv: "auto", label: "W8A8KV16", format: "w8a8"})
+	kinds := map[string]string{}
+	for _, u := range got.UnquantizedModules {
+		kinds[u.Name] = u.Kind
+	}
+	require.Equal(t, "other", kinds["model.layers.*.eh_proj"])
+	require.Equal(t, "other", kinds["model.layers.*.shared_head.head"])
+	require.Equal(t, "norm", kinds["model.layers.*.enorm"])
+	require.Equal(t, "embedding", kinds["model.layers.*.embed_tokens"])
 }

@@ -121,8 +121,8 @@ func TestModelOptWithoutItsConfig(t *testing.T) {
 	require.Equal(t, []string{"precision_wider_than_declared"}, codes(got))
 
 	_, err := analyze.Analyze(analyze.Input{
-		Config: configWith(t, nil), HFQuantConfig: []byte(`{"producer":`), Checkpoint: b.checkpoint(t, false),
-		Source: analyze.Source{Config: configWith(t, nil), Tensors: q.src},
+		Config: q.config(t, nil), HFQuantConfig: []byte(`{"producer":`), Checkpoint: b.checkpoint(t, false),
+		Source: analyze.Source{Config: q.config(t, nil), Tensors: q.src},
 	})
 	require.Equal(t, analyze.CodeConfigInvalid, analyze.CodeOf(err))
 	require.ErrorContains(t, err, analyze.HFQuantConfigFile)

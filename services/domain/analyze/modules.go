@@ -3,6 +3,7 @@ package analyze
 import (
 	"cmp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/lowbarena/lowbarena/services/domain/record"
@@ -57,9 +58,12 @@ func isNorm(module string) bool {
 }
 
 // inDecoder reports whether a module sits inside a decoder layer of the
-// language model: a layers.N (or h.N, blocks.N, layer.N) in its path and
-// no tower word.
-func inDecoder(module string) bool {
+// language model: a layers.N (or h.N, blocks.N, layer.N) in its path, no
+// tower word, and, when the source config says how many decoder layers
+// there are, N below that count. Layers past it are multi-token-prediction
+// modules appended after the decoder (DeepSeek-V3's layers.61, with its
+// unquantized eh_proj and shared_head, README_WEIGHTS.md "Loading rules").
+func inDecoder(module string, layers int) bool {
 	parts := strings.Split(module, ".")
 	decoder := false
 	for i, p := range parts {
@@ -69,10 +73,25 @@ func inDecoder(module string) bool {
 			}
 		}
 		if i+1 < len(parts) && slices.Contains(layerWords, p) && isDigits(parts[i+1]) {
+			n, err := strconv.Atoi(parts[i+1])
+			if layers > 0 && (err != nil || n >= layers) {
+				return false
+			}
 			decoder = true
 		}
 	}
 	return decoder
+}
+
+// decoderLayers reads the source config's num_hidden_layers (of its
+// text_config for multimodal models); 0 when it does not say.
+func decoderLayers(cfg map[string]any) int {
+	for _, c := range []map[string]any{cfg, textConfig(cfg)} {
+		if n, ok := number(c, "num_hidden_layers"); ok && n > 0 {
+			return n
+		}
+	}
+	return 0
 }
 
 func isDigits(s string) bool {
