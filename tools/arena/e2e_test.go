@@ -433,6 +433,7 @@ func TestArenaEndToEnd(t *testing.T) {
 	}
 	require.Regexp(t, strings.Join(line, " · "), r.stdout)
 	require.Contains(t, r.stdout, "contract    kept · reads W8A8KV8")
+	require.Regexp(t, `unquantized 1 embedding · 1 lm_head · \d+ norms \(BF16, [0-9.]+ [KM]iB\), outside the label`, r.stdout)
 	require.Contains(t, r.stdout, "efficiency  speed ")
 	require.Contains(t, r.stdout, "figures from a simulation (NVIDIA H200 (simulated))")
 	r = arena(t, "show", "0000000000000000", "--nats", up.natsURL)

@@ -119,6 +119,9 @@ func renderRecord(w io.Writer, r *record.Submission) {
 			fmt.Fprintf(w, " · %d foreign tensors (%.2f%%)", c.ForeignTensors.Count, 100*c.ForeignTensors.Share)
 		}
 		fmt.Fprintln(w)
+		if line := unquantizedLine(c.UnquantizedModules); line != "" {
+			fmt.Fprintf(w, "  unquantized %s\n", line)
+		}
 		for _, v := range c.Violations {
 			fmt.Fprintf(w, "              - %s: %s\n", v.Code, v.Message)
 		}
@@ -154,6 +157,39 @@ func renderRecord(w io.Writer, r *record.Submission) {
 		fmt.Fprintf(w, "  note        figures from a simulation (%s)\n", res.GPU)
 	}
 	fmt.Fprintf(w, "  updated     %s\n", r.UpdatedAt.UTC().Format("2006-01-02 15:04:05Z"))
+}
+
+// unquantizedLine says in one line which modules outside the label the
+// checkpoint keeps unquantized: how many of each kind, their dtypes and
+// bytes, e.g. "1 embedding · 1 lm_head · 9 norms (BF16, 2.0 MiB), outside
+// the label". Empty when there are none.
+func unquantizedLine(mods []record.UnquantizedModule) string {
+	if len(mods) == 0 {
+		return ""
+	}
+	counts := map[string]int{}
+	var kinds, dtypes []string
+	var bytes int64
+	for _, m := range mods {
+		if counts[m.Kind] == 0 {
+			kinds = append(kinds, m.Kind)
+		}
+		counts[m.Kind] += m.Count
+		if !slices.Contains(dtypes, m.DType) {
+			dtypes = append(dtypes, m.DType)
+		}
+		bytes += m.Bytes
+	}
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		name := k
+		if counts[k] > 1 && k != "other" && k != "lm_head" {
+			name += "s"
+		}
+		parts[i] = fmt.Sprintf("%d %s", counts[k], name)
+	}
+	slices.Sort(dtypes)
+	return fmt.Sprintf("%s (%s, %s), outside the label", strings.Join(parts, " · "), strings.Join(dtypes, "/"), humanBytes(bytes))
 }
 
 func stageLine(stages []record.Stage) string {

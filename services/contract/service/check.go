@@ -31,7 +31,8 @@ const (
 	CodeMissingConfig = "bundle_missing_config"
 )
 
-// maxSmallFile bounds submission.json and config.json read back.
+// maxSmallFile bounds submission.json, config.json and
+// hf_quant_config.json read back.
 const maxSmallFile = 4 << 20
 
 // Checker is the contract check itself, without a bus: a built bundle's
@@ -128,6 +129,15 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 	if err != nil {
 		return record.Contract{}, 0, nil, err
 	}
+	// ModelOpt's own quantization config, the only statement of the
+	// scheme in checkpoints exported before ModelOpt wrote one into
+	// config.json.
+	var hfQuant []byte
+	if _, ok := m.File(analyze.HFQuantConfigFile); ok {
+		if hfQuant, err = small(open, m, analyze.HFQuantConfigFile); err != nil {
+			return record.Contract{}, 0, nil, err
+		}
+	}
 
 	// The top of the bundle is the checkpoint folder.
 	sizes := map[string]int64{}
@@ -149,7 +159,7 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 		kv = decl.Engine.KVCacheDType
 	}
 	ct, err := analyze.Analyze(analyze.Input{
-		Config: config, Checkpoint: ck, Source: camp.Source,
+		Config: config, HFQuantConfig: hfQuant, Checkpoint: ck, Source: camp.Source,
 		Declared: decl.Solution.Precision, KVCacheDType: kv, Policy: camp.Policy.Analyze(),
 	})
 	if err != nil {

@@ -49,6 +49,47 @@ func TestContractDecides(t *testing.T) {
 	remove := func(name string) func(*testing.T, string) {
 		return func(t *testing.T, dir string) { require.NoError(t, os.Remove(filepath.Join(dir, name))) }
 	}
+	camp, err := set.Lookup(examples.TaskID)
+	require.NoError(t, err)
+	// modelOpt turns a bundle into an older ModelOpt NVFP4 export: its
+	// scheme only in hf_quant_config.json (when withConfig), none in
+	// config.json, its weights as ModelOpt writes them (header only).
+	modelOpt := func(withConfig bool) func(*testing.T, string) {
+		return func(t *testing.T, dir string) {
+			editFile("config.json", func(s string) string {
+				var cfg map[string]any
+				require.NoError(t, json.Unmarshal([]byte(s), &cfg))
+				delete(cfg, "quantization_config")
+				data, err := json.Marshal(cfg)
+				require.NoError(t, err)
+				return string(data)
+			})(t, dir)
+			if withConfig {
+				writeFile(analyze.HFQuantConfigFile, []byte(`{"producer": {"name": "modelopt", "version": "0.27.1"},
+  "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8", "group_size": 16, "exclude_modules": ["lm_head"]}}`))(t, dir)
+			}
+			var w safetensors.Writer
+			for _, name := range camp.Source.Tensors.Names() {
+				st := camp.Source.Tensors.Tensors[name]
+				m, ok := strings.CutSuffix(name, ".weight")
+				if !ok || len(st.Shape) != 2 || strings.Contains(name, "embed") || name == "lm_head.weight" {
+					w.MustAdd(name, safetensors.DType(st.DType), st.Shape, nil)
+					continue
+				}
+				w.MustAdd(name, safetensors.U8, []int64{st.Shape[0], st.Shape[1] / 2}, nil)
+				w.MustAdd(m+".weight_scale", safetensors.F8E4M3, []int64{st.Shape[0], st.Shape[1] / 16}, nil)
+				w.MustAdd(m+".weight_scale_2", safetensors.F32, []int64{}, nil)
+				w.MustAdd(m+".input_scale", safetensors.F32, []int64{}, nil)
+			}
+			paths, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+			require.NoError(t, err)
+			for _, p := range paths {
+				require.NoError(t, os.Remove(p))
+			}
+			_, err = w.WriteFile(filepath.Join(dir, "model.safetensors"))
+			require.NoError(t, err)
+		}
+	}
 	cases := []struct {
 		name string
 		from string
@@ -63,6 +104,13 @@ func TestContractDecides(t *testing.T) {
 		{name: "kept: fp8 in two shards", from: "fp8-w8a8"},
 		{name: "kept: nvfp4", from: "nvfp4-w4a4"},
 		{name: "kept: the bf16 reference", from: "bf16-reference"},
+		{name: "kept: ModelOpt NVFP4, its scheme in hf_quant_config.json", from: "nvfp4-w4a4", change: modelOpt(true)},
+		{name: "ModelOpt NVFP4 without hf_quant_config.json reads A16", from: "nvfp4-w4a4", change: modelOpt(false),
+			code: analyze.ViolationPrecisionWider},
+		{name: "hf_quant_config.json not JSON", from: "nvfp4-w4a4",
+			change: writeFile(analyze.HFQuantConfigFile, []byte(`{"producer":`)), code: string(analyze.CodeConfigInvalid)},
+		{name: "hf_quant_config.json too large", from: "nvfp4-w4a4",
+			change: writeFile(analyze.HFQuantConfigFile, make([]byte, 4<<20+1)), code: string(analyze.CodeConfigInvalid)},
 		{name: "broken: foreign tensors", from: "foreign-tensors", code: analyze.ViolationForeignTensors},
 		{name: "broken: wider precision than declared", from: "bf16-declared-w4", code: analyze.ViolationPrecisionWider},
 		{name: "broken: a changed rope", from: "rope-theta-changed", code: analyze.ViolationRopeChanged},
@@ -154,6 +202,10 @@ func TestContractDecides(t *testing.T) {
 				require.Equal(t, ex.Violations, codes)
 				require.Equal(t, ex.Detected, c.DetectedPrecision)
 				require.Equal(t, ex.Declared, c.DeclaredPrecision)
+			} else if strings.HasPrefix(r.Message, "the checkpoint breaks its contract: ") {
+				var c record.Contract
+				require.NoError(t, json.Unmarshal(r.Detail, &c), "the contract block travels with the refusal")
+				require.Equal(t, tc.code, c.Violations[0].Code)
 			} else {
 				require.Empty(t, r.Detail, "only a broken contract carries a contract block")
 			}

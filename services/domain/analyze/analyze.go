@@ -1,56 +1,80 @@
 // Package analyze computes the contract of a submission: what its
-// checkpoint really is, read from config.json and the safetensors headers
-// alone, against what the participant declared and the campaign's source
-// model. The result is a record.Contract in the layout of the arena's
-// records.
+// checkpoint really is, read from config.json (and ModelOpt's
+// hf_quant_config.json) and the safetensors headers alone, against what
+// the participant declared and the campaign's source model. The result is
+// a record.Contract in the layout of the arena's records.
+//
+// The formats of the real tools are read one family per file (family.go
+// says what a family is): compressed-tensors (ct.go), ModelOpt
+// (modelopt.go), AutoGPTQ and GPTQModel (gptq.go), AutoAWQ (awq.go),
+// transformers' and DeepSeek's block FP8 (fp8.go), gpt-oss' MXFP4
+// (mxfp4.go) and bitsandbytes (bnb.go).
 //
 // # Definitions
 //
-// Linear weights are the source model's rank-2 tensors named *.weight whose
-// module is not an embedding (a last component containing "embed", or wte,
-// wpe) and is not matched by the quantization config's ignore list
-// (compressed-tensors ignore, ModelOpt exclude_modules, transformers
-// modules_to_not_convert). lm_head is a linear weight unless ignored, as it
-// is for compressed-tensors' "Linear" target.
+// Linear weights are the source model's rank-2 tensors named M.weight
+// whose module M is not an embedding (a last component containing
+// "embed", or wte, wpe), and its rank-3 fused expert projections
+// (M.experts.gate_up_proj). Decoder linears are the linear weights inside
+// a decoder layer (layers.N, h.N, blocks.N, N below the source config's
+// num_hidden_layers) that are not a router or gate (mlp.gate, mlp.router,
+// shared_expert_gate) and not in a vision, audio or MTP tower (mtp.*, or
+// the layers DeepSeek-V3 appends past num_hidden_layers): the attention,
+// MLP and expert projections. When the source
+// has none (a layout without numbered layers), every linear weight but
+// lm_head and the gates is a decoder linear.
 //
-// A linear weight's stored form is the checkpoint's M.weight, else
-// M.weight_packed, else M.qweight (M its module). Its storage bits are
-// 8 × stored bytes / source elements, rounded: packed int4 in I32 or U8,
-// NVFP4 in U8 and F4 read 4, FP8 and INT8 read 8, BF16 reads 16.
+// A source weight's stored form is the checkpoint tensor of its own name
+// (in its shape, or packed as a family stores it there), else a family's
+// store (M.weight_packed, M.qweight, T_blocks). Its width is the bits its
+// config gives it when its shape packs them, else 8 × stored bytes /
+// source elements, rounded: packed int4 reads 4, FP8 and INT8 read 8,
+// BF16 reads 16.
 //
-// weight_bits is the widest of the config's weight schemes (every group) and
-// of the storage bits of every linear weight; 16 when neither says anything.
-// So a config that claims 4 bits over BF16 tensors reads 16, and a config
-// without a recognised scheme reads what the tensors hold.
+// weight_bits is the widest of the config's weight schemes over the
+// decoder linears they cover and of the width of every decoder linear; 16
+// when neither says anything. A decoder linear stored wider than its
+// scheme makes the label wider, whether the config's ignore list names it
+// or not; so a config that claims 4 bits over BF16 tensors reads 16, and
+// a config without a recognised scheme reads what the tensors hold. The
+// embeddings, lm_head, norms, gates and towers never make the label; they
+// are listed in unquantized_modules when stored in 16 bits or more.
 //
-// activation_bits is the widest input-activation width over the config's
-// groups that target linear layers (a group without input_activations
-// counts 16); 16 without a recognised scheme, or when a linear weight is
-// stored unquantized (16 bits or more).
+// activation_bits is the widest input-activation width over the decoder
+// linears: the width of the group that quantizes each one, 16 for a
+// decoder linear no group quantizes (none covers it, or the ignore list
+// names it), for a group without input_activations, and for a decoder
+// linear stored unquantized (16 bits or more); 16 without a recognised
+// scheme.
 //
 // kv_bits is the config's KV cache scheme width (null when it has none).
 // The detected label takes KV from the engine's running KV cache dtype when
 // known (seed formulas §6: the fixtures' labels do), else from kv_bits, else
 // 16.
 //
-// bits_per_weight is 8 × (stored bytes of the linear weights plus their
-// weight companions: weight_scale, weight_scale_2, weight_global_scale,
-// weight_zero_point, weight_shape, weight_g_idx, qzeros, scales, g_idx) /
-// (source elements of the linear weights). Activation and KV scales are not
-// weight bytes. A BF16 checkpoint reads 16.0. The arena fixtures' values are
-// not exactly derivable from their records (seed formulas §6), so they are
-// recorded readings, not a reproduced formula.
+// bits_per_weight is 8 × (stored bytes of the decoder linears plus their
+// weight companions: scales, zero points, group indices, shapes, absmax
+// and quant maps, as each family names them) / (source elements of the
+// decoder linears). Activation and KV scales are not weight bytes. A BF16
+// checkpoint reads 16.0. The arena fixtures' values are not exactly
+// derivable from their records (seed formulas §6), so they are recorded
+// readings, not a reproduced formula.
 //
 // model_bits_per_weight is 8 × every tensor byte of the checkpoint / every
 // element of the source model. safetensor_bytes is the total size of the
 // safetensors files read, headers included.
 //
 // Foreign tensors are checkpoint tensors that are neither source tensors nor
-// allowed companions: a suffix of Companions on a module that has a source
-// weight or bias, or of AttentionScales (k_scale, v_scale, q_scale,
-// prob_scale) on any module above a source tensor. Their share is of the
-// checkpoint's tensor bytes; above Policy.ForeignShareLimit (default 0.1%)
-// they are a violation. Largest lists the five largest.
+// allowed companions: a family's store or companion of a source weight, or
+// an attention scale (k_scale, v_scale, q_scale, prob_scale) on any module
+// above a source tensor. Their share is of the checkpoint's tensor bytes;
+// above Policy.ForeignShareLimit (default 0.1%) they are a violation.
+// Largest lists the five largest.
+//
+// A decoder linear whose quantized storage packs another width than its
+// config gives it (a qweight of 8-bit rows under "bits": 4) breaks the
+// contract with packing_mismatch; one whose storage packs no width at all
+// with shape_mismatch.
 package analyze
 
 import (
@@ -67,24 +91,6 @@ import (
 // DefaultForeignShareLimit is the share of tensor bytes that foreign tensors
 // may hold before they are a violation: 0.1%.
 const DefaultForeignShareLimit = 0.001
-
-// Companions are the tensor-name suffixes a quantized module may add beside
-// its weight: compressed-tensors (weight_packed, weight_scale,
-// weight_global_scale, weight_zero_point, weight_shape, weight_g_idx,
-// input_scale, input_global_scale, input_zero_point, output_scale), ModelOpt
-// (weight_scale_2, input_scale) and GPTQ/AWQ (qweight, qzeros, scales, g_idx).
-var Companions = []string{
-	"weight_packed", "weight_scale", "weight_scale_2", "weight_global_scale", "weight_zero_point",
-	"weight_shape", "weight_g_idx", "input_scale", "input_global_scale", "input_zero_point", "output_scale",
-	"qweight", "qzeros", "scales", "g_idx",
-}
-
-// weightCompanions are the Companions that count as weight bytes in
-// bits_per_weight.
-var weightCompanions = []string{
-	"weight_scale", "weight_scale_2", "weight_global_scale", "weight_zero_point",
-	"weight_shape", "weight_g_idx", "qzeros", "scales", "g_idx",
-}
 
 // AttentionScales are the KV cache and attention scale suffixes allowed on
 // any module above a source tensor (self_attn.k_scale, k_proj.k_scale...).
@@ -110,6 +116,10 @@ type Policy struct {
 type Input struct {
 	// Config is the checkpoint's config.json.
 	Config []byte
+	// HFQuantConfig is the checkpoint's hf_quant_config.json (ModelOpt),
+	// or nil when it has none. It is read when config.json has no
+	// quantization_config.
+	HFQuantConfig []byte
 	// Checkpoint holds the checkpoint's safetensors headers.
 	Checkpoint *safetensors.Checkpoint
 	// Source is the campaign's source model.
@@ -141,6 +151,12 @@ func Analyze(in Input) (record.Contract, error) {
 	if err != nil {
 		return record.Contract{}, err
 	}
+	var hfQuant map[string]any
+	if in.HFQuantConfig != nil {
+		if hfQuant, err = parseConfig(in.HFQuantConfig); err != nil {
+			return record.Contract{}, fail(CodeConfigInvalid, err, "%s", HFQuantConfigFile)
+		}
+	}
 	srcCfg, err := parseConfig(in.Source.Config)
 	if err != nil {
 		return record.Contract{}, fail(CodeSourceInvalid, err, "the source model's config.json")
@@ -162,7 +178,8 @@ func Analyze(in Input) (record.Contract, error) {
 		limit = DefaultForeignShareLimit
 	}
 
-	a := &analysis{in: in, cfg: cfg, src: in.Source.Tensors, ck: in.Checkpoint, sch: schemeOf(cfg)}
+	a := &analysis{in: in, cfg: cfg, src: in.Source.Tensors, ck: in.Checkpoint, sch: schemeOf(quantizationConfig(cfg, hfQuant)),
+		layers: decoderLayers(srcCfg)}
 	a.classify()
 
 	c := record.Contract{
@@ -177,6 +194,7 @@ func Analyze(in Input) (record.Contract, error) {
 	c.KVBits = a.sch.kvBits
 	c.BitsPerWeight, c.ModelBitsPerWeight = a.bitsPerWeight()
 	c.ForeignTensors = a.foreign()
+	c.UnquantizedModules = a.unquantized()
 
 	kv := 16
 	switch {
@@ -198,6 +216,10 @@ func Analyze(in Input) (record.Contract, error) {
 	if c.ForeignTensors.Share > limit {
 		add(ViolationForeignTensors, "%d foreign tensors hold %d bytes (%.2f%% of tensor bytes, over the %.2f%% allowed); largest: %s",
 			c.ForeignTensors.Count, c.ForeignTensors.Bytes, 100*c.ForeignTensors.Share, 100*limit, c.ForeignTensors.Largest[0].Name)
+	}
+	if len(a.packingProblems) > 0 {
+		add(ViolationPackingMismatch, "%d quantized weights do not hold the bits their %s quantization config gives them: %s; the config must say what the tensors hold",
+			len(a.packingProblems), a.sch.fam.name, summarize(a.packingProblems, 3))
 	}
 	if declared != nil {
 		if wider := detected.Wider(*declared); len(wider) > 0 {
@@ -232,20 +254,29 @@ type analysis struct {
 	src *TensorIndex
 	ck  *safetensors.Checkpoint
 	sch scheme
+	// layers is the source's num_hidden_layers (0 when not said).
+	layers int
 
-	// linear are the source linear weights that count (not ignored).
+	// linear are the decoder linears: the weights the label counts.
 	linear []linearWeight
-	// sourceModules are modules with a source weight or bias; prefixes are
-	// every module above a source tensor.
-	sourceModules, prefixes map[string]bool
-	shapeProblems           []string
+	// moduleTensors are the source tensors of each module.
+	moduleTensors map[string][]string
+	// prefixes are every module above a source tensor.
+	prefixes map[string]bool
+	// groups memoizes scheme.groupOf per module.
+	groups                         map[string]*group
+	shapeProblems, packingProblems []string
 }
 
+// linearWeight is one decoder linear.
 type linearWeight struct {
-	module  string
-	numel   int64
-	stored  *safetensors.Located
-	storage int // storage bits, 0 when not stored
+	name   string // the source tensor
+	module string
+	numel  int64
+	stored located
+	// width is its width in bits (0 when it is not stored); see the
+	// package's definitions.
+	width int
 }
 
 func moduleOf(name string) string {
@@ -253,20 +284,6 @@ func moduleOf(name string) string {
 		return name[:i]
 	}
 	return ""
-}
-
-func isEmbedding(module string) bool {
-	last := module[strings.LastIndexByte(module, '.')+1:]
-	return strings.Contains(last, "embed") || last == "wte" || last == "wpe"
-}
-
-func (a *analysis) ignored(module string) bool {
-	for _, p := range a.sch.ignore {
-		if matchModule(p, module) {
-			return true
-		}
-	}
-	return false
 }
 
 func (a *analysis) tiedEmbeddings() bool {
@@ -279,75 +296,70 @@ func (a *analysis) tiedEmbeddings() bool {
 }
 
 // classify finds each source tensor's stored form, checks its shape and
-// collects the linear weights.
+// packing, and collects the decoder linears.
 func (a *analysis) classify() {
-	a.sourceModules, a.prefixes = map[string]bool{}, map[string]bool{}
+	a.moduleTensors, a.prefixes, a.groups = map[string][]string{}, map[string]bool{}, map[string]*group{}
+	var others []linearWeight
 	for _, name := range a.src.Names() {
 		st := a.src.Tensors[name]
 		m := moduleOf(name)
-		a.sourceModules[m] = true
+		a.moduleTensors[m] = append(a.moduleTensors[m], name)
 		for p := m; p != ""; p = moduleOf(p) {
 			a.prefixes[p] = true
 		}
-		stored, problem := a.stored(name, st)
-		if problem != "" {
-			if !(name == "lm_head.weight" && stored == nil && a.tiedEmbeddings()) {
-				a.shapeProblems = append(a.shapeProblems, problem)
-			}
+		stored, problem := a.locate(name, st)
+		if problem != "" && !(name == "lm_head.weight" && stored.t == nil && a.tiedEmbeddings()) {
+			a.shapeProblems = append(a.shapeProblems, problem)
 		}
-		if !strings.HasSuffix(name, ".weight") || len(st.Shape) != 2 || isEmbedding(m) || a.ignored(m) {
+		module, ok := isLinearWeight(name, st)
+		if !ok {
 			continue
 		}
-		lw := linearWeight{module: m, numel: st.NumElements(), stored: stored}
-		if stored != nil && lw.numel > 0 {
-			lw.storage = int(math.Round(8 * float64(stored.Bytes()) / float64(lw.numel)))
+		lw := linearWeight{name: name, module: module, numel: st.NumElements(), stored: stored}
+		if inDecoder(module, a.layers) && !isGate(module) {
+			a.linear = append(a.linear, lw)
+		} else if lastName(module) != "lm_head" && !isGate(module) {
+			others = append(others, lw)
 		}
-		a.linear = append(a.linear, lw)
+	}
+	if len(a.linear) == 0 {
+		a.linear = others // a layout without numbered decoder layers
+	}
+	for i := range a.linear {
+		a.linear[i].width = a.width(a.linear[i])
 	}
 }
 
-// stored returns the checkpoint tensor that holds a source tensor, and a
-// description of the problem when it is missing or its shape does not fit.
-func (a *analysis) stored(name string, st SourceTensor) (*safetensors.Located, string) {
-	if t, ok := a.ck.Tensor(name); ok {
-		if !packedShape(st.Shape, t.DType, t.Shape) {
-			return &t, fmt.Sprintf("%s is %s%v, the source %s", name, t.DType, t.Shape, st)
-		}
-		return &t, ""
+// groupOf is the scheme's group of a module, looked up once.
+func (a *analysis) groupOf(module string) *group {
+	g, ok := a.groups[module]
+	if !ok {
+		g = a.sch.groupOf(module)
+		a.groups[module] = g
 	}
-	if m, ok := strings.CutSuffix(name, ".weight"); ok {
-		if t, ok := a.ck.Tensor(m + ".weight_packed"); ok {
-			if !packedShape(st.Shape, t.DType, t.Shape) {
-				return &t, fmt.Sprintf("%s.weight_packed is %s%v, the source %s", m, t.DType, t.Shape, st)
-			}
-			return &t, ""
-		}
-		if t, ok := a.ck.Tensor(m + ".qweight"); ok {
-			return &t, "" // GPTQ/AWQ transpose and pack; the shape is not checked
-		}
-	}
-	return nil, name + " is missing"
+	return g
 }
 
-// packedShape reports whether a stored shape holds a source shape: equal, or
-// equal but for the last dimension packed into a wider storage dtype (two
-// 4-bit values per U8/I8, eight per I32/U32, or four 8-bit values per
-// I32/U32).
-func packedShape(src []int64, dt safetensors.DType, got []int64) bool {
-	if slices.Equal(src, got) {
-		return true
+// width is a decoder linear's width, and records a packing problem when
+// its quantized storage packs another width than its config gives it.
+func (a *analysis) width(lw linearWeight) int {
+	t := lw.stored.t
+	if t == nil || lw.numel == 0 {
+		return 0
 	}
-	if len(src) == 0 || len(src) != len(got) || !slices.Equal(src[:len(src)-1], got[:len(got)-1]) {
-		return false
+	ratio := int(math.Round(8 * float64(t.Bytes()) / float64(lw.numel)))
+	cfgBits := 0
+	if g := a.groupOf(lw.module); g != nil {
+		cfgBits = g.weights.NumBits
 	}
-	last, want := got[len(got)-1], src[len(src)-1]
-	switch dt {
-	case safetensors.U8, safetensors.I8:
-		return last*2 == want || (want%2 == 1 && last == want/2+1)
-	case safetensors.I32, safetensors.U32:
-		return last*8 == want || last*4 == want || last == (want+7)/8
+	switch {
+	case cfgBits > 0 && slices.Contains(lw.stored.fits, cfgBits):
+		return cfgBits
+	case cfgBits > 0 && ratio < 16 && len(lw.stored.fits) > 0:
+		a.packingProblems = append(a.packingProblems, fmt.Sprintf("%s is %s%v, %d bits per weight of the source %v, where the config says %d",
+			t.Name, t.DType, t.Shape, ratio, a.src.Tensors[lw.name].Shape, cfgBits))
 	}
-	return false
+	return ratio
 }
 
 // precision reads the quantization block and the weight and activation bits.
@@ -357,22 +369,25 @@ func (a *analysis) precision() (record.Quantization, int, int) {
 		q.Ignore = []string{}
 	}
 	configW := 0
+	for _, lw := range a.linear {
+		if g := a.groupOf(lw.module); g != nil {
+			configW = max(configW, g.weights.NumBits)
+		}
+	}
 	var best *group
 	for i := range a.sch.groups {
 		g := &a.sch.groups[i]
-		configW = max(configW, g.weights.NumBits)
 		if best == nil || g.weights.NumBits > best.weights.NumBits ||
 			(g.weights.NumBits == best.weights.NumBits && a.coversLinear(*g) && !a.coversLinear(*best)) {
 			best = g
 		}
 	}
-	storageW, unquantized := 0, false
+	storageW := 0
 	dominant := map[safetensors.DType]int64{}
 	for _, lw := range a.linear {
-		storageW = max(storageW, lw.storage)
-		if lw.storage >= 16 {
-			unquantized = true
-			dominant[lw.stored.DType] += lw.numel
+		storageW = max(storageW, lw.width)
+		if lw.width >= 16 {
+			dominant[lw.stored.t.DType] += lw.numel
 		}
 	}
 	w := max(configW, storageW)
@@ -382,18 +397,17 @@ func (a *analysis) precision() (record.Quantization, int, int) {
 	act := 16
 	if a.sch.recognized {
 		act = 0
-		for _, g := range a.sch.groups {
-			if !a.coversLinear(g) {
-				continue
-			}
-			if g.acts != nil {
+		for _, lw := range a.linear {
+			g := a.groupOf(lw.module)
+			switch {
+			case g == nil || g.acts == nil || lw.width >= 16:
+				act = max(act, 16)
+			default:
 				act = max(act, g.acts.NumBits)
-			} else {
-				act = 16
 			}
 		}
-		if act == 0 || unquantized {
-			act = max(act, 16)
+		if act == 0 {
+			act = 16
 		}
 	}
 	if best != nil {
@@ -406,7 +420,7 @@ func (a *analysis) precision() (record.Quantization, int, int) {
 		q.Format = fmt.Sprintf("w%da%d", best.weights.NumBits, ab)
 	} else {
 		// No recognised scheme: the format names the unquantized dtype of
-		// the linear weights (bf16 as in the arena's records), or
+		// the decoder linears (bf16 as in the arena's records), or
 		// "unrecognized" when they are stored quantized all the same.
 		q.Format = "bf16"
 		if storageW > 0 && storageW < 16 {
@@ -428,15 +442,11 @@ func (a *analysis) precision() (record.Quantization, int, int) {
 	return q, w, act
 }
 
-// coversLinear reports whether a group targets at least one linear module.
+// coversLinear reports whether a group quantizes at least one decoder
+// linear.
 func (a *analysis) coversLinear(g group) bool {
-	for _, t := range g.targets {
-		if t == "Linear" {
-			return true
-		}
-	}
 	for _, lw := range a.linear {
-		if g.covers(lw.module, "Linear") {
+		if !a.sch.ignored(lw.module) && g.covers(a.sch.rx, lw.module, "Linear") {
 			return true
 		}
 	}
@@ -444,21 +454,21 @@ func (a *analysis) coversLinear(g group) bool {
 }
 
 func (a *analysis) bitsPerWeight() (bpw, model float64) {
-	var stored, numel int64
+	var stored, n int64
 	for _, lw := range a.linear {
-		if lw.stored == nil {
+		if lw.stored.t == nil {
 			continue
 		}
-		numel += lw.numel
-		stored += lw.stored.Bytes()
-		for _, s := range weightCompanions {
-			if t, ok := a.ck.Tensor(lw.module + "." + s); ok {
+		n += lw.numel
+		stored += lw.stored.t.Bytes()
+		for _, x := range weightSuffixes {
+			if t, ok := a.ck.Tensor(x.of(lw.name)); ok {
 				stored += t.Bytes()
 			}
 		}
 	}
-	if numel > 0 {
-		bpw = 8 * float64(stored) / float64(numel)
+	if n > 0 {
+		bpw = 8 * float64(stored) / float64(n)
 	}
 	var srcNumel int64
 	for _, t := range a.src.Tensors {
@@ -470,22 +480,36 @@ func (a *analysis) bitsPerWeight() (bpw, model float64) {
 	return bpw, model
 }
 
+// allowed reports whether a checkpoint tensor is a source tensor, a
+// family's store or companion of one (M.suffix for a source weight
+// M.weight, T.suffix or T+suffix for a source tensor T), or an attention
+// scale on a module above a source tensor.
 func (a *analysis) allowed(name string) bool {
 	if _, ok := a.src.Tensors[name]; ok {
 		return true
+	}
+	for _, x := range allSuffixes {
+		var base string
+		switch x.at {
+		case onModule:
+			if m, ok := strings.CutSuffix(name, "."+x.s); ok {
+				base = m + ".weight"
+			}
+		case onTensor:
+			base, _ = strings.CutSuffix(name, "."+x.s)
+		case onParam:
+			base, _ = strings.CutSuffix(name, x.s)
+		}
+		if _, ok := a.src.Tensors[base]; ok && base != "" {
+			return true
+		}
 	}
 	i := strings.LastIndexByte(name, '.')
 	if i < 0 {
 		return false
 	}
 	m, suffix := name[:i], name[i+1:]
-	if slices.Contains(Companions, suffix) {
-		return a.sourceModules[m]
-	}
-	if slices.Contains(AttentionScales, suffix) {
-		return a.prefixes[m] || a.sourceModules[m]
-	}
-	return false
+	return slices.Contains(AttentionScales, suffix) && a.prefixes[m]
 }
 
 func (a *analysis) foreign() record.ForeignTensors {

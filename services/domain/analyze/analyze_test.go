@@ -15,7 +15,7 @@ import (
 
 // qwen3Config returns a Qwen3 config.json with the given
 // quantization_config (none when nil) and overrides.
-func qwen3Config(t *testing.T, qc map[string]any, over map[string]any) []byte {
+func qwen3Config(t testing.TB, qc map[string]any, over map[string]any) []byte {
 	t.Helper()
 	cfg := map[string]any{
 		"architectures": []string{"Qwen3ForCausalLM"}, "model_type": "qwen3", "hidden_size": 64,
@@ -238,11 +238,12 @@ func TestAnalyzeSchemes(t *testing.T) {
 		{"ModelOpt hf_quant_config layout FP8", nested, formFP8, keepHead, "auto", "W8A8KV16", "w8a8", nil, true},
 		{"transformers fine-grained fp8", hfFP8, formFP8, keepHead, "fp8_e4m3", "W8A8KV8", "w8a8", nil, true},
 		{"no quantization config, BF16", nil, formBF16, nil, "auto", "W16A16KV16", "bf16", nil, false},
-		// Without a config there is no ignore list: a BF16 head would read W16.
+		// Without a config, the tensors say it all.
 		{"no quantization config, FP8 tensors", nil, formFP8, nil, "", "W8A16KV16", "unrecognized", nil, false},
 		{"unknown method, NVFP4 tensors", map[string]any{"quant_method": "mystery"}, formMONV, nil, "nvfp4", "W4A16KV4", "unrecognized", nil, false},
-		{"unknown method, BF16 head", map[string]any{"quant_method": "mystery"}, formMONV, keepHead, "nvfp4", "W16A16KV4", "bf16", nil, false},
-		{"head left BF16 but not ignored", func() map[string]any { q := ctNVFP4(); delete(q, "ignore"); return q }(), formNVFP4, keepHead, "fp8", "W16A16KV8", "w4a4", nil, true},
+		// lm_head is outside the label, listed or not.
+		{"unknown method, BF16 head", map[string]any{"quant_method": "mystery"}, formMONV, keepHead, "nvfp4", "W4A16KV4", "unrecognized", nil, false},
+		{"head left BF16 but not ignored", func() map[string]any { q := ctNVFP4(); delete(q, "ignore"); return q }(), formNVFP4, keepHead, "fp8", "W4A4KV8", "w4a4", nil, true},
 		{"embedding-only group over BF16 linears", embOnly, formBF16, nil, "fp8", "W16A16KV8", "w4a16", nil, false},
 	}
 	for _, tt := range tests {

@@ -3,7 +3,6 @@ package analyze
 import (
 	"bytes"
 	"encoding/json"
-	"maps"
 	"path"
 	"regexp"
 	"slices"
@@ -84,12 +83,22 @@ func ropeOf(cfg map[string]any) record.Rope {
 
 // scheme is what the contract reads from a quantization_config.
 type scheme struct {
+	// fam is the tool family whose config it is; nil when none claimed it.
+	fam *family
 	// recognized is true when a weight scheme was understood.
 	recognized bool
 	groups     []group
 	ignore     []string
-	kvBits     *int
-	sparse     bool
+	// match is the family's reading of an ignore pattern; matchModule
+	// when nil.
+	match func(rx patterns, pattern, module string) bool
+	// rx holds the config's regular expressions, each compiled once.
+	rx     patterns
+	kvBits *int
+	sparse bool
+	// layouts, when not nil, are the only layouts of the family's stores
+	// this checkpoint may use (AutoAWQ's version: gemm or gemv).
+	layouts []string
 }
 
 // group is one quantization group: the modules it targets and its schemes.
@@ -157,27 +166,6 @@ func stringList(v any) []string {
 	return out
 }
 
-// modelOptAlgos maps ModelOpt's quant_algo to its weight and activation
-// schemes.
-var modelOptAlgos = map[string]struct{ w, a *record.QuantArgs }{
-	"FP8":                        {fpArgs(8, "tensor", nil, false), fpArgs(8, "tensor", nil, false)},
-	"FP8_PER_CHANNEL_PER_TOKEN":  {fpArgs(8, "channel", nil, false), fpArgs(8, "token", nil, true)},
-	"FP8_PB_WO":                  {fpArgs(8, "block", nil, false), nil},
-	"NVFP4":                      {fpArgs(4, "tensor_group", intp(16), false), fpArgs(4, "tensor_group", intp(16), true)},
-	"NVFP4_AWQ":                  {fpArgs(4, "tensor_group", intp(16), false), fpArgs(4, "tensor_group", intp(16), true)},
-	"W4A8_AWQ":                   {intArgs(4, "group", intp(128)), fpArgs(8, "tensor", nil, false)},
-	"W4A16_AWQ":                  {intArgs(4, "group", intp(128)), nil},
-	"INT4_AWQ":                   {intArgs(4, "group", intp(128)), nil},
-	"W8A8_SQ_PER_CHANNEL":        {intArgs(8, "channel", nil), intArgs(8, "tensor", nil)},
-	"INT8_SQ":                    {intArgs(8, "channel", nil), intArgs(8, "tensor", nil)},
-	"W8A16":                      {intArgs(8, "channel", nil), nil},
-	"W4A8_NVFP4_FP8":             {fpArgs(4, "tensor_group", intp(16), false), fpArgs(8, "tensor", nil, false)},
-	"W4A8_MXFP4_FP8":             {fpArgs(4, "group", intp(32), false), fpArgs(8, "tensor", nil, false)},
-	"MXFP8":                      {fpArgs(8, "group", intp(32), false), fpArgs(8, "group", intp(32), true)},
-	"MXFP4":                      {fpArgs(4, "group", intp(32), false), fpArgs(4, "group", intp(32), true)},
-	"FP8_PER_TENSOR_PER_CHANNEL": {fpArgs(8, "channel", nil, false), fpArgs(8, "tensor", nil, false)},
-}
-
 func fpArgs(bits int, strategy string, groupSize *int, dynamic bool) *record.QuantArgs {
 	return &record.QuantArgs{NumBits: bits, Type: strp("float"), Strategy: strp(strategy), GroupSize: groupSize,
 		Symmetric: true, Dynamic: dynamic, ObserverKwargs: map[string]any{}}
@@ -188,108 +176,114 @@ func intArgs(bits int, strategy string, groupSize *int) *record.QuantArgs {
 		Symmetric: true, ObserverKwargs: map[string]any{}}
 }
 
-var kvAlgoBits = map[string]int{"FP8": 8, "NVFP4": 4, "INT8": 8, "FP8_E4M3": 8}
+// linearGroup is the one group of a tool that quantizes every Linear it
+// does not skip (ModelOpt, transformers' fp8, GPTQ, AWQ, MXFP4,
+// bitsandbytes).
+func linearGroup(name string, w record.QuantArgs, a *record.QuantArgs) []group {
+	return []group{{name: name, targets: []string{"Linear"}, weights: w, acts: a}}
+}
 
-// schemeOf reads a config's quantization_config. It understands
-// compressed-tensors (config_groups, ignore, kv_cache_scheme,
-// sparsity_config), ModelOpt (quant_algo, kv_cache_quant_algo,
-// exclude_modules; flat or under "quantization"), transformers' fine-grained
-// fp8 (activation_scheme, modules_to_not_convert) and GPTQ/AWQ (bits,
-// group_size, sym). Anything else is an unrecognised scheme, which leaves
+// quantizationConfig returns the checkpoint's quantization config:
+// config.json's quantization_config (or its text_config's), else the
+// content of ModelOpt's hf_quant_config.json when the checkpoint has one,
+// as vLLM reads them. nil when there is none.
+func quantizationConfig(cfg, hfQuant map[string]any) map[string]any {
+	if qc, ok := cfg["quantization_config"].(map[string]any); ok {
+		return qc
+	}
+	if qc, ok := textConfig(cfg)["quantization_config"].(map[string]any); ok {
+		return qc
+	}
+	return hfQuant
+}
+
+// schemeOf reads a quantization config with the first family that claims
+// it. A config no family claims is an unrecognised scheme, which leaves
 // the reading to the tensors.
-func schemeOf(cfg map[string]any) scheme {
-	qc, ok := cfg["quantization_config"].(map[string]any)
-	if !ok {
-		qc, ok = textConfig(cfg)["quantization_config"].(map[string]any)
-	}
-	if !ok {
-		return scheme{}
-	}
-	if nested, ok := qc["quantization"].(map[string]any); ok {
-		qc = nested // ModelOpt's hf_quant_config layout
-	}
+func schemeOf(qc map[string]any) scheme {
 	var s scheme
-	method, _ := qc["quant_method"].(string)
-	switch {
-	case qc["config_groups"] != nil || method == "compressed-tensors":
-		groups, _ := qc["config_groups"].(map[string]any)
-		for _, name := range slices.Sorted(maps.Keys(groups)) {
-			g, ok := groups[name].(map[string]any)
-			if !ok {
-				continue
-			}
-			w, ok := quantArgs(g["weights"])
-			if !ok {
-				continue
-			}
-			gr := group{name: name, targets: stringList(g["targets"]), weights: w}
-			if a, ok := quantArgs(g["input_activations"]); ok {
-				gr.acts = &a
-			}
-			s.groups = append(s.groups, gr)
+	for _, f := range families {
+		if qc != nil && f.claims(qc) {
+			s = f.parse(qc)
+			s.fam = f
+			break
 		}
-		s.ignore = stringList(qc["ignore"])
-		if kv, ok := quantArgs(qc["kv_cache_scheme"]); ok {
-			s.kvBits = intp(kv.NumBits)
-		}
-		if sp, ok := qc["sparsity_config"].(map[string]any); ok {
-			f, _ := sp["format"].(string)
-			s.sparse = f != "" && f != "dense"
-		}
-	case qc["quant_algo"] != nil || method == "modelopt":
-		algo, _ := qc["quant_algo"].(string)
-		if a, ok := modelOptAlgos[strings.ToUpper(algo)]; ok {
-			w := *a.w
-			if g, ok := qc["group_size"].(float64); ok && w.GroupSize != nil {
-				w.GroupSize = intp(int(g))
-			}
-			s.groups = []group{{name: "modelopt", targets: []string{"Linear"}, weights: w, acts: a.a}}
-		}
-		s.ignore = stringList(qc["exclude_modules"])
-		if kv, ok := qc["kv_cache_quant_algo"].(string); ok {
-			if b, ok := kvAlgoBits[strings.ToUpper(kv)]; ok {
-				s.kvBits = intp(b)
-			}
-		}
-	case method == "fp8":
-		w := *fpArgs(8, "tensor", nil, false)
-		if bs := qc["weight_block_size"]; bs != nil {
-			w.Strategy, w.BlockStructure = strp("block"), bs
-		}
-		var a *record.QuantArgs
-		if as, _ := qc["activation_scheme"].(string); as == "dynamic" || as == "static" {
-			a = fpArgs(8, "token", nil, as == "dynamic")
-		}
-		s.groups = []group{{name: "fp8", targets: []string{"Linear"}, weights: w, acts: a}}
-		s.ignore = stringList(qc["modules_to_not_convert"])
-	case method == "gptq" || method == "awq":
-		if b, ok := qc["bits"].(float64); ok && b > 0 && b <= 64 {
-			w := *intArgs(int(b), "group", nil)
-			if g, ok := qc["group_size"].(float64); ok {
-				w.GroupSize = intp(int(g))
-			}
-			if sym, ok := qc["sym"].(bool); ok {
-				w.Symmetric = sym
-			}
-			s.groups = []group{{name: method, targets: []string{"Linear"}, weights: w}}
-		}
-		s.ignore = stringList(qc["modules_to_not_convert"])
 	}
 	s.recognized = len(s.groups) > 0
+	s.rx = patterns{}
 	slices.Sort(s.ignore)
 	s.ignore = slices.Compact(s.ignore)
 	return s
+}
+
+// ignored reports whether the config's ignore list names a module, as its
+// family reads the list.
+func (s scheme) ignored(module string) bool {
+	match := s.match
+	if match == nil {
+		match = matchModule
+	}
+	for _, p := range s.ignore {
+		if match(s.rx, p, module) {
+			return true
+		}
+	}
+	return false
+}
+
+// groupOf returns the group that quantizes a linear module: the first
+// group (by name) whose targets cover it, unless the ignore list names
+// it; nil when none does.
+func (s scheme) groupOf(module string) *group {
+	if s.ignored(module) {
+		return nil
+	}
+	for i := range s.groups {
+		if s.groups[i].covers(s.rx, module, "Linear") {
+			return &s.groups[i]
+		}
+	}
+	return nil
+}
+
+// method returns a config's quant_method, lower case.
+func method(qc map[string]any) string {
+	m, _ := qc["quant_method"].(string)
+	return strings.ToLower(m)
+}
+
+// number returns a config's number field, and whether it is one.
+func number(qc map[string]any, key string) (int, bool) {
+	f, ok := qc[key].(float64)
+	return int(f), ok
+}
+
+// patterns compiles each regular expression of a config once per
+// analysis (a config names a few; the analysis matches them against every
+// linear). An expression that does not compile matches nothing. It is not
+// shared between analyses, so an untrusted config cannot grow it beyond its
+// own size.
+type patterns map[string]*regexp.Regexp
+
+// match reports whether expr matches s from its start, as Python's
+// re.match does.
+func (p patterns) match(expr, s string) bool {
+	re, ok := p[expr]
+	if !ok {
+		re, _ = regexp.Compile("^(?:" + expr + ")")
+		p[expr] = re
+	}
+	return re != nil && re.MatchString(s)
 }
 
 // matchModule reports whether a compressed-tensors style pattern names the
 // module: "re:" regular expressions match from the start (Python's
 // re.match), patterns with * are globs, and a plain name matches the module
 // and everything under it.
-func matchModule(pattern, module string) bool {
+func matchModule(rx patterns, pattern, module string) bool {
 	switch {
 	case strings.HasPrefix(pattern, "re:"):
-		re, err := regexp.Compile("^(?:" + strings.TrimPrefix(pattern, "re:") + ")")
-		return err == nil && re.MatchString(module)
+		return rx.match(strings.TrimPrefix(pattern, "re:"), module)
 	case strings.ContainsAny(pattern, "*?["):
 		ok, _ := path.Match(pattern, module) // names hold no '/', so * spans dots
 		return ok
@@ -299,11 +293,19 @@ func matchModule(pattern, module string) bool {
 
 // covers reports whether a group's targets cover a module of the given
 // kind ("Linear" or "Embedding").
-func (g group) covers(module, kind string) bool {
+func (g group) covers(rx patterns, module, kind string) bool {
 	for _, t := range g.targets {
-		if t == kind || (t != "Linear" && t != "Embedding" && matchModule(t, module)) {
+		if t == kind || (t != "Linear" && t != "Embedding" && matchModule(rx, t, module)) {
 			return true
 		}
 	}
 	return false
+}
+
+// matchTransformers reads a pattern as transformers' should_convert_module
+// does (modules_to_not_convert, llm_int8_skip_modules): a regular
+// expression matched from the start of the module's name, or a suffix of
+// it ("fc1" names model.decoder.layers.23.fc1).
+func matchTransformers(rx patterns, pattern, module string) bool {
+	return strings.HasSuffix(module, pattern) || rx.match(pattern, module)
 }

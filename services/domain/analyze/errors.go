@@ -67,6 +67,11 @@ const (
 	// nor allowed quantization companions hold more than the policy's share
 	// of the tensor bytes.
 	ViolationForeignTensors = "foreign_tensors"
+	// ViolationPackingMismatch: a decoder linear's quantized tensor packs
+	// another width than its quantization config gives it (a GPTQ qweight
+	// of 8-bit rows under "bits": 4): the config does not say what the
+	// checkpoint is.
+	ViolationPackingMismatch = "packing_mismatch"
 	// ViolationPrecisionWider: the detected precision is wider than the
 	// declared one on W, A or KV.
 	ViolationPrecisionWider = "precision_wider_than_declared"

@@ -139,7 +139,7 @@ func quantize(src *analyze.TensorIndex, f form, keep func(name string) bool) *ch
 
 // write writes the checkpoint, sparse, as shards of about two tensors in
 // three with an index when sharded, and reads its headers back.
-func (c *checkpoint) write(t *testing.T, sharded bool) *safetensors.Checkpoint {
+func (c *checkpoint) write(t testing.TB, sharded bool) *safetensors.Checkpoint {
 	t.Helper()
 	dir := t.TempDir()
 	if !sharded {

@@ -125,6 +125,27 @@ type Contract struct {
 	// DeclaredPrecision and DetectedPrecision are the labels side by side.
 	DeclaredPrecision string `json:"declared_precision,omitempty"`
 	DetectedPrecision string `json:"detected_precision,omitempty"`
+	// UnquantizedModules are the modules outside the label (embeddings,
+	// lm_head, norms, router gates, towers) that the checkpoint stores in
+	// 16 bits or more. They count in model_bits_per_weight, never in the
+	// label. Absent from the arena's own records; added by this arena.
+	UnquantizedModules []UnquantizedModule `json:"unquantized_modules,omitempty"`
+}
+
+// UnquantizedModule is one module, or the modules of every layer or expert
+// that differ only by their index, stored unquantized.
+type UnquantizedModule struct {
+	// Name is the module, with * for a layer or expert index
+	// (model.layers.*.input_layernorm).
+	Name string `json:"name"`
+	// Kind is embedding, lm_head, norm, gate or other.
+	Kind string `json:"kind"`
+	// Count is how many modules Name covers.
+	Count int `json:"count"`
+	// DType is their weights' dtype.
+	DType string `json:"dtype"`
+	// Bytes are the stored bytes of all their tensors.
+	Bytes int64 `json:"bytes"`
 }
 
 // ForeignTensors counts tensors that are neither in the source model nor its
