@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,7 +44,11 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	n := e.inflight.Add(1)
-	defer e.inflight.Add(-1)
+	// A request stops counting before its last chunk is written: the
+	// client may send its next request as soon as it reads [DONE], before
+	// this handler returns, and that must not read as one more at once.
+	leave := sync.OnceFunc(func() { e.inflight.Add(-1) })
+	defer leave()
 	for {
 		p := e.peak.Load()
 		if n <= p || e.peak.CompareAndSwap(p, n) {
@@ -79,6 +84,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if e.mode == "lie" {
 		reported = 2 * count
 	}
+	leave()
 	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", reported)
 	fl.Flush()
 }
