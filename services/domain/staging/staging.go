@@ -46,6 +46,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -309,9 +310,10 @@ func (c *Cache) download(ctx context.Context, repo hub.Repo, f hub.File, lease *
 		c.opts.Log.Info("resuming a download", "file", f.Path, "repository", repo.String(), "from", have, "of", f.Size)
 	}
 	progress(have)
-	buf := make([]byte, 1<<20)
+	p := newPipe(h, 4, 1<<20)
+	defer p.close()
 	for attempt := 1; ; attempt++ {
-		n, err := c.transfer(ctx, repo, f, part, h, have, buf, progress)
+		n, err := c.transfer(ctx, repo, f, part, p, have, progress)
 		have = n
 		if err == nil {
 			break
@@ -332,7 +334,7 @@ func (c *Cache) download(ctx context.Context, repo hub.Repo, f hub.File, lease *
 		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 		}
 	}
-	if sum := hex.EncodeToString(h.Sum(nil)); have != f.Size || sum != f.SHA256 {
+	if sum := hex.EncodeToString(p.sum()); have != f.Size || sum != f.SHA256 {
 		_ = os.Remove(part.Name())
 		return &hub.Error{Code: hub.CodeDigestMismatch, File: f.Path, Message: fmt.Sprintf(
 			"%s at %s is not the file checkpoint.json declares (%d bytes, sha256 %.12s): the repository served %d bytes with sha256 %.12s; the file changed since it was declared: pin the revision to a commit and declare the file's current size and sha256",
@@ -395,7 +397,7 @@ func same(f *os.File, path string) bool {
 }
 
 // resume hashes the bytes a partial file already holds.
-func (c *Cache) resume(part *os.File, f hub.File) (int64, hashWriter, error) {
+func (c *Cache) resume(part *os.File, f hub.File) (int64, hash.Hash, error) {
 	h := sha256.New()
 	st, err := part.Stat()
 	if err != nil {
@@ -416,15 +418,9 @@ func (c *Cache) resume(part *os.File, f hub.File) (int64, hashWriter, error) {
 	return have, h, nil
 }
 
-type hashWriter interface {
-	io.Writer
-	Sum([]byte) []byte
-	Reset()
-}
-
 // transfer asks the repository for f from have on and appends what comes
-// to part and h, returning how many bytes part holds.
-func (c *Cache) transfer(ctx context.Context, repo hub.Repo, f hub.File, part *os.File, h hashWriter, have int64, buf []byte, progress func(int64)) (int64, error) {
+// to part and p's hash, returning how many bytes part holds.
+func (c *Cache) transfer(ctx context.Context, repo hub.Repo, f hub.File, part *os.File, p *pipe, have int64, progress func(int64)) (int64, error) {
 	if have == f.Size {
 		return have, nil
 	}
@@ -438,17 +434,24 @@ func (c *Cache) transfer(ctx context.Context, repo hub.Repo, f hub.File, part *o
 		if err := part.Truncate(0); err != nil {
 			return have, fmt.Errorf("staging: %w", err)
 		}
-		h.Reset()
+		p.reset()
 		have = 0
 		progress(0)
 	}
 	for {
-		n, rerr := body.Read(buf)
-		if n > 0 {
+		buf := p.buffer()
+		n, rerr := io.ReadFull(body, buf)
+		if rerr == io.ErrUnexpectedEOF {
+			rerr = io.EOF // the last, short buffer (the hub's own errors are *hub.Error)
+		}
+		if n == 0 {
+			p.release(buf)
+		} else {
 			if _, err := part.WriteAt(buf[:n], have); err != nil {
+				p.release(buf)
 				return have, fmt.Errorf("staging: write %s: %w", f.Path, err)
 			}
-			h.Write(buf[:n])
+			p.hash(buf[:n])
 			have += int64(n)
 			progress(have)
 		}
@@ -463,6 +466,46 @@ func (c *Cache) transfer(ctx context.Context, repo hub.Repo, f hub.File, part *o
 		}
 	}
 }
+
+// pipe hashes on a goroutine of its own, so that a download's digest
+// overlaps its network reads and disk writes instead of following them.
+// Buffers go round: buffer takes a free one, hash hands it (filled) to
+// the hashing goroutine, which frees it once hashed, in order.
+type pipe struct {
+	h    hash.Hash
+	work chan []byte
+	free chan []byte
+	ack  chan struct{}
+}
+
+func newPipe(h hash.Hash, buffers, size int) *pipe {
+	p := &pipe{h: h, work: make(chan []byte, buffers), free: make(chan []byte, buffers), ack: make(chan struct{})}
+	for range buffers {
+		p.free <- make([]byte, size)
+	}
+	go func() {
+		for b := range p.work {
+			if b == nil {
+				p.ack <- struct{}{}
+				continue
+			}
+			p.h.Write(b)
+			p.free <- b[:cap(b)]
+		}
+	}()
+	return p
+}
+
+func (p *pipe) buffer() []byte   { return <-p.free }
+func (p *pipe) hash(b []byte)    { p.work <- b }
+func (p *pipe) release(b []byte) { p.free <- b[:cap(b)] }
+
+// wait returns once every buffer handed over is hashed.
+func (p *pipe) wait() { p.work <- nil; <-p.ack }
+
+func (p *pipe) sum() []byte { p.wait(); return p.h.Sum(nil) }
+func (p *pipe) reset()      { p.wait(); p.h.Reset() }
+func (p *pipe) close()      { close(p.work) }
 
 // finish renames a verified partial file into blobs/ and pins the blob.
 func (c *Cache) finish(part *os.File, f hub.File, lease *Lease) error {
