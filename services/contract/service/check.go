@@ -108,10 +108,11 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 	case err != nil:
 		return record.Contract{}, 0, nil, err
 	}
-	open, err := c.opener(ctx, m)
+	open, stop, err := c.opener(ctx, m)
 	if err != nil {
 		return record.Contract{}, 0, nil, err
 	}
+	defer stop()
 
 	declData, err := small(open, m, bundle.DeclarationFile)
 	if err != nil {

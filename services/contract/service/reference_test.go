@@ -140,6 +140,38 @@ func TestContractByReference(t *testing.T) {
 	}
 }
 
+// TestContractFetchesHeadersAhead: the headers of a checkpoint by
+// reference are fetched several at a time, still two requests per shard,
+// so a distant repository costs a few round trips, not two per shard.
+func TestContractFetchesHeadersAhead(t *testing.T) {
+	t.Parallel()
+	_, set, exs := writeExamples(t)
+	store := artifacttest.NewMemory()
+	srv, in := referenced(t, store, "ref", exs["fp8-w8a8"].Dir)
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond) // a distant repository
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return false
+	})
+	c := &service.Checker{Artifacts: store, Campaigns: set, Hub: hub.New(hub.Options{Hosts: []string{srv.Host()}})}
+	ct, read, err := c.Check(context.Background(), in)
+	require.NoError(t, err)
+	require.True(t, ct.OK)
+	require.Equal(t, read, srv.BytesSent())
+	require.Len(t, srv.Requests(), 4, "two requests for each of the two shards")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 2, most, "both shards' headers in flight at once")
+}
+
 // TestContractByReferenceRefusesBadRepositories: a repository that
 // misbehaves is refused with its reason, on a loopback server that
 // misbehaves on purpose.
