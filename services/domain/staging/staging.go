@@ -25,8 +25,8 @@
 //     and skips any blob it cannot take, so a file in use is never
 //     evicted. A partial being downloaded is held exclusively by its
 //     downloader and is skipped the same way. Evicting a blob also removes
-//     its hard links from every checkout (and their .complete), so the
-//     space is freed and a later checkout is assembled again.
+//     every checkout that links it, so the space is freed; a later job
+//     assembles its checkout again.
 //   - Processes. Every decision is taken under the cache lock, which is a
 //     flock on a descriptor of its own per acquisition: runners in one
 //     process or in many (one per GPU) share one cache safely.
@@ -640,8 +640,10 @@ func (c *Cache) evictOne(e entry) (bool, error) {
 	return true, nil
 }
 
-// unlink removes every checkout's hard link to the blob st, and that
-// checkout's .complete, so the blob's space is freed.
+// unlink removes every checkout that holds a hard link to the blob st
+// (its other files are small, and it is assembled again when used), so
+// the blob's space is freed. A checkout in use, or being assembled, holds
+// only pinned blobs, which are never evicted, so it is never removed.
 func (c *Cache) unlink(st fs.FileInfo) error {
 	dirs, err := os.ReadDir(c.checkouts())
 	if err != nil {
@@ -657,12 +659,11 @@ func (c *Cache) unlink(st fs.FileInfo) error {
 			continue
 		}
 		for _, fe := range files {
-			p := filepath.Join(dir, fe.Name())
-			if info, err := os.Lstat(p); err == nil && os.SameFile(info, st) {
-				_ = os.Remove(filepath.Join(dir, ".complete"))
-				if err := os.Remove(p); err != nil {
+			if info, err := os.Lstat(filepath.Join(dir, fe.Name())); err == nil && os.SameFile(info, st) {
+				if err := os.RemoveAll(dir); err != nil {
 					return fmt.Errorf("staging: %w", err)
 				}
+				break
 			}
 		}
 	}
