@@ -296,7 +296,7 @@ func (c *Cache) pin(lease *Lease, f hub.File) (bool, error) {
 // transfer holds the partial file exclusively, so a second runner that
 // wants the same file waits for it instead of downloading it again.
 func (c *Cache) download(ctx context.Context, repo hub.Repo, f hub.File, lease *Lease, progress func(int64)) error {
-	part, err := c.admit(f, lease)
+	part, err := c.admit(ctx, f, lease)
 	if err != nil || part == nil {
 		return err // nil part: the blob arrived meanwhile and is pinned
 	}
@@ -348,7 +348,7 @@ func (c *Cache) download(ctx context.Context, repo hub.Repo, f hub.File, lease *
 
 // admit makes room for f and returns its partial file held exclusively,
 // or nil when the blob is already in the cache (pinned into lease).
-func (c *Cache) admit(f hub.File, lease *Lease) (*os.File, error) {
+func (c *Cache) admit(ctx context.Context, f hub.File, lease *Lease) (*os.File, error) {
 	for {
 		unlock, err := c.lock()
 		if err != nil {
@@ -375,14 +375,33 @@ func (c *Cache) admit(f hub.File, lease *Lease) (*os.File, error) {
 		unlock()
 		// Another runner may be downloading it: wait for its exclusive
 		// hold, then look again (it may have finished).
-		if err := flock(part, syscall.LOCK_EX); err != nil {
+		if err := lockWait(ctx, part); err != nil {
 			part.Close()
-			return nil, fmt.Errorf("staging: %w", err)
+			return nil, err
 		}
 		if same(part, path) {
 			return part, nil
 		}
 		part.Close() // finished or evicted while we waited: start over
+	}
+}
+
+// lockWait takes f exclusively, waiting for its holder (another runner's
+// download) as long as ctx lasts.
+func lockWait(ctx context.Context, f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			return fmt.Errorf("staging: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
