@@ -156,8 +156,9 @@ func (s *Service) Actors() []runtime.Actor {
 // run id.
 //
 // Ack semantics: an unknown kind, params that do not decode, a missing
-// artifact and an engine or workload failure are the job's, so they are
-// a runner.job.failed and an Ack; a runner told to stop hands the job
+// artifact, a checkpoint by reference that cannot be staged (its
+// repository's reason, or staging_cache_full) and an engine or workload
+// failure are the job's, so they are a runner.job.failed and an Ack; a runner told to stop hands the job
 // back (Retry, Nak at once) after stopping its engine; anything else (the
 // store, NATS) is a Retry.
 func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
