@@ -23,7 +23,17 @@ type SubmissionReceivedData struct {
 	// Bundle is where the uploaded bundle lies.
 	Bundle      BundleRef `json:"bundle"`
 	SubmittedAt time.Time `json:"submitted_at"`
+	// Reference names the repository of a checkpoint submitted by
+	// reference (the bundle then holds its checkpoint.json, which lists
+	// every file with its size and sha256); nil when the checkpoint is
+	// in the bundle. The build checks that the two agree.
+	Reference *CheckpointReference `json:"reference,omitempty"`
 }
+
+// CheckpointReference is a checkpoint submitted by reference: repository,
+// revision, and the count and total size of the files checkpoint.json
+// lists.
+type CheckpointReference = record.Reference
 
 // DeclaredSolution is the participant's description of the checkpoint,
 // as its submission.json declares it.
@@ -92,6 +102,10 @@ type BuildCompletedData struct {
 	Artifact     BundleRef    `json:"artifact"`
 	// DuplicateOf is the first submission with the same bundle digest.
 	DuplicateOf string `json:"duplicate_of,omitempty"`
+	// Reference names the repository of a checkpoint submitted by
+	// reference: Files then lists its shards too, which stay in the
+	// repository (the artifact store holds the other files).
+	Reference *CheckpointReference `json:"reference,omitempty"`
 }
 
 // ContractCompletedData is the payload of contract.completed.
@@ -190,7 +204,18 @@ type RunnerJobProgressData struct {
 	Phase        string `json:"phase"`
 	Done         int    `json:"done"`
 	Total        int    `json:"total"`
+	// Unit says what Done and Total count when they are not steps:
+	// "bytes" while a checkpoint by reference is staged (phase staging).
+	Unit string `json:"unit,omitempty"`
 }
+
+// Progress units and phases the runner reports beside a job's own.
+const (
+	// UnitBytes counts bytes.
+	UnitBytes = "bytes"
+	// PhaseStaging is a checkpoint by reference being staged onto the pod.
+	PhaseStaging = "staging"
+)
 
 // RunnerJobCompletedData is the payload of runner.job.completed.
 type RunnerJobCompletedData struct {

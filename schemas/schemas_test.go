@@ -129,3 +129,44 @@ func TestSchemaExamplesValidate(t *testing.T) {
 	_, ok := schemas.Example("dev.lowbarena.nope.v1")
 	require.False(t, ok)
 }
+
+// TestReferenceOnTheWire: a checkpoint by reference travels in
+// submission.received and build.completed as an optional block whose
+// repository can carry no credentials and no query, and staging reports
+// its progress in bytes.
+func TestReferenceOnTheWire(t *testing.T) {
+	v, err := schemas.Default()
+	require.NoError(t, err)
+	received := func(repo string) string {
+		return `{"submission_id":"b0c4e95f426f48e2","participant":"p","task_id":"t","split":"dev","track":"engine",
+ "solution":{"checkpoint":"c","method":"m"},"submitted_at":"2026-01-02T03:04:05Z",
+ "bundle":{"store":"jetstream","bucket":"uploads","object":"o","size":1,"sha256":"` + strings.Repeat("a", 64) + `","files":2},
+ "reference":{"repository":"` + repo + `","revision":"main","files":3,"bytes":1000}}`
+	}
+	built := `{"submission_id":"b0c4e95f426f48e2","bundle_digest":"` + strings.Repeat("b", 64) + `","files":[],"bytes":9,
+ "artifact":{"store":"jetstream","bucket":"artifacts","object":"o","size":9,"sha256":"` + strings.Repeat("b", 64) + `","files":0},
+ "reference":{"repository":"https://huggingface.co/org/model","revision":"refs/pr/1","files":3,"bytes":1000}}`
+	progress := func(unit string) string {
+		return `{"job_id":"j","kind":"efficiency","phase":"staging","done":10,"total":20,"unit":"` + unit + `"}`
+	}
+	cases := []struct {
+		name, typ, data string
+		ok              bool
+	}{
+		{"a reference", "dev.lowbarena.submission.received.v1", received("https://huggingface.co/org/model"), true},
+		{"credentials in the repository", "dev.lowbarena.submission.received.v1", received("https://me:pw@huggingface.co/org/model"), false},
+		{"a token in the query", "dev.lowbarena.submission.received.v1", received("https://huggingface.co/org/model?token=x"), false},
+		{"not a URL", "dev.lowbarena.submission.received.v1", received("org/model"), false},
+		{"a built reference", "dev.lowbarena.build.completed.v1", built, true},
+		{"staging in bytes", "dev.lowbarena.runner.job.progress.v1", progress("bytes"), true},
+		{"another unit", "dev.lowbarena.runner.job.progress.v1", progress("furlongs"), false},
+	}
+	for _, tc := range cases {
+		err := v.Validate(tc.typ, []byte(tc.data))
+		if tc.ok {
+			require.NoError(t, err, tc.name)
+			continue
+		}
+		require.ErrorIs(t, err, schemas.ErrInvalid, tc.name)
+	}
+}

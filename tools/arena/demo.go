@@ -83,7 +83,7 @@ func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Dura
 	}
 	ids := make([]string, len(bundles))
 	for i, dir := range bundles {
-		if ids[i], err = submit(ctx, c, dir, stderr); err != nil {
+		if ids[i], err = submitDir(ctx, c, dir, stderr); err != nil {
 			return fmt.Errorf("submit %s: %w", dir, err)
 		}
 		fmt.Fprintf(stdout, "submitted %s as %s\n", dir, ids[i])
@@ -153,6 +153,7 @@ func jobLine(m *nats.Msg) string {
 		Phase        string  `json:"phase"`
 		Done         int     `json:"done"`
 		Total        int     `json:"total"`
+		Unit         string  `json:"unit"`
 		Reason       string  `json:"reason"`
 		GPUHours     float64 `json:"gpu_hours"`
 		GPU          string  `json:"gpu"`
@@ -163,6 +164,9 @@ func jobLine(m *nats.Msg) string {
 	case events.RunnerJobStarted:
 		return fmt.Sprintf("  %s  runner  %s started for %s on %s", at, d.JobID, d.SubmissionID, d.GPU)
 	case events.RunnerJobProgress:
+		if d.Unit == events.UnitBytes {
+			return fmt.Sprintf("  %s  runner  %s %s", at, d.JobID, progressText(d.Phase, d.Done, d.Total, d.Unit))
+		}
 		return fmt.Sprintf("  %s  runner  %s %-28s [%d/%d workloads]", at, d.JobID, d.Phase, d.Done, d.Total)
 	case events.RunnerJobCompleted:
 		return fmt.Sprintf("  %s  runner  %s completed (%.4f GPU-hours)", at, d.JobID, d.GPUHours)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,7 +27,9 @@ import (
 	"github.com/lowbarena/lowbarena/events/ctl"
 	"github.com/lowbarena/lowbarena/schemas"
 	"github.com/lowbarena/lowbarena/services/domain/examples"
+	"github.com/lowbarena/lowbarena/services/domain/hub/hubtest"
 	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
 // arenaBin is the arena binary the end-to-end tests run as real processes;
@@ -195,6 +198,14 @@ func TestCLIWithoutArena(t *testing.T) {
 }
 
 func TestArenaEndToEnd(t *testing.T) {
+	// A checkpoint by reference: the FP8 example's files in a private
+	// model repository on loopback, which the arena reads with its
+	// operator's token.
+	const token = "hf_e2e_NeverShow_0451"
+	repo, sawToken := privateRepository(t, bundleDir("fp8-w8a8"), token)
+	t.Setenv(runtime.EnvRefHosts, repo.Host())
+	t.Setenv(runtime.EnvRefTokens, repo.Host()+"="+token)
+
 	data := t.TempDir()
 	up := startUp(t, data)
 
@@ -234,6 +245,20 @@ func TestArenaEndToEnd(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("arena watch printed no event")
 	}
+
+	// The same checkpoint submitted by reference: the bundle holds
+	// submission.json and the checkpoint.json `arena reference` wrote from
+	// a local copy; its shards stay in the repository.
+	refDir := t.TempDir()
+	decl, err := os.ReadFile(filepath.Join(bundleDir("fp8-w8a8"), "submission.json"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(refDir, "submission.json"), decl, 0o644))
+	r = arena(t, "reference", bundleDir("fp8-w8a8"), "--repository", repo.Repository(), "--revision", hubtest.Revision, "--out", filepath.Join(refDir, "checkpoint.json"))
+	require.Equal(t, 0, r.code, r.stderr)
+	r = arena(t, "submit", refDir, "--nats", up.natsURL)
+	require.Equal(t, 0, r.code, r.stderr)
+	refID := lastWord(r.stdout)
+	require.True(t, events.ValidID(refID), "submit printed %q", r.stdout)
 
 	// Build and contract run; the later stages are not served yet.
 	var rec record.Submission
@@ -322,6 +347,47 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.Contains(t, []string{"A", "B", "fail"}, rec.Result.DevQuality.Tier)
 	require.NotNil(t, rec.Result.KL)
 	require.Equal(t, 16, rec.Result.KL.Sequences)
+
+	// The checkpoint by reference went through contract, quality and
+	// efficiency like the uploaded one: the build fetched its small files,
+	// the contract read each shard's header with two Range requests, the
+	// runner staged the shards once (progress in bytes in arena watch).
+	var refRec record.Submission
+	require.Eventually(t, func() bool {
+		refRec, _ = showJSON(t, up.natsURL, refID)
+		ended := func(st record.Stage) bool {
+			return st.Status != record.StatusPending && st.Status != record.StatusRunning
+		}
+		return ended(stageOf(t, refRec, "quality")) && ended(stageOf(t, refRec, "efficiency"))
+	}, 4*time.Minute, 500*time.Millisecond, "quality and efficiency of the checkpoint by reference end")
+	for _, st := range []string{"build", "contract", "quality", "efficiency"} {
+		require.Equal(t, record.StatusDone, stageOf(t, refRec, st).Status, "%s: %+v", st, refRec.Error)
+	}
+	require.NotNil(t, refRec.Bundle.Reference)
+	require.Equal(t, repo.Repository(), refRec.Bundle.Reference.Repository)
+	require.Equal(t, hubtest.Revision, refRec.Bundle.Reference.Revision)
+	require.Equal(t, "W8A8KV8", refRec.Solution.DetectedPrecision)
+	require.Equal(t, rec.Result.Contract.HeaderBytesRead, refRec.Result.Contract.HeaderBytesRead, "the same headers, read over HTTP")
+	require.Equal(t, rec.Result.Contract.SafetensorBytes, refRec.Result.Contract.SafetensorBytes)
+	require.Less(t, refRec.Result.PeakMemory["serve"].PeakGiB, refRec.Result.AnchorPeakMemory["serve"].PeakGiB)
+	require.Contains(t, []string{"A", "B", "fail"}, refRec.Result.DevQuality.Tier)
+	shards := map[string][]string{}
+	for _, q := range repo.Requests() {
+		if strings.HasSuffix(q.Path, ".safetensors") {
+			shards[q.Path] = append(shards[q.Path], q.Range)
+			continue
+		}
+		require.Empty(t, q.Range, "the build fetches %s whole", q.Path)
+	}
+	require.Len(t, shards, 2)
+	for name, ranges := range shards {
+		require.Len(t, ranges, 3, "%s: the header in two ranges, then staged once: %v", name, ranges)
+		require.Equal(t, "bytes=0-7", ranges[0], name)
+		require.Regexp(t, `^bytes=8-\d+$`, ranges[1], name)
+		require.Empty(t, ranges[2], "%s is staged whole, once", name)
+	}
+	require.True(t, sawToken(), "the repository was read with the operator's token")
+	require.Regexp(t, `runner\.job\.progress\s+\S+\s+staging \S+ \S+ of \S+ \S+ \(100%\)`, watchUntil(t, up.natsURL, `staging .*\(100%\)`))
 
 	// The score joins the three outcomes under lowb-score/v1; the dev
 	// split is never ranked. The leaderboard and history answer from
@@ -458,6 +524,13 @@ func TestArenaEndToEnd(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	nc.Close()
 
+	// The operator's token is in no event, no record and no log line.
+	for what, text := range map[string]string{"events": allEvents(t, up.natsURL), "arena up's log": up.stderr.String(),
+		"the record": arena(t, "show", refID, "--json", "--nats", up.natsURL).stdout} {
+		require.NotEmpty(t, text, what)
+		require.NotContains(t, text, token, what)
+	}
+
 	// Restart on the same folder: nothing is lost.
 	wcancel()
 	_ = watch.Wait()
@@ -575,4 +648,79 @@ func tailLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// privateRepository serves the checkpoint files of an example bundle
+// (not its submission.json) as a private model repository on loopback:
+// every request without the token is answered 401. sawToken says whether
+// a request carried it.
+func privateRepository(t *testing.T, dir, token string) (*hubtest.Server, func() bool) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	files := map[string]string{}
+	for _, e := range entries {
+		if e.Name() != "submission.json" {
+			files[e.Name()] = filepath.Join(dir, e.Name())
+		}
+	}
+	srv := hubtest.New(files)
+	t.Cleanup(srv.Close)
+	var mu sync.Mutex
+	saw := false
+	srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			w.WriteHeader(http.StatusUnauthorized)
+			return true
+		}
+		mu.Lock()
+		saw = true
+		mu.Unlock()
+		return false
+	})
+	return srv, func() bool { mu.Lock(); defer mu.Unlock(); return saw }
+}
+
+// watchUntil runs `arena watch --all` until a line matches pattern (or a
+// minute passes) and returns that line.
+func watchUntil(t *testing.T, natsURL, pattern string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, arenaBin, "watch", "--all", "--nats", natsURL)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { cancel(); _ = cmd.Wait() }()
+	re := regexp.MustCompile(pattern)
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if re.MatchString(sc.Text()) {
+			return sc.Text()
+		}
+	}
+	t.Fatalf("arena watch printed no line matching %s", pattern)
+	return ""
+}
+
+// allEvents is the data of every event on the arena's stream, one per
+// line.
+func allEvents(t *testing.T, natsURL string) string {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	c, err := js.OrderedConsumer(context.Background(), events.StreamArena, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectRootArena + ".>"}})
+	require.NoError(t, err)
+	var b strings.Builder
+	for {
+		m, err := c.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return b.String()
+		}
+		b.Write(m.Data())
+		b.WriteByte('\n')
+	}
 }

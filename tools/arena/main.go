@@ -25,8 +25,12 @@ usage:
   arena example DIR
                write the example campaign (DIR/campaigns) and bundles (DIR/submissions):
                small real checkpoints, honest and dishonest
-  arena submit DIR [--wait] [--timeout 30m] [--nats URL]
-               submit the bundle in DIR; prints its id as the last word
+  arena submit DIR [--wait] [--timeout 30m] [--max-upload BYTES] [--nats URL]
+               submit the bundle in DIR; prints its id as the last word. A DIR
+               holding checkpoint.json submits its checkpoint by reference
+  arena reference CHECKPOINT_DIR --repository URL --revision COMMIT [--out FILE]
+               write checkpoint.json for a checkpoint published in a model repository,
+               from a local copy of it (every file's size and sha256)
   arena watch  [--json] [--all] [--id ID] [--round ID] [--nats URL]
                follow pipeline and round events live (--round: one round, step by step)
   arena round start --campaign C --candidates ID... [--pod P] [--wait]
@@ -95,6 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdExample(ctx, rest, stdout, stderr)
 	case "submit":
 		return cmdSubmit(ctx, rest, stdout, stderr)
+	case "reference":
+		return cmdReference(ctx, rest, stdout, stderr)
 	case "watch":
 		return cmdWatch(ctx, rest, stdout, stderr)
 	case "show":

@@ -98,6 +98,9 @@ func renderRecord(w io.Writer, r *record.Submission) {
 			fmt.Fprintf(w, " (same bundle as %s)", r.Bundle.DuplicateOf)
 		}
 		fmt.Fprintln(w)
+		if ref := r.Bundle.Reference; ref != nil {
+			fmt.Fprintf(w, "  reference   %s@%s · %d files, %s, shards read from the repository\n", ref.Repository, ref.Revision, ref.Files, humanBytes(ref.Bytes))
+		}
 	}
 	fmt.Fprintf(w, "  stages      %s\n", stageLine(r.Stages))
 	res := r.Result

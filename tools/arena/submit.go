@@ -17,6 +17,7 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/services/domain/bundle"
+	"github.com/lowbarena/lowbarena/services/domain/hub"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
@@ -25,6 +26,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	natsURL := natsFlag(fs)
 	wait := fs.Bool("wait", false, "block until the submission is done or failed, then print its summary")
 	timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: how long to wait")
+	maxUpload := fs.Int64("max-upload", defaultMaxUpload, "largest packed bundle to upload; a larger checkpoint is submitted by reference (checkpoint.json)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -32,12 +34,18 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) != 1 {
 		return usageErr("submit takes one bundle folder (arena submit DIR [--wait])")
 	}
+	// The bundle is checked before the arena is asked anything.
+	b, err := prepare(pos[0], *maxUpload)
+	if err != nil {
+		return err
+	}
+	defer b.close()
 	c, err := dial(ctx, *natsURL)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	id, err := submit(ctx, c, pos[0], stderr)
+	id, err := submit(ctx, c, b, stderr)
 	if err != nil {
 		return err
 	}
@@ -66,28 +74,94 @@ func newSubmissionID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// submit packs the bundle in dir, uploads it to the uploads object store
-// and publishes submission.received. The event id is derived from the
-// submission id, so a publish retried after a lost ack is stored once.
-func submit(ctx context.Context, c *client, dir string, progress io.Writer) (string, error) {
+// defaultMaxUpload is the build stage's default upload limit
+// (unpack.DefaultMaxUploadBytes): a bundle packed larger is refused here,
+// before it is uploaded, with the same advice.
+const defaultMaxUpload = 2 << 30
+
+// packed is a bundle folder checked and packed, ready to upload.
+type packed struct {
+	dir  string
+	decl *bundle.Declaration
+	// ref is checkpoint.json's reference, nil for a checkpoint in the
+	// bundle itself.
+	ref  *bundle.Reference
+	repo hub.Repo
+	sum  bundle.Summary
+	tmp  *os.File
+}
+
+func (p *packed) close() {
+	p.tmp.Close()
+	os.Remove(p.tmp.Name())
+}
+
+// prepare reads the bundle in dir (its declaration and, when it holds
+// one, its checkpoint.json), refuses what the build would refuse of a
+// bundle by reference, and packs it, refusing a pack over maxUpload.
+func prepare(dir string, maxUpload int64) (*packed, error) {
 	decl, err := bundle.ReadDeclaration(dir)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	tmp, err := os.CreateTemp("", "arena-bundle-*.tar.gz")
-	if err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+	p := &packed{dir: dir, decl: decl}
+	if p.ref, err = bundle.ReadReference(dir); err != nil {
+		return nil, err
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	sum, err := bundle.Pack(dir, tmp)
-	if err != nil {
-		return "", err
+	if p.ref != nil {
+		if p.repo, err = p.ref.Repo(); err != nil {
+			return nil, err
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("submit: %w", err)
+		}
+		for _, e := range entries {
+			_, listed := p.ref.File(e.Name())
+			if bundle.Remote(e.Name()) || listed {
+				return nil, &bundle.Error{Code: "bundle_reference_conflict", Message: fmt.Sprintf(
+					"%s holds %s and also %s, which %s lists: a bundle by reference carries submission.json, %s and an optional patch; the checkpoint's files stay in its repository",
+					dir, bundle.CheckpointFile, e.Name(), bundle.CheckpointFile, bundle.CheckpointFile)}
+			}
+		}
 	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+	if p.tmp, err = os.CreateTemp("", "arena-bundle-*.tar.gz"); err != nil {
+		return nil, fmt.Errorf("submit: %w", err)
 	}
+	if p.sum, err = bundle.Pack(dir, p.tmp); err != nil {
+		p.close()
+		return nil, err
+	}
+	if p.sum.Size > maxUpload {
+		p.close()
+		return nil, &bundle.Error{Code: "bundle_upload_too_large", Message: fmt.Sprintf(
+			"%s packs to %s; the arena takes uploads of at most %s. Submit a checkpoint this large by reference: publish it in a model repository, "+
+				"write %s beside submission.json (arena reference CHECKPOINT_DIR --repository URL --revision COMMIT --out %s), and submit that folder",
+			dir, humanBytes(p.sum.Size), humanBytes(maxUpload), bundle.CheckpointFile, filepath.Join(dir, bundle.CheckpointFile))}
+	}
+	if _, err := p.tmp.Seek(0, io.SeekStart); err != nil {
+		p.close()
+		return nil, fmt.Errorf("submit: %w", err)
+	}
+	return p, nil
+}
 
+// submitDir prepares and submits the bundle in dir.
+func submitDir(ctx context.Context, c *client, dir string, progress io.Writer) (string, error) {
+	p, err := prepare(dir, defaultMaxUpload)
+	if err != nil {
+		return "", err
+	}
+	defer p.close()
+	return submit(ctx, c, p, progress)
+}
+
+// submit uploads a packed bundle to the uploads object store and
+// publishes submission.received, with the reference of a checkpoint by
+// reference. The event id is derived from the submission id, so a publish
+// retried after a lost ack is stored once.
+func submit(ctx context.Context, c *client, p *packed, progress io.Writer) (string, error) {
+	dir, decl, sum, tmp := p.dir, p.decl, p.sum, p.tmp
 	id := newSubmissionID()
 	obj := id + ".tar.gz"
 	store, err := c.js.ObjectStore(ctx, bus.ObjectUploads)
@@ -115,6 +189,9 @@ func submit(ctx context.Context, c *client, dir string, progress io.Writer) (str
 		Bundle: events.BundleRef{Store: "jetstream", Bucket: bus.ObjectUploads, Object: obj,
 			Size: sum.Size, SHA256: sum.SHA256, Files: sum.Files},
 		SubmittedAt: time.Now().UTC(),
+	}
+	if p.ref != nil {
+		data.Reference = &events.CheckpointReference{Repository: p.repo.Base.String(), Revision: p.ref.Revision, Files: len(p.ref.Files), Bytes: p.ref.Bytes()}
 	}
 	if _, err := b.PublishNew(ctx, events.DeriveID(id, string(events.SubmissionReceived)), events.SubmissionReceived, events.Source("cli"), id, data); err != nil {
 		return "", fmt.Errorf("submit: %w", err)

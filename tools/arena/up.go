@@ -20,6 +20,7 @@ import (
 	"github.com/lowbarena/lowbarena/observability"
 	build "github.com/lowbarena/lowbarena/services/build/service"
 	contract "github.com/lowbarena/lowbarena/services/contract/service"
+	"github.com/lowbarena/lowbarena/services/domain/hub"
 	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
 	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
 	quality "github.com/lowbarena/lowbarena/services/quality/service"
@@ -46,6 +47,9 @@ type upOptions struct {
 	runners int
 	pod     string
 	ackWait time.Duration
+	// refHosts are the repository hosts participants may name for
+	// checkpoints by reference (build, contract and the runners).
+	refHosts string
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
@@ -59,6 +63,8 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.runners, "runners", 1, "GPU runners in this process, one per GPU (0: jobs wait for runners started elsewhere)")
 	fs.StringVar(&o.pod, "pod", runtime.EnvOr("LOWBARENA_POD", "pod-0"), "name of this machine for its runners: BF16 references are measured once per pod")
 	fs.DurationVar(&o.ackWait, "runner-ack-wait", 30*time.Second, "a runner job's ack deadline (a dead runner's job moves on after about this long)")
+	fs.StringVar(&o.refHosts, "ref-hosts", runtime.EnvOr(runtime.EnvRefHosts, hub.DefaultHost),
+		"repository hosts participants may name for checkpoints by reference, comma-separated (env "+runtime.EnvRefHosts+"; tokens: "+runtime.EnvRefTokens+" or "+runtime.EnvHFToken+")")
 }
 
 func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -118,7 +124,7 @@ func components(listening func(net.Addr)) []runtime.Component {
 // data folder, its campaigns, its pod and HTTP address. A component
 // without a flag of that name ignores it.
 func (o upOptions) settings(data, campaigns, component string, runnerIndex int) map[string]string {
-	m := map[string]string{"campaigns": campaigns, "pod": o.pod, "http": o.httpAddr}
+	m := map[string]string{"campaigns": campaigns, "pod": o.pod, "http": o.httpAddr, "ref-hosts": o.refHosts}
 	switch component {
 	case build.Name:
 		m["work"] = filepath.Join(data, "build")

@@ -170,7 +170,14 @@ func gist(ev event.Event) string {
 		if decl == "" {
 			decl = "no precision declared"
 		}
-		return fmt.Sprintf("%s · %s · %s · %v · %s", str("participant"), str("task_id"), str("split"), sol["checkpoint"], decl)
+		line := fmt.Sprintf("%s · %s · %s · %v · %s", str("participant"), str("task_id"), str("split"), sol["checkpoint"], decl)
+		if ref, ok := d["reference"].(map[string]any); ok {
+			line += fmt.Sprintf(" · by reference %v@%v", ref["repository"], ref["revision"])
+		}
+		return line
+	case events.RunnerJobProgress:
+		num := func(k string) int { f, _ := d[k].(float64); return int(f) }
+		return progressText(str("phase"), num("done"), num("total"), str("unit"))
 	}
 	if r := str("reason"); r != "" {
 		return r + ": " + str("message")
@@ -185,4 +192,17 @@ func gist(ev event.Event) string {
 		return "reads " + p
 	}
 	return ""
+}
+
+// progressText is a runner's progress for people: bytes staged of the
+// checkpoint, or the steps of a phase.
+func progressText(phase string, done, total int, unit string) string {
+	if unit == events.UnitBytes {
+		pct := 100
+		if total > 0 {
+			pct = int(int64(done) * 100 / int64(total))
+		}
+		return fmt.Sprintf("%s %s of %s (%d%%)", phase, humanBytes(int64(done)), humanBytes(int64(total)), pct)
+	}
+	return fmt.Sprintf("%s [%d/%d]", phase, done, total)
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/stage"
 	"github.com/lowbarena/lowbarena/services/build/unpack"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
+	"github.com/lowbarena/lowbarena/services/domain/hub"
 )
 
 // Errors of an Uploads that does not hold an archive: the build refuses
@@ -58,6 +60,13 @@ type Builder struct {
 	WorkDir string
 	// Limits bound a bundle.
 	Limits unpack.Limits
+	// MaxUploadBytes bounds an uploaded archive (default
+	// unpack.DefaultMaxUploadBytes); larger checkpoints are submitted by
+	// reference.
+	MaxUploadBytes int64
+	// Hub reads checkpoints submitted by reference; nil allows no
+	// repository host, so every reference is refused.
+	Hub *hub.Client
 }
 
 // Build fetches, checks, digests and stores one bundle.
@@ -83,6 +92,13 @@ func (b *Builder) build(ctx context.Context, in events.SubmissionReceivedData) (
 	if in.Bundle.Store != "jetstream" {
 		return out, notFound("the bundle is in a %q store, which this arena does not read", in.Bundle.Store)
 	}
+	maxUpload := b.MaxUploadBytes
+	if maxUpload <= 0 {
+		maxUpload = unpack.DefaultMaxUploadBytes
+	}
+	if in.Bundle.Size > maxUpload {
+		return out, tooLarge(in.Bundle.Size, maxUpload)
+	}
 	obj, err := b.Uploads.Open(ctx, in.Bundle)
 	switch {
 	case errors.Is(err, ErrNoBucket):
@@ -102,7 +118,9 @@ func (b *Builder) build(ctx context.Context, in events.SubmissionReceivedData) (
 
 	// The archive's digest is computed as it streams through the
 	// unpacker, so the upload is read once.
-	hr := &hashingReader{r: obj, h: sha256.New()}
+	// Never more than the limit and a byte is read, whatever the store
+	// holds: a larger upload fails its digest check below.
+	hr := &hashingReader{r: io.LimitReader(obj, maxUpload+1), h: sha256.New()}
 	files, err := unpack.Unpack(hr, dir, b.Limits)
 	if err != nil {
 		return out, err
@@ -114,19 +132,29 @@ func (b *Builder) build(ctx context.Context, in events.SubmissionReceivedData) (
 		return out, &unpack.Error{Code: unpack.CodeDigestMismatch, Message: fmt.Sprintf(
 			"the uploaded archive is %d bytes with sha256 %s, the submission announced %d bytes with %s; upload it again", hr.n, short(got), in.Bundle.Size, short(in.Bundle.SHA256))}
 	}
+	// A checkpoint by reference: its small files are fetched into dir
+	// and its shards listed, never fetched.
+	files, ref, err := b.reference(ctx, dir, files, in)
+	if err != nil {
+		return out, err
+	}
 	if _, err := unpack.Check(dir, files, in); err != nil {
 		return out, err
 	}
 
 	// Nothing is stored before the bundle is checked: a refused bundle
-	// leaves no artifact behind.
+	// leaves no artifact behind. The shards of a checkpoint by reference
+	// are in the manifest but stay in their repository.
 	for _, f := range files {
+		if ref != nil && bundle.Remote(f.Path) {
+			continue
+		}
 		if err := b.store(ctx, dir, f); err != nil {
 			return out, err
 		}
 	}
 	m := artifact.NewManifest(files)
-	ref, err := b.Artifacts.PutManifest(ctx, m)
+	stored, err := b.Artifacts.PutManifest(ctx, m)
 	if err != nil {
 		return out, fmt.Errorf("build: %w", err)
 	}
@@ -134,7 +162,7 @@ func (b *Builder) build(ctx context.Context, in events.SubmissionReceivedData) (
 	if err != nil {
 		return out, err
 	}
-	out = events.BuildCompletedData{SubmissionID: in.SubmissionID, BundleDigest: m.Digest, Files: m.Files, Bytes: m.Bytes, Artifact: ref}
+	out = events.BuildCompletedData{SubmissionID: in.SubmissionID, BundleDigest: m.Digest, Files: m.Files, Bytes: m.Bytes, Artifact: stored, Reference: ref}
 	if first != in.SubmissionID {
 		out.DuplicateOf = first
 	}

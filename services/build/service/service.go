@@ -22,6 +22,7 @@ import (
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/stage"
 	"github.com/lowbarena/lowbarena/services/build/unpack"
+	"github.com/lowbarena/lowbarena/services/domain/hub"
 	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
@@ -76,6 +77,10 @@ type Options struct {
 	WorkDir string
 	// Limits bound a bundle.
 	Limits unpack.Limits
+	// MaxUploadBytes bounds an uploaded archive.
+	MaxUploadBytes int64
+	// Hub configures the client of checkpoints by reference.
+	Hub hub.Options
 }
 
 // Service is the build stage bound to its stores.
@@ -103,7 +108,8 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("build: work folder: %w", err)
 	}
-	builder := &Builder{Uploads: JetStreamUploads{JS: js}, Artifacts: arts, Bundles: KVBundles{KV: kv}, WorkDir: o.WorkDir, Limits: o.Limits}
+	builder := &Builder{Uploads: JetStreamUploads{JS: js}, Artifacts: arts, Bundles: KVBundles{KV: kv}, WorkDir: o.WorkDir, Limits: o.Limits,
+		MaxUploadBytes: o.MaxUploadBytes, Hub: hub.New(o.Hub)}
 	return &Service{bus: b, log: log, builder: builder}, nil
 }
 
@@ -120,7 +126,8 @@ func (s *Service) Actors() []runtime.Actor {
 // Component is the build service, for its command and `arena up` (which
 // sets --work to its data folder's build folder).
 func Component() runtime.Component {
-	o := Options{Limits: unpack.DefaultLimits()}
+	o := Options{Limits: unpack.DefaultLimits(), MaxUploadBytes: unpack.DefaultMaxUploadBytes}
+	var hubOptions func(*slog.Logger) (hub.Options, error)
 	return runtime.Component{
 		Name:   Name,
 		Stages: []string{Name},
@@ -129,8 +136,14 @@ func Component() runtime.Component {
 			fs.IntVar(&o.Limits.MaxFiles, "max-files", o.Limits.MaxFiles, "most files a bundle may hold")
 			fs.Int64Var(&o.Limits.MaxBytes, "max-bytes", o.Limits.MaxBytes, "most bytes a bundle may hold, unpacked")
 			fs.Int64Var(&o.Limits.MaxFileBytes, "max-file-bytes", o.Limits.MaxFileBytes, "most bytes one file of a bundle may hold")
+			fs.Int64Var(&o.MaxUploadBytes, "max-upload-bytes", o.MaxUploadBytes, "most bytes an uploaded archive may hold; larger checkpoints are submitted by reference")
+			hubOptions = runtime.HubFlags(fs)
 		},
 		Build: func(ctx context.Context, rt *runtime.Runtime) ([]runtime.Actor, error) {
+			var err error
+			if o.Hub, err = hubOptions(rt.Log); err != nil {
+				return nil, err
+			}
 			s, err := New(ctx, rt.Bus, rt.Log, o)
 			if err != nil {
 				return nil, err

@@ -33,6 +33,22 @@ var kinds = map[string]string{
 	".py": CodeCodeFile, ".so": CodeCodeFile, ".sh": CodeCodeFile, ".pyc": CodeCodeFile, ".exe": CodeCodeFile,
 }
 
+// CheckKind refuses a file a bundle may not hold, by its extension:
+// pickled weights, code, and kinds that are not part of a checkpoint.
+func CheckKind(name string) error {
+	ext := strings.ToLower(path.Ext(name))
+	code, known := kinds[ext]
+	switch {
+	case !known:
+		return refuse(CodeUnexpectedFile, "%s: a bundle holds the checkpoint (config.json, *.safetensors, tokenizer files), its declaration and an optional engine patch; %q files are not among them", name, ext)
+	case code == CodeUnsafeFile:
+		return refuse(code, "%s: pickled weights can run code when loaded; convert them to safetensors", name)
+	case code == CodeCodeFile:
+		return refuse(code, "%s: the arena does not run code from a bundle; ship engine changes as a patch (engine.patch)", name)
+	}
+	return nil
+}
+
 // Check validates an unpacked bundle in dir whose files are files (as
 // Unpack returned them) against the submission event that announced it:
 // allowed kinds of file, submission.json valid and consistent with the
@@ -44,17 +60,10 @@ func Check(dir string, files []events.FileDigest, in events.SubmissionReceivedDa
 	safetensors := 0
 	for _, f := range files {
 		have[f.Path] = true
-		ext := strings.ToLower(path.Ext(f.Path))
-		code, known := kinds[ext]
-		switch {
-		case !known:
-			return nil, refuse(CodeUnexpectedFile, "%s: a bundle holds the checkpoint (config.json, *.safetensors, tokenizer files), its declaration and an optional engine patch; %q files are not among them", f.Path, ext)
-		case code == CodeUnsafeFile:
-			return nil, refuse(code, "%s: pickled weights can run code when loaded; convert them to safetensors", f.Path)
-		case code == CodeCodeFile:
-			return nil, refuse(code, "%s: the arena does not run code from a bundle; ship engine changes as a patch (engine.patch)", f.Path)
+		if err := CheckKind(f.Path); err != nil {
+			return nil, err
 		}
-		if ext == ".safetensors" {
+		if strings.ToLower(path.Ext(f.Path)) == ".safetensors" {
 			if strings.Contains(f.Path, "/") {
 				return nil, refuse(CodeUnexpectedFile, "%s: safetensors files belong at the top of the bundle, beside config.json", f.Path)
 			}

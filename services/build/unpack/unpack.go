@@ -44,6 +44,12 @@ const (
 	CodeBadConfig         = "bundle_bad_config"
 	CodeNoSafetensors     = "bundle_no_safetensors"
 	CodeMissingPatch      = "bundle_missing_patch"
+	// CodeUploadTooLarge is an upload over the arena's upload limit: a
+	// checkpoint that large is submitted by reference.
+	CodeUploadTooLarge = "bundle_upload_too_large"
+	// CodeReferenceConflict is a bundle by reference that also carries a
+	// shard, or a file its checkpoint.json lists.
+	CodeReferenceConflict = "bundle_reference_conflict"
 )
 
 // Codes returns every code, for tests and documentation.
@@ -51,7 +57,7 @@ func Codes() []string {
 	return []string{CodeNotFound, CodeDigestMismatch, CodeCorrupt, CodePathTraversal, CodeBadEntry, CodeBadName,
 		CodeDuplicateFile, CodeTooManyFiles, CodeTooLarge, CodeFileTooLarge, CodeUnsafeFile, CodeCodeFile,
 		CodeUnexpectedFile, CodeNoDeclaration, CodeBadDeclaration, CodeDeclarationDiffer, CodeMissingConfig,
-		CodeBadConfig, CodeNoSafetensors, CodeMissingPatch}
+		CodeBadConfig, CodeNoSafetensors, CodeMissingPatch, CodeUploadTooLarge, CodeReferenceConflict}
 }
 
 // Error is a refusal of the bundle.
@@ -92,10 +98,20 @@ type Limits struct {
 }
 
 // DefaultLimits fit the largest open checkpoints of the campaign families
-// (a 235B model in BF16 is about 470 GB in 5 GB shards).
+// (a 235B model in BF16 is about 470 GB in 5 GB shards), uploaded or by
+// reference; how large an upload may be is the build's own limit
+// (DefaultMaxUploadBytes).
 func DefaultLimits() Limits {
 	return Limits{MaxFiles: 2000, MaxBytes: 1 << 40, MaxFileBytes: 64 << 30, MaxDepth: 4}
 }
+
+// DefaultMaxUploadBytes bounds an uploaded archive: uploads through the
+// object store are for small bundles (a checkpoint of a few GB at most);
+// larger checkpoints are submitted by reference.
+const DefaultMaxUploadBytes = 2 << 30
+
+// WithDefaults returns l with every unset limit at its default.
+func (l Limits) WithDefaults() Limits { return l.withDefaults() }
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()

@@ -13,6 +13,7 @@ import (
 	"github.com/lowbarena/lowbarena/services/domain/analyze"
 	"github.com/lowbarena/lowbarena/services/domain/bundle"
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
+	"github.com/lowbarena/lowbarena/services/domain/hub"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/domain/safetensors"
 )
@@ -44,6 +45,9 @@ type Checker struct {
 	Artifacts artifact.Store
 	// Campaigns are the tasks this arena runs.
 	Campaigns campaign.Set
+	// Hub reads the shards' headers of checkpoints by reference; nil
+	// allows no repository host, so they are refused.
+	Hub *hub.Client
 }
 
 // Run checks one built bundle: a kept contract becomes contract.completed
@@ -105,13 +109,11 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 	case err != nil:
 		return record.Contract{}, 0, nil, err
 	}
-	open := func(name string) (io.ReadCloser, error) {
-		f, ok := m.File(name)
-		if !ok {
-			return nil, fmt.Errorf("%w: %s is not in the bundle", artifact.ErrNotFound, name)
-		}
-		return c.Artifacts.OpenFile(ctx, f.SHA256)
+	open, stop, err := c.opener(ctx, m)
+	if err != nil {
+		return record.Contract{}, 0, nil, err
 	}
+	defer stop()
 
 	declData, err := small(open, m, bundle.DeclarationFile)
 	if err != nil {
@@ -147,6 +149,9 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 		}
 	}
 	ck, err := safetensors.ReadCheckpointFrom(sizes, open)
+	if r := hubRefusal(err); r != nil {
+		return record.Contract{}, 0, nil, r
+	}
 	if err != nil {
 		code := safetensors.CodeOf(err)
 		if code == "" || code == safetensors.CodeIO {
@@ -169,6 +174,7 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 		}
 		return record.Contract{}, 0, nil, stage.Refuse(string(code), err.Error())
 	}
+	ct.HeaderBytesRead = ck.BytesRead()
 	return ct, ck.BytesRead(), decl, nil
 }
 

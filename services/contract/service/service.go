@@ -22,6 +22,7 @@ import (
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/stage"
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
+	"github.com/lowbarena/lowbarena/services/domain/hub"
 	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
@@ -67,6 +68,8 @@ func describe(out events.ContractCompletedData) []any {
 type Options struct {
 	// Campaigns are the tasks this arena runs.
 	Campaigns campaign.Set
+	// Hub configures the client that reads checkpoints by reference.
+	Hub hub.Options
 }
 
 // Service is the contract stage bound to its artifact store.
@@ -85,7 +88,7 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if len(o.Campaigns) == 0 {
 		log.Warn("no campaigns: every submission will be refused with " + events.ReasonCampaignUnknown)
 	}
-	return &Service{bus: b, log: log, checker: &Checker{Artifacts: arts, Campaigns: o.Campaigns}}, nil
+	return &Service{bus: b, log: log, checker: &Checker{Artifacts: arts, Campaigns: o.Campaigns, Hub: hub.New(o.Hub)}}, nil
 }
 
 // Stage is the service's stage, bound to its artifact store.
@@ -102,16 +105,24 @@ func (s *Service) Actors() []runtime.Actor {
 // (which sets --campaigns to its campaigns folder).
 func Component() runtime.Component {
 	var dir *string
+	var hubOptions func(*slog.Logger) (hub.Options, error)
 	return runtime.Component{
 		Name:   Name,
 		Stages: []string{Name},
-		Flags:  func(fs *flag.FlagSet) { dir = runtime.CampaignsFlag(fs) },
+		Flags: func(fs *flag.FlagSet) {
+			dir = runtime.CampaignsFlag(fs)
+			hubOptions = runtime.HubFlags(fs)
+		},
 		Build: func(ctx context.Context, rt *runtime.Runtime) ([]runtime.Actor, error) {
 			set, err := runtime.LoadCampaigns(*dir, rt.Log)
 			if err != nil {
 				return nil, fmt.Errorf("contract: %w", err)
 			}
-			s, err := New(ctx, rt.Bus, rt.Log, Options{Campaigns: set})
+			ho, err := hubOptions(rt.Log)
+			if err != nil {
+				return nil, err
+			}
+			s, err := New(ctx, rt.Bus, rt.Log, Options{Campaigns: set, Hub: ho})
 			if err != nil {
 				return nil, err
 			}

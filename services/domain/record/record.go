@@ -59,6 +59,19 @@ type Bundle struct {
 	Bytes       int64  `json:"bytes"`
 	Files       int    `json:"files"`
 	DuplicateOf string `json:"duplicate_of,omitempty"`
+	// Reference names the repository of a checkpoint submitted by
+	// reference; nil for a checkpoint uploaded in its bundle.
+	Reference *Reference `json:"reference,omitempty"`
+}
+
+// Reference is a checkpoint submitted by reference: the model repository
+// and revision its checkpoint.json names (never with credentials), and
+// how many files of what total size it lists.
+type Reference struct {
+	Repository string `json:"repository"`
+	Revision   string `json:"revision"`
+	Files      int    `json:"files"`
+	Bytes      int64  `json:"bytes"`
 }
 
 // Stage is one pipeline stage of a record.
@@ -130,6 +143,11 @@ type Contract struct {
 	// 16 bits or more. They count in model_bits_per_weight, never in the
 	// label. Absent from the arena's own records; added by this arena.
 	UnquantizedModules []UnquantizedModule `json:"unquantized_modules,omitempty"`
+	// HeaderBytesRead is how many bytes of the safetensors files the
+	// contract read: each shard's 8-byte length and its header, never
+	// tensor data (over HTTP Range requests for a checkpoint by
+	// reference). Not in the fixtures' records, which predate it.
+	HeaderBytesRead int64 `json:"header_bytes_read,omitempty"`
 }
 
 // UnquantizedModule is one module, or the modules of every layer or expert

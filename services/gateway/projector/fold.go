@@ -184,7 +184,7 @@ func foldResult(r *record.Submission, t events.Type, e event.Event) error {
 		if err := decode(e, &d); err != nil {
 			return err
 		}
-		r.Bundle = &record.Bundle{Digest: d.BundleDigest, Bytes: d.Bytes, Files: len(d.Files), DuplicateOf: d.DuplicateOf}
+		r.Bundle = &record.Bundle{Digest: d.BundleDigest, Bytes: d.Bytes, Files: len(d.Files), DuplicateOf: d.DuplicateOf, Reference: d.Reference}
 	case events.ContractCompleted:
 		var d events.ContractCompletedData
 		if err := decode(e, &d); err != nil {

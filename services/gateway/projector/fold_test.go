@@ -118,6 +118,15 @@ func TestFold(t *testing.T) {
 				require.Equal(t, t0.Add(2*time.Minute), *r.Stages[0].FinishedAt)
 				require.Equal(t, t0.Add(2*time.Minute), r.UpdatedAt)
 			}},
+		{"a checkpoint by reference keeps its repository in the record", func(t *testing.T) []event.Event {
+			d := events.BuildCompletedData{SubmissionID: sub, BundleDigest: "ab12", Bytes: 9000, Artifact: events.BundleRef{Store: "jetstream", Bucket: "artifacts", Object: "x", SHA256: "ab12"},
+				Reference: &events.CheckpointReference{Repository: "https://huggingface.co/org/model", Revision: "main", Files: 3, Bytes: 9000}}
+			return []event.Event{received(t), ev(t, events.BuildCompleted, 2, d)}
+		},
+			want("running", "pending", "build:done"), []bool{true, true},
+			func(t *testing.T, r *record.Submission) {
+				require.Equal(t, &record.Reference{Repository: "https://huggingface.co/org/model", Revision: "main", Files: 3, Bytes: 9000}, r.Bundle.Reference)
+			}},
 		{"a failed contract skips the rest and fails the record", func(t *testing.T) []event.Event {
 			return []event.Event{received(t), buildDone(t), started(t, "contract", 3), contractFailed(t)}
 		},

@@ -5,14 +5,28 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
+	"github.com/lowbarena/lowbarena/services/domain/hub"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"
 	"github.com/lowbarena/lowbarena/services/runtime"
 )
+
+// EnvCacheBytes names the cache cap's environment variable.
+const EnvCacheBytes = "LOWBARENA_RUNNER_CACHE_BYTES"
+
+// envInt64 is the integer in the environment variable key, or def.
+func envInt64(key string, def int64) int64 {
+	if n, err := strconv.ParseInt(os.Getenv(key), 10, 64); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
 
 // Component is the runner as one component, with one set of defaults
 // for its own binary and `arena up` (which sets --work, --pod, --name
@@ -24,6 +38,8 @@ func Component() runtime.Component {
 	var (
 		pod, name, work                            *string
 		ackWait, health, idle, interval, stopGrace *time.Duration
+		cacheBytes                                 *int64
+		hubOptions                                 func(*slog.Logger) (hub.Options, error)
 	)
 	return runtime.Component{
 		Name:  Name,
@@ -37,6 +53,9 @@ func Component() runtime.Component {
 			idle = fs.Duration("idle-timeout", 60*time.Second, "longest a streaming engine may stay silent")
 			interval = fs.Duration("sample-interval", 100*time.Millisecond, "GPU telemetry period")
 			stopGrace = fs.Duration("stop-grace", 10*time.Second, "how long an engine has to exit after SIGTERM before it is killed")
+			cacheBytes = fs.Int64("cache-bytes", envInt64(EnvCacheBytes, DefaultCacheBytes),
+				"size cap of the pod's cache of checkpoints by reference, WORK/cache (shared by every runner with the same --work; env "+EnvCacheBytes+")")
+			hubOptions = runtime.HubFlags(fs)
 		},
 		Build: func(ctx context.Context, rt *runtime.Runtime) ([]runtime.Actor, error) {
 			jr := job.Runner{SampleInterval: *interval, HealthTimeout: *health, IdleTimeout: *idle, StopGrace: *stopGrace}
@@ -50,7 +69,12 @@ func Component() runtime.Component {
 				jr.NVML = src
 				rt.Log.Info("GPU telemetry", "gpu", src.GPU())
 			}
-			s, err := New(ctx, rt.Bus, rt.Log, Options{Pod: *pod, Runner: *name, WorkDir: *work, AckWait: *ackWait, Job: jr, Store: rt.Store})
+			ho, err := hubOptions(rt.Log)
+			if err != nil {
+				return nil, err
+			}
+			s, err := New(ctx, rt.Bus, rt.Log, Options{Pod: *pod, Runner: *name, WorkDir: *work, AckWait: *ackWait, Job: jr, Store: rt.Store,
+				Hub: ho, CacheBytes: *cacheBytes})
 			if err != nil {
 				return nil, err
 			}

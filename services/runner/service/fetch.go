@@ -15,27 +15,46 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
+	"github.com/lowbarena/lowbarena/services/domain/staging"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 )
 
 // fetch materialises a bundle from the artifact store into
 // WorkDir/<digest>, checking every file's digest on the way, and returns
-// the folder. A folder already complete is reused: it is renamed into
-// place only after every file landed.
-func (s *Service) fetch(ctx context.Context, ref events.BundleRef) (string, error) {
+// the folder and its release (call it when the job ends). A folder
+// already complete is reused: it is renamed into place only after every
+// file landed. A checkpoint by reference (its manifest lists
+// checkpoint.json) is staged through the pod's cache instead (stage), its
+// progress in bytes told to progress.
+func (s *Service) fetch(ctx context.Context, ref events.BundleRef, progress staging.Progress) (string, func(), error) {
+	none := func() {}
 	if !hexDigest.MatchString(ref.SHA256) {
-		return "", fmt.Errorf("%w: bundle reference %q has no digest", artifact.ErrNotFound, ref.Object)
+		return "", none, fmt.Errorf("%w: bundle reference %q has no digest", artifact.ErrNotFound, ref.Object)
 	}
-	s.fetchMu.Lock()
-	defer s.fetchMu.Unlock()
 	dir := filepath.Join(s.opts.WorkDir, ref.SHA256)
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
-		return dir, nil
+		return dir, none, nil
 	}
 	m, err := s.artifacts.Manifest(ctx, ref)
 	if err != nil {
-		return "", err
+		return "", none, err
 	}
+	if _, ok := m.File(bundle.CheckpointFile); ok {
+		return s.stage(ctx, m, progress)
+	}
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
+		return dir, none, nil
+	}
+	path, err := s.materialise(ctx, m, dir)
+	return path, none, err
+}
+
+// materialise copies every file of m into dir, through a temporary
+// folder renamed into place once complete.
+func (s *Service) materialise(ctx context.Context, m artifact.Manifest, dir string) (string, error) {
 	tmp, err := os.MkdirTemp(s.opts.WorkDir, "fetch-")
 	if err != nil {
 		return "", fmt.Errorf("runner: %w", err)

@@ -10,7 +10,6 @@ package service
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -25,6 +24,8 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/services/domain/hub"
+	"github.com/lowbarena/lowbarena/services/domain/staging"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
@@ -60,6 +61,12 @@ type Options struct {
 	// Store receives gpu_samples, requests and quality_items rows; nil
 	// keeps none.
 	Store store.Store
+	// Hub reads checkpoints by reference from their repositories.
+	Hub hub.Options
+	// CacheBytes caps the pod's cache of checkpoints by reference in
+	// WorkDir/cache (default DefaultCacheBytes), shared by every runner
+	// whose WorkDir is the same folder.
+	CacheBytes int64
 }
 
 // Service is one runner.
@@ -70,6 +77,8 @@ type Service struct {
 	opts      Options
 	log       *slog.Logger
 	fetchMu   sync.Mutex
+	// cache stages checkpoints by reference onto the pod.
+	cache *staging.Cache
 	// registry holds the job kinds this runner runs (see kinds).
 	registry *Registry
 }
@@ -100,8 +109,16 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if o.AckWait <= 0 {
 		o.AckWait = 30 * time.Second
 	}
+	if o.CacheBytes <= 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
+	o.Hub.Log = log
+	cache, err := staging.Open(staging.Options{Dir: cacheDir(o.WorkDir), MaxBytes: o.CacheBytes, Hub: hub.New(o.Hub), Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
 	o.Job.Log = log
-	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log}
+	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log, cache: cache}
 	s.registry = s.kinds()
 	return s, nil
 }
@@ -139,8 +156,9 @@ func (s *Service) Actors() []runtime.Actor {
 // run id.
 //
 // Ack semantics: an unknown kind, params that do not decode, a missing
-// artifact and an engine or workload failure are the job's, so they are
-// a runner.job.failed and an Ack; a runner told to stop hands the job
+// artifact, a checkpoint by reference that cannot be staged (its
+// repository's reason, or staging_cache_full) and an engine or workload
+// failure are the job's, so they are a runner.job.failed and an Ack; a runner told to stop hands the job
 // back (Retry, Nak at once) after stopping its engine; anything else (the
 // store, NATS) is a Retry.
 func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
@@ -150,6 +168,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 	src := events.Source(Name)
 	run := fmt.Sprintf("%s-%d", req.JobID, d.NumDelivered)
+	var releases []func()
 	fail := func(reason, msg, tail string, seconds float64) bus.Outcome {
 		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", reason, "message", msg)
 		data := events.RunnerJobFailedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
@@ -182,19 +201,52 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 	s.log.Info("job started", "job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "delivery", d.NumDelivered)
 
+	var stepMu sync.Mutex
+	step := 0
+	progress := func(phase string, done, total int, unit string) {
+		stepMu.Lock()
+		step++
+		n := step
+		stepMu.Unlock()
+		prog := events.RunnerJobProgressData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
+			Phase: phase, Done: done, Total: total, Unit: unit}
+		if _, err := bus.Emit(ctx, s.bus, events.Job.Progress, events.DeriveID(d.Event.ID(), string(events.RunnerJobProgress), fmt.Sprint(d.NumDelivered), fmt.Sprint(n)),
+			src, req.JobID, prog); err != nil && ctx.Err() == nil {
+			s.log.Warn("progress not published", "job", req.JobID, "err", err)
+		}
+	}
+
+	// The checkpoint and the job's other bundles, each held until the
+	// job ends (a checkpoint by reference is staged through the pod's
+	// cache, its progress in bytes).
 	env := Env{Request: req}
-	env.Checkpoint, err = s.fetch(ctx, req.Checkpoint)
-	if errors.Is(err, artifact.ErrNotFound) || errors.Is(err, artifact.ErrCorrupt) {
-		return fail(events.ReasonArtifactMissing, "the checkpoint is not in the artifact store: "+err.Error(), "", 0)
-	} else if err != nil {
-		return bus.Retry(0, err)
+	fetch := func(ref events.BundleRef, what string) (string, bus.Outcome, bool) {
+		dir, release, err := s.fetch(ctx, ref, throttled(func(done, total int64) {
+			progress(events.PhaseStaging, int(done), int(total), events.UnitBytes)
+		}))
+		if err != nil {
+			if f := stagingFailure(what, err); f != nil && ctx.Err() == nil {
+				return "", fail(f.Reason, f.Message, "", 0), false
+			}
+			return "", bus.Retry(0, err), false
+		}
+		releases = append(releases, release)
+		return dir, bus.Outcome{}, true
+	}
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+	}()
+	var outcome bus.Outcome
+	var ok bool
+	if env.Checkpoint, outcome, ok = fetch(req.Checkpoint, "the checkpoint"); !ok {
+		return outcome
 	}
 	for _, a := range work.fetch {
-		dir, err := s.fetch(ctx, a.Ref)
-		if errors.Is(err, artifact.ErrNotFound) || errors.Is(err, artifact.ErrCorrupt) {
-			return fail(events.ReasonArtifactMissing, a.What+" is not in the artifact store: "+err.Error(), "", 0)
-		} else if err != nil {
-			return bus.Retry(0, err)
+		dir, outcome, ok := fetch(a.Ref, a.What)
+		if !ok {
+			return outcome
 		}
 		env.Artifacts = append(env.Artifacts, dir)
 	}
@@ -207,16 +259,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	jr.Requests = func(ctx context.Context, phase string, res loadgen.Result) error {
 		return s.requests(ctx, req, run+"/"+phase, res, jr.NVML == nil)
 	}
-	step := 0
-	jr.Progress = func(phase string, done, total int) {
-		step++
-		prog := events.RunnerJobProgressData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-			Phase: phase, Done: done, Total: total}
-		if _, err := bus.Emit(ctx, s.bus, events.Job.Progress, events.DeriveID(d.Event.ID(), string(events.RunnerJobProgress), fmt.Sprint(d.NumDelivered), fmt.Sprint(step)),
-			src, req.JobID, prog); err != nil && ctx.Err() == nil {
-			s.log.Warn("progress not published", "job", req.JobID, "err", err)
-		}
-	}
+	jr.Progress = func(phase string, done, total int) { progress(phase, done, total, "") }
 	env.Job = &jr
 	res, err := work.run(ctx, env)
 	switch {

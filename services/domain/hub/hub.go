@@ -1,0 +1,630 @@
+// Package hub reads checkpoints submitted by reference: files of a model
+// repository laid out like a model hub (<base>/resolve/<revision>/<path>),
+// each declared with its size and sha256 in the submission's
+// checkpoint.json.
+//
+// A Client reads in three ways, each bounded:
+//
+//   - Fetch reads a small file whole (config.json, the index, tokenizer
+//     files), at most its declared size plus one byte, and checks its
+//     sha256: the build stage's reads.
+//   - HeaderReader reads a file from its start with one HTTP Range request
+//     per read, for exactly the bytes asked: safetensors.ReadHeaderStream
+//     through it costs two requests per shard, 8 bytes then the header
+//     length it checked against its limit. The contract stage's reads.
+//   - Open streams a file from an offset, resuming a broken download: the
+//     runner's staging (package staging).
+//
+// Untrusted input everywhere: every answer's status and Content-Range are
+// checked before its body is read (a server that answers a Range request
+// with the whole file is refused, its body unread), redirects are bounded
+// and keep to https (or http from http), every request has a connect, a
+// response and an idle deadline, and a file that is not the one declared
+// (another size, or a digest the server names that differs) is refused.
+//
+// Credentials: the operator configures a token per host (Options.Tokens);
+// it is added to requests to that host only, by the transport, and never
+// appears in an error, a log line or anything else this package returns.
+// Participants' URLs with credentials in them are refused. A refusal is an
+// *Error with a stable Code and a sentence.
+package hub
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultHeaderTimeout  = 30 * time.Second
+	DefaultIdleTimeout    = 30 * time.Second
+	DefaultRequestTimeout = 2 * time.Minute
+	DefaultMaxRedirects   = 5
+	DefaultAttempts       = 3
+	DefaultRetryBackoff   = 500 * time.Millisecond
+	// DefaultHost is the host participants may name when the operator
+	// lists none: the Hugging Face hub.
+	DefaultHost = "huggingface.co"
+)
+
+// Options configure a Client.
+type Options struct {
+	// Hosts are the hosts participants may name, "host" or "host:port"
+	// (case-insensitive; "host" matches any port). Requests use https,
+	// except to a loopback host or to a host listed as "http://host":
+	// there plain http is allowed too. Redirects from these hosts are
+	// followed to any host (model hubs redirect to their CDN), under the
+	// scheme rule of Client's redirect policy. Empty: no host at all.
+	Hosts []string
+	// Tokens maps a host ("host" or "host:port") to the bearer token sent
+	// to that host only; a private repository is read with it. Tokens are
+	// the operator's: never logged, never in an error.
+	Tokens map[string]string
+	// ConnectTimeout bounds dialling and the TLS handshake;
+	// HeaderTimeout the wait for an answer's headers; IdleTimeout the
+	// longest silence while a body streams (a stalled server).
+	ConnectTimeout, HeaderTimeout, IdleTimeout time.Duration
+	// RequestTimeout bounds a whole bounded read (a small file, one
+	// header range), so that a server trickling a byte at a time cannot
+	// hold a stage; staging a shard has only the idle deadline.
+	RequestTimeout time.Duration
+	// MaxRedirects is the most redirects one request follows.
+	MaxRedirects int
+	// Attempts is how often a request is sent when the server answers
+	// 429 or 5xx or the connection fails before an answer; RetryBackoff
+	// the first pause between attempts (doubled each time).
+	Attempts     int
+	RetryBackoff time.Duration
+	// RootCAs, when set, are the certificate authorities trusted for
+	// https (a private mirror's; tests' servers); nil: the system's.
+	RootCAs *x509.CertPool
+	// Log receives a debug line per request (method, redacted URL,
+	// status, bytes); nil logs nothing.
+	Log *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.HeaderTimeout <= 0 {
+		o.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.MaxRedirects <= 0 {
+		o.MaxRedirects = DefaultMaxRedirects
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = DefaultAttempts
+	}
+	if o.RetryBackoff <= 0 {
+		o.RetryBackoff = DefaultRetryBackoff
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Client reads files of model repositories. It is safe for concurrent use.
+type Client struct {
+	opts   Options
+	http   *http.Client
+	hosts  map[string]hostRule
+	tokens map[string]string
+}
+
+// hostRule is what one Options.Hosts entry allows.
+type hostRule struct{ http bool }
+
+// New returns a Client with o's policy, timeouts and tokens.
+func New(o Options) *Client {
+	o = o.withDefaults()
+	c := &Client{opts: o, hosts: map[string]hostRule{}, tokens: map[string]string{}}
+	for _, h := range o.Hosts {
+		h = strings.ToLower(strings.TrimSpace(h))
+		rule := hostRule{}
+		if rest, ok := strings.CutPrefix(h, "http://"); ok {
+			h, rule.http = rest, true
+		}
+		h = strings.TrimPrefix(h, "https://")
+		h = strings.TrimSuffix(h, "/")
+		if h != "" {
+			c.hosts[h] = rule
+		}
+	}
+	for h, tok := range o.Tokens {
+		if h = strings.ToLower(strings.TrimSpace(h)); h != "" && tok != "" {
+			c.tokens[h] = tok
+		}
+	}
+	base := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   o.ConnectTimeout,
+		ResponseHeaderTimeout: o.HeaderTimeout,
+		ExpectContinueTimeout: time.Second,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+		// Checkpoint bytes are not compressed, and a compressed answer
+		// to a Range request would not be the range.
+		DisableCompression: true,
+	}
+	if o.RootCAs != nil {
+		base.TLSClientConfig = &tls.Config{RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12}
+	}
+	c.http = &http.Client{Transport: &authTransport{base: base, tokens: c.tokens}, CheckRedirect: c.redirect}
+	return c
+}
+
+// authTransport adds the operator's token for a request's host to that
+// request only. net/http copies a request's headers onto the redirects
+// it follows; the token is added here, per hop, instead, so it reaches
+// exactly the hosts it was configured for.
+type authTransport struct {
+	base   http.RoundTripper
+	tokens map[string]string
+}
+
+func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if tok := tokenFor(t.tokens, req.URL); tok != "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return t.base.RoundTrip(req)
+}
+
+func tokenFor(tokens map[string]string, u *url.URL) string {
+	host := strings.ToLower(u.Host)
+	if tok, ok := tokens[host]; ok {
+		return tok
+	}
+	return tokens[strings.ToLower(u.Hostname())]
+}
+
+// Allowed checks that participants may name r's host, and its scheme for
+// it: the operator's Hosts. Every read checks it first.
+func (c *Client) Allowed(r Repo) error {
+	if r.Base == nil {
+		return refuse(CodeURLInvalid, "", "the reference names no repository")
+	}
+	host := strings.ToLower(r.Base.Host)
+	rule, ok := c.hosts[host]
+	if !ok {
+		rule, ok = c.hosts[strings.ToLower(r.Base.Hostname())]
+	}
+	if !ok {
+		return refuse(CodeHostNotAllowed, "", "this arena does not read repositories at %s; it reads %s", r.Base.Host, c.hostList())
+	}
+	if r.Base.Scheme == "http" && !rule.http && !loopback(r.Base.Hostname()) {
+		return refuse(CodeHostNotAllowed, "", "this arena reads %s over https only; give the repository's https address", r.Base.Host)
+	}
+	return nil
+}
+
+func (c *Client) hostList() string {
+	if len(c.hosts) == 0 {
+		return "no repository at all (its operator lists none)"
+	}
+	var hs []string
+	for h := range c.hosts {
+		hs = append(hs, h)
+	}
+	sortStrings(hs)
+	return strings.Join(hs, ", ")
+}
+
+// hintsKey carries, through a request's context, what the redirects of
+// that request said about the file (a hub names an LFS file's sha256 and
+// size on the redirect to its CDN).
+type hintsKey struct{}
+
+// hints are the digests and sizes a request's answers named.
+type hints struct {
+	shas  []string
+	sizes []string
+}
+
+// redirect is the redirect policy: at most MaxRedirects hops, every hop to
+// https, or to http when the request started on http (so https never
+// downgrades, and no other scheme is ever followed), and no user
+// information in a target.
+func (c *Client) redirect(req *http.Request, via []*http.Request) error {
+	if len(via) > c.opts.MaxRedirects {
+		return refuse(CodeRedirectLoop, "", "the repository redirected %s more than %d times; it must answer within %d redirects", redact(via[0].URL), c.opts.MaxRedirects, c.opts.MaxRedirects)
+	}
+	to := strings.ToLower(req.URL.Scheme)
+	from := strings.ToLower(via[0].URL.Scheme)
+	if to != "https" && !(to == "http" && from == "http") {
+		return refuse(CodeRedirectScheme, "", "the repository redirected %s to a %s: address; the arena follows redirects to https only", redact(via[0].URL), req.URL.Scheme)
+	}
+	if req.URL.User != nil {
+		return refuse(CodeRedirectScheme, "", "the repository redirected %s to an address with credentials in it; the arena does not follow it", redact(via[0].URL))
+	}
+	if h, ok := req.Context().Value(hintsKey{}).(*hints); ok && req.Response != nil {
+		h.take(req.Response.Header)
+	}
+	return nil
+}
+
+// take keeps what a response's headers say of the file: Hugging Face's
+// X-Linked-Etag (the sha256 of an LFS file) and X-Linked-Size, and an
+// RFC 9530 Repr-Digest sha-256. Every hop's are kept: a hub's redirect
+// and its CDN's answer must both agree with the declaration.
+func (h *hints) take(hd http.Header) {
+	if v := strings.Trim(strings.TrimPrefix(hd.Get("X-Linked-Etag"), "W/"), `"`); isSHA256(v) {
+		h.shas = append(h.shas, strings.ToLower(v))
+	}
+	if v := hd.Get("X-Linked-Size"); v != "" {
+		h.sizes = append(h.sizes, v)
+	}
+	for _, part := range strings.Split(hd.Get("Repr-Digest"), ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || !strings.EqualFold(k, "sha-256") {
+			continue
+		}
+		if b, err := decodeSF(v); err == nil && len(b) == sha256.Size {
+			h.shas = append(h.shas, hex.EncodeToString(b))
+		}
+	}
+}
+
+// check refuses an answer that names another file than f.
+func (h *hints) check(repo Repo, f File) error {
+	for _, sha := range h.shas {
+		if sha != f.SHA256 {
+			return changed(repo, f, fmt.Sprintf("the repository names its sha256 %s", short(sha)))
+		}
+	}
+	for _, size := range h.sizes {
+		if size != fmt.Sprint(f.Size) {
+			return changed(repo, f, fmt.Sprintf("the repository says it is %s bytes", size))
+		}
+	}
+	return nil
+}
+
+func changed(repo Repo, f File, what string) *Error {
+	return refuse(CodeDigestMismatch, f.Path,
+		"%s at %s is not the file checkpoint.json declares (%d bytes, sha256 %s): %s; the file changed since it was declared: pin the revision to a commit and declare the file's current size and sha256",
+		f.Path, repo, f.Size, short(f.SHA256), what)
+}
+
+// request is one GET of f, with Range rng ("" for none), sent up to
+// Attempts times while the failure is transient (429, 5xx, a connection
+// that fails before an answer). The answer's status is mapped to an
+// *Error unless it is one of ok; its body is then the caller's to close.
+func (c *Client) request(ctx context.Context, repo Repo, f File, rng string, ok ...int) (*http.Response, *hints, error) {
+	if err := c.Allowed(repo); err != nil {
+		return nil, nil, err
+	}
+	u := repo.FileURL(f.Path)
+	backoff := c.opts.RetryBackoff
+	var last error
+	for attempt := 1; attempt <= c.opts.Attempts; attempt++ {
+		if attempt > 1 {
+			select {
+			case <-ctx.Done():
+				return nil, nil, c.bodyError(ctx, repo, f, ctx.Err())
+			case <-time.After(backoff):
+			}
+			backoff *= 2
+		}
+		h := &hints{}
+		req, err := http.NewRequestWithContext(context.WithValue(ctx, hintsKey{}, h), http.MethodGet, u.String(), nil)
+		if err != nil {
+			return nil, nil, refuse(CodeURLInvalid, f.Path, "%s: %v", f.Path, err)
+		}
+		if rng != "" {
+			req.Header.Set("Range", rng)
+		}
+		req.Header.Set("Accept-Encoding", "identity")
+		resp, err := c.http.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, c.bodyError(ctx, repo, f, ctx.Err())
+			}
+			last = c.transportError(repo, f, err)
+			c.opts.Log.Debug("hub request failed", "url", redact(u), "range", rng, "attempt", attempt, "err", last)
+			if e := AsError(last); e != nil && e.Code == CodeUnavailable {
+				continue
+			}
+			return nil, nil, last
+		}
+		h.take(resp.Header)
+		c.opts.Log.Debug("hub request", "url", redact(u), "final", redact(resp.Request.URL), "range", rng, "status", resp.StatusCode, "attempt", attempt)
+		for _, s := range ok {
+			if resp.StatusCode == s {
+				return resp, h, nil
+			}
+		}
+		closeUnread(resp)
+		last = c.statusError(repo, f, resp)
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+			continue
+		}
+		return nil, nil, last
+	}
+	return nil, nil, last
+}
+
+// closeUnread closes an answer whose body is not wanted. The transport
+// then drops the connection rather than read the rest: a server that sends
+// gigabytes nobody asked for costs what is already in flight, no more.
+func closeUnread(resp *http.Response) { _ = resp.Body.Close() }
+
+// transportError maps a failed request to an *Error. Its sentence names
+// the redacted URL and the network's complaint, never a header.
+func (c *Client) transportError(repo Repo, f File, err error) error {
+	if e := AsError(err); e != nil { // the redirect policy's refusal
+		e.File = f.Path
+		return e
+	}
+	cause := err
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		cause = ue.Err // ue.URL may hold a CDN's signed query
+	}
+	var ne net.Error
+	if errors.As(cause, &ne) && ne.Timeout() {
+		return &Error{Code: CodeTimeout, File: f.Path, Err: cause,
+			Message: fmt.Sprintf("%s at %s did not answer within %s; try again when the repository answers", f.Path, repo, c.opts.HeaderTimeout)}
+	}
+	return &Error{Code: CodeUnavailable, File: f.Path, Err: cause,
+		Message: fmt.Sprintf("%s at %s could not be reached (%s); try again when the repository answers", f.Path, repo, oneLine(cause))}
+}
+
+// statusError maps an unwanted status to an *Error.
+func (c *Client) statusError(repo Repo, f File, resp *http.Response) error {
+	s := resp.StatusCode
+	switch {
+	case s == http.StatusNotFound || s == http.StatusGone:
+		return refuse(CodeNotFound, f.Path, "%s is not in %s (HTTP %d); check the repository, the revision and the path in checkpoint.json", f.Path, repo, s)
+	case s == http.StatusUnauthorized || s == http.StatusForbidden:
+		who := "the arena holds no token for " + repo.Base.Host
+		if tokenFor(c.tokens, repo.Base) != "" {
+			who = "the token the arena's operator configured for " + repo.Base.Host + " may not read it"
+		}
+		return refuse(CodeUnauthorized, f.Path, "%s at %s is private or gated (HTTP %d) and %s; make the repository readable to the arena, or ask its operator", f.Path, repo, s, who)
+	case s == http.StatusRequestedRangeNotSatisfiable:
+		return changed(repo, f, "the repository refuses a range inside the declared size (HTTP 416), so the file is shorter")
+	case s >= 300 && s < 400:
+		return refuse(CodeUnavailable, f.Path, "%s at %s answered a redirect (HTTP %d) without a usable Location", f.Path, repo, s)
+	case s == http.StatusTooManyRequests || s >= 500:
+		return refuse(CodeUnavailable, f.Path, "%s at %s kept answering HTTP %d after %d attempts; try again when the repository answers", f.Path, repo, s, c.opts.Attempts)
+	}
+	return refuse(CodeUnavailable, f.Path, "%s at %s answered HTTP %d", f.Path, repo, s)
+}
+
+// bodyError maps a failure while a request is sent or its body streams.
+// A cancelled context of the caller's own (the service stops) passes
+// through as it is: that is not the repository's doing.
+func (c *Client) bodyError(ctx context.Context, repo Repo, f File, err error) error {
+	if e := AsError(err); e != nil {
+		return e
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errStalled):
+		return &Error{Code: CodeTimeout, File: f.Path, Err: err,
+			Message: fmt.Sprintf("%s at %s stopped sending for %s; try again when the repository answers", f.Path, repo, c.opts.IdleTimeout)}
+	case errors.Is(cause, errTooSlow):
+		return &Error{Code: CodeTimeout, File: f.Path, Err: err,
+			Message: fmt.Sprintf("%s at %s did not send what was asked within %s; try again when the repository answers", f.Path, repo, c.opts.RequestTimeout)}
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &Error{Code: CodeTimeout, File: f.Path, Err: err,
+			Message: fmt.Sprintf("%s at %s stopped sending; try again when the repository answers", f.Path, repo)}
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return &Error{Code: CodeUnavailable, File: f.Path, Err: err,
+			Message: fmt.Sprintf("%s at %s: the connection ended before the bytes its answer announced", f.Path, repo)}
+	}
+	return &Error{Code: CodeUnavailable, File: f.Path, Err: err,
+		Message: fmt.Sprintf("%s at %s: the transfer broke (%s)", f.Path, repo, oneLine(err))}
+}
+
+// errStalled is the cause of a request cancelled by its idle deadline,
+// errTooSlow of one cancelled by RequestTimeout.
+var (
+	errStalled = errors.New("hub: no bytes within the idle deadline")
+	errTooSlow = errors.New("hub: the request outlasted its deadline")
+)
+
+// idleBody reads a body under an idle deadline: each Read that returns
+// bytes pushes the deadline back; when it passes, the request's context is
+// cancelled with errStalled and the Read in progress fails.
+type idleBody struct {
+	body   io.ReadCloser
+	timer  *time.Timer
+	idle   time.Duration
+	cancel context.CancelCauseFunc
+}
+
+func newIdleBody(body io.ReadCloser, idle time.Duration, cancel context.CancelCauseFunc) *idleBody {
+	b := &idleBody{body: body, idle: idle, cancel: cancel}
+	b.timer = time.AfterFunc(idle, func() { cancel(errStalled) })
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if n > 0 {
+		b.timer.Reset(b.idle)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	err := b.body.Close()
+	b.cancel(nil)
+	return err
+}
+
+// bounded is a request context under RequestTimeout, cancelled with
+// errTooSlow when the deadline passes.
+func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelCauseFunc) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	tctx, stop := context.WithTimeoutCause(rctx, c.opts.RequestTimeout, errTooSlow)
+	return tctx, func(err error) { cancel(err); stop() }
+}
+
+// Fetch reads f whole, refusing a file declared over max bytes before any
+// request, reading at most f.Size+1 bytes, and checking size and sha256.
+// The build stage fetches the small files of a checkpoint this way.
+func (c *Client) Fetch(ctx context.Context, repo Repo, f File, max int64) ([]byte, error) {
+	if f.Size > max {
+		return nil, refuse(CodeFileTooLarge, f.Path, "%s is declared %d bytes; the arena fetches files other than *.safetensors whole, and each may be at most %d bytes", f.Path, f.Size, max)
+	}
+	rctx, cancel := c.bounded(ctx)
+	resp, h, err := c.request(rctx, repo, f, "", http.StatusOK)
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	body := newIdleBody(resp.Body, c.opts.IdleTimeout, cancel)
+	defer body.Close()
+	if err := h.check(repo, f); err != nil {
+		return nil, err
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != f.Size {
+		return nil, changed(repo, f, fmt.Sprintf("the repository serves %d bytes", resp.ContentLength))
+	}
+	data, err := io.ReadAll(io.LimitReader(body, f.Size+1))
+	if err != nil {
+		return nil, c.bodyError(rctx, repo, f, err)
+	}
+	if int64(len(data)) != f.Size {
+		return nil, changed(repo, f, fmt.Sprintf("the repository serves %d bytes", len(data)))
+	}
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != f.SHA256 {
+		return nil, changed(repo, f, "its sha256 is "+short(hex.EncodeToString(sum[:])))
+	}
+	return data, nil
+}
+
+// Body is a file's bytes from Offset to its end, as Open returns them.
+type Body struct {
+	io.ReadCloser
+	// Offset is where the bytes start: the offset asked for, or 0 when
+	// the server ignored the Range request of a resumed download and
+	// sent the whole file (the caller then starts over).
+	Offset int64
+}
+
+// Open streams f from offset (a resumed download) to its end under the
+// idle deadline. For offset > 0 it sends Range: bytes=offset-; an answer
+// with the whole file (200) is accepted as a restart (Body.Offset 0),
+// since the caller wants every byte anyway. Sizes the server states
+// (Content-Range, Content-Length, X-Linked-Size) must agree with f.Size,
+// and a sha256 it names with f.SHA256; the caller checks the digest of
+// what it wrote.
+func (c *Client) Open(ctx context.Context, repo Repo, f File, offset int64) (*Body, error) {
+	if offset < 0 || offset > f.Size {
+		return nil, fmt.Errorf("hub: offset %d outside %s's %d bytes", offset, f.Path, f.Size)
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	rng := ""
+	if offset > 0 {
+		rng = fmt.Sprintf("bytes=%d-", offset)
+	}
+	resp, h, err := c.request(rctx, repo, f, rng, http.StatusOK, http.StatusPartialContent)
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	fail := func(err error) (*Body, error) {
+		closeUnread(resp)
+		cancel(nil)
+		return nil, err
+	}
+	if err := h.check(repo, f); err != nil {
+		return fail(err)
+	}
+	start := int64(0)
+	if resp.StatusCode == http.StatusPartialContent {
+		if offset == 0 {
+			return fail(refuse(CodeRangeIgnored, f.Path, "%s at %s answered a plain request with a part of the file (HTTP 206)", f.Path, repo))
+		}
+		cr, err := parseContentRange(resp.Header.Get("Content-Range"))
+		if err != nil || cr.first != offset || cr.last != f.Size-1 {
+			return fail(refuse(CodeRangeIgnored, f.Path, "%s at %s answered the range from byte %d with %q", f.Path, repo, offset, clip(resp.Header.Get("Content-Range"), 80)))
+		}
+		if cr.total != f.Size {
+			return fail(changed(repo, f, fmt.Sprintf("the repository says it is %d bytes", cr.total)))
+		}
+		start = offset
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != f.Size-start {
+		return fail(changed(repo, f, fmt.Sprintf("the repository serves %d bytes from byte %d", resp.ContentLength, start)))
+	}
+	body := &errBody{c: c, ctx: rctx, repo: repo, f: f, body: newIdleBody(resp.Body, c.opts.IdleTimeout, cancel)}
+	return &Body{ReadCloser: struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(body, f.Size-start), body}, Offset: start}, nil
+}
+
+// errBody maps a streaming body's errors to *Error.
+type errBody struct {
+	c    *Client
+	ctx  context.Context
+	repo Repo
+	f    File
+	body io.ReadCloser
+}
+
+func (b *errBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if err != nil && err != io.EOF {
+		return n, b.c.bodyError(b.ctx, b.repo, b.f, err)
+	}
+	return n, err
+}
+
+func (b *errBody) Close() error { return b.body.Close() }
+
+func oneLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return clip(s, 200)
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
