@@ -68,7 +68,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Duration, stdout, stderr io.Writer) error {
-	c, err := dial(ctx, a.natsURL)
+	c, err := a.dial(ctx)
 	if err != nil {
 		return err
 	}

@@ -43,9 +43,14 @@ usage:
                scores over time, or (--rounds) the rounds and their results
   arena rescore --policy V [--since T] [--json]
                recompute scores from stored outcomes under policy V (no GPU work)
+  arena credentials DIR
+               write the NATS users' nkeys for a cluster (deploy/nats, docker-compose.yml)
 
 Commands that talk to a running arena read LOWBARENA_NATS_URL (default
-nats://127.0.0.1:4222) unless --nats is given.
+nats://127.0.0.1:4222) unless --nats is given, and connect as its operator:
+with LOWBARENA_NATS_CREDS (a seed or .creds file), else LOWBARENA_NATS_USER
+and LOWBARENA_NATS_PASSWORD, else DIR/credentials/operator.nk of the data
+folder (LOWBARENA_DATA, default .data/arena), which arena up writes.
 `
 
 // exitError carries a process exit status with its message.
@@ -113,6 +118,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdRescore(ctx, rest, stdout, stderr)
 	case "round":
 		return cmdRound(ctx, rest, stdout, stderr)
+	case "credentials":
+		return cmdCredentials(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

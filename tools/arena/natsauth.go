@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/lowbarena/lowbarena/events/access"
+	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/services/runtime"
+)
+
+// EnvData names the data folder's environment variable: `arena up`'s
+// default folder, and where the other commands look for the operator's
+// credentials.
+const EnvData = "LOWBARENA_DATA"
+
+// defaultData is the data folder when neither --data nor EnvData says.
+const defaultData = ".data/arena"
+
+// credentialsDir is where an arena keeps its NATS users' seeds.
+func credentialsDir(data string) string { return filepath.Join(data, "credentials") }
+
+// serverTLS are the embedded NATS server's TLS files.
+type serverTLS struct {
+	cert, key, ca string
+}
+
+func (t *serverTLS) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.cert, "nats-tls-cert", os.Getenv("LOWBARENA_NATS_TLS_CERT"), "certificate of the embedded NATS server: clients must then connect over TLS (env LOWBARENA_NATS_TLS_CERT)")
+	fs.StringVar(&t.key, "nats-tls-key", os.Getenv("LOWBARENA_NATS_TLS_KEY"), "key of that certificate (env LOWBARENA_NATS_TLS_KEY)")
+	fs.StringVar(&t.ca, "nats-tls-ca", os.Getenv("LOWBARENA_NATS_TLS_CA"), "CA that signed that certificate, which this arena's own services trust (env LOWBARENA_NATS_TLS_CA; clients: "+runtime.EnvNATSCA+")")
+}
+
+// configure turns TLS on in opts when a certificate is given. Clients
+// prove who they are with their nkeys; TLS encrypts the connection and
+// proves the server's identity.
+func (t serverTLS) configure(opts *server.Options) error {
+	if t.cert == "" && t.key == "" {
+		if t.ca != "" {
+			return usageErr("--nats-tls-ca needs --nats-tls-cert and --nats-tls-key")
+		}
+		return nil
+	}
+	if t.cert == "" || t.key == "" {
+		return usageErr("--nats-tls-cert and --nats-tls-key go together")
+	}
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: t.cert, KeyFile: t.key})
+	if err != nil {
+		return usageErr("NATS TLS: %v", err)
+	}
+	opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, tc, 2
+	return nil
+}
+
+// auth are the credentials user connects to this arena's NATS with.
+func (a *arenaProc) auth(user string) runtime.NATSAuth {
+	return runtime.NATSAuth{CredsFile: a.creds.SeedFile(user)}
+}
+
+// clientTLS is what this arena's own clients need to trust its server.
+func (a *arenaProc) clientTLS() runtime.NATSTLS { return runtime.NATSTLS{CA: a.tls.ca} }
+
+// provision creates or updates the arena's streams, buckets and object
+// stores as the operator, before any service starts: the services'
+// users may not.
+func (a *arenaProc) provision(ctx context.Context) error {
+	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: a.natsURL, Name: "arena-up", User: access.Operator,
+		Auth: a.auth(access.Operator), TLS: a.clientTLS()}, a.log)
+	if err != nil {
+		return fmt.Errorf("up: connect as the operator: %w", err)
+	}
+	defer nc.Close()
+	b, err := bus.New(nc, bus.WithLogger(a.log))
+	if err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := b.Guard(pctx, func(ctx context.Context) error {
+		return bus.Provision(ctx, b.JetStream(), bus.Topology{Replicas: 1})
+	}, "$JS.API.STREAM.>"); err != nil {
+		return fmt.Errorf("up: provision the arena's streams: %w", err)
+	}
+	return nil
+}
+
+// dial connects to this arena as the operator.
+func (a *arenaProc) dial(ctx context.Context) (*client, error) {
+	return dialWith(ctx, a.natsURL, a.auth(access.Operator), a.clientTLS(), credentialsDir(a.data))
+}
+
+// cliAuth finds the operator's credentials for a command that talks to a
+// running arena: the environment (runtime.AuthFromEnv: a credentials
+// file, a seed, or a user and password) wins; else the operator's seed in
+// the data folder (EnvData, default .data/arena, as `arena up` keeps it),
+// when it is there. It returns where it looked in the data folder.
+func cliAuth() (runtime.NATSAuth, string) {
+	dir := credentialsDir(runtime.EnvOr(EnvData, defaultData))
+	if a := runtime.AuthFromEnv(); a.Set() {
+		return a, dir
+	}
+	seed := filepath.Join(dir, access.Operator+".nk")
+	if _, err := os.Stat(seed); err == nil {
+		return runtime.NATSAuth{CredsFile: seed}, dir
+	}
+	return runtime.NATSAuth{}, dir
+}
+
+// ErrArenaAuth says the arena's NATS refused the command's credentials.
+var ErrArenaAuth = errors.New("the arena refused this command's NATS credentials")
+
+// cmdCredentials writes the NATS users' credentials for a cluster: what
+// deploy/nats/auth.conf and docker-compose.yml read.
+func cmdCredentials(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("credentials", stderr)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("credentials takes one folder (arena credentials DIR)")
+	}
+	creds, err := access.LoadOrCreate(pos[0])
+	if err != nil {
+		return err
+	}
+	files, err := creds.WriteEnvFiles(runtime.EnvNATSNkey)
+	if err != nil {
+		return err
+	}
+	for _, u := range access.Names() {
+		fmt.Fprintf(stdout, "%-10s %s  %s\n", u, creds.Public(u), creds.SeedFile(u))
+	}
+	fmt.Fprintf(stdout, "wrote %d environment files beside them (nats.env: the public keys for the NATS servers; USER.env: each user's seed, 0600)\n", len(files))
+	return nil
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/access"
+	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/events/bustest"
+	build "github.com/lowbarena/lowbarena/services/build/service"
+	contract "github.com/lowbarena/lowbarena/services/contract/service"
+	"github.com/lowbarena/lowbarena/services/domain/record"
+	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
+	"github.com/lowbarena/lowbarena/services/gateway/projector"
+	"github.com/lowbarena/lowbarena/services/gateway/rounds"
+	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
+	quality "github.com/lowbarena/lowbarena/services/quality/service"
+	round "github.com/lowbarena/lowbarena/services/round/service"
+	runner "github.com/lowbarena/lowbarena/services/runner/service"
+	"github.com/lowbarena/lowbarena/services/runtime"
+	"github.com/lowbarena/lowbarena/services/runtime/runtimetest"
+	score "github.com/lowbarena/lowbarena/services/score/service"
+)
+
+// The permission table names the services `arena up` runs, and each
+// service's durables as the service declares them: a service renamed,
+// or a durable added or re-filtered, without its permissions would be
+// refused at start.
+func TestPermissionTableMatchesTheServices(t *testing.T) {
+	var names []string
+	for _, c := range append(components(nil), runner.Component()) {
+		names = append(names, c.Name)
+	}
+	require.ElementsMatch(t, append(names, access.Operator), access.Names())
+
+	declared := map[string][]bus.ConsumerConfig{
+		build.Name:      {build.Consumer},
+		contract.Name:   {contract.Consumer},
+		quality.Name:    {quality.Requests, quality.Results},
+		efficiency.Name: {efficiency.Requests, efficiency.Results},
+		score.Name:      {score.Consumer},
+		round.Name:      {(*round.Service)(nil).Consumer()},
+		runner.Name:     {new(runner.Service).Consumer()},
+		gateway.Name:    {{Name: projector.ConsumerName}, rounds.Consumer()},
+		access.Operator: nil,
+	}
+	for _, u := range access.Users {
+		cfgs, ok := declared[u.Name]
+		require.True(t, ok, u.Name)
+		require.Len(t, u.Consumers, len(cfgs), "%s's durables", u.Name)
+		for _, cfg := range cfgs {
+			i := slices.IndexFunc(u.Consumers, func(c access.Consumer) bool { return c.Name == cfg.Name })
+			require.GreaterOrEqual(t, i, 0, "%s's durable %s is in the table", u.Name, cfg.Name)
+			stream := cfg.Stream
+			if stream == "" {
+				stream = events.StreamArena
+			}
+			require.Equal(t, stream, u.Consumers[i].Stream, cfg.Name)
+			if cfg.Subjects != nil {
+				require.Equal(t, cfg.Subjects, u.Consumers[i].Filters, cfg.Name)
+			}
+		}
+	}
+}
+
+// natsFor starts the embedded NATS of an arena on data, as `arena up`
+// does (its users from DATA/credentials, the streams provisioned by the
+// operator), and returns it as an arenaProc holding what the helpers use.
+func natsFor(t *testing.T, data string, tls serverTLS) *arenaProc {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	creds, err := access.LoadOrCreate(credentialsDir(data))
+	require.NoError(t, err)
+	ns, err := startNATS(filepath.Join(data, "nats"), "127.0.0.1:0", creds, tls, log)
+	require.NoError(t, err)
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	a := &arenaProc{data: data, natsURL: ns.ClientURL(), ns: ns, creds: creds, tls: tls, log: log}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, a.provision(ctx))
+	return a
+}
+
+// busAs connects to a as user.
+func (a *arenaProc) busAs(t *testing.T, user string) *bus.Bus {
+	t.Helper()
+	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: a.natsURL, Name: user, User: user, Auth: a.auth(user), TLS: a.clientTLS()}, a.log)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	b, err := bus.New(nc)
+	require.NoError(t, err)
+	return b
+}
+
+// A forged score.completed published with the contract service's
+// credentials is refused by the server, and the gateway's record of the
+// submission is unchanged; the same event from the score service moves
+// it, so "unchanged" is the refusal's doing.
+func TestForgedScoreLeavesTheRecord(t *testing.T) {
+	a := natsFor(t, t.TempDir(), serverTLS{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// The gateway, as its own user, as `arena up` starts it.
+	c := gateway.Component()
+	cfg := runtime.DefaultConfig(c.Name)
+	fs := c.FlagSet(&cfg)
+	require.NoError(t, runtime.Set(fs, map[string]string{"http": "127.0.0.1:0"}))
+	cfg.NATSURL, cfg.Store, cfg.NATSAuth, cfg.NATSTLS, cfg.Provision = a.natsURL, "", a.auth(c.Name), a.clientTLS(), runtime.ProvisionNo
+	rt, err := runtime.Start(ctx, cfg, runtime.WithLogOutput(io.Discard), runtime.WithoutTelemetry())
+	require.NoError(t, err)
+	actors, err := c.Build(ctx, rt)
+	require.NoError(t, err)
+	actx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runtime.RunActors(actx, nil, actors...) }()
+	t.Cleanup(func() { stop(); <-done; rt.Close() })
+
+	id := bustest.SampleSubject
+	emit := func(b *bus.Bus, typ events.Type, eid string) error {
+		_, err := b.PublishNew(ctx, eid, typ, events.Source(b.Conn().Opts.Name), id, bustest.Sample(typ))
+		return err
+	}
+	kv, err := a.busAs(t, access.Operator).JetStream().KeyValue(ctx, bus.BucketSubmissions)
+	require.NoError(t, err)
+	recordOf := func() (record.Submission, uint64) {
+		e, err := kv.Get(ctx, id)
+		if err != nil {
+			return record.Submission{}, 0
+		}
+		var rec record.Submission
+		require.NoError(t, json.Unmarshal(e.Value(), &rec))
+		return rec, e.Revision()
+	}
+	status := func(rec record.Submission, stage string) string {
+		for _, st := range rec.Stages {
+			if st.Name == stage {
+				return st.Status
+			}
+		}
+		return ""
+	}
+
+	require.NoError(t, emit(a.busAs(t, access.Operator), events.SubmissionReceived, "received"))
+	require.Eventually(t, func() bool { _, rev := recordOf(); return rev > 0 }, 30*time.Second, 20*time.Millisecond)
+	contractBus := a.busAs(t, access.Contract)
+
+	err = emit(contractBus, events.ScoreCompleted, "forged")
+	require.ErrorIs(t, err, bus.ErrDenied)
+	var de *bus.DeniedError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "arena.score.completed."+id, de.Subject)
+
+	// The contract's own event, after the forgery in the stream's order:
+	// once the record shows it, the gateway has folded everything before.
+	require.NoError(t, emit(contractBus, events.ContractCompleted, "contract"))
+	require.Eventually(t, func() bool { rec, _ := recordOf(); return status(rec, "contract") == record.StatusDone }, 30*time.Second, 20*time.Millisecond)
+	rec, rev := recordOf()
+	require.Equal(t, record.StatusPending, status(rec, "score"), "the forged score did not reach the record")
+	require.Nil(t, rec.Result.DevScore)
+	st, err := a.busAs(t, access.Operator).JetStream().Stream(ctx, events.StreamArena)
+	require.NoError(t, err)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("arena.score.>"))
+	require.NoError(t, err)
+	require.Empty(t, info.State.Subjects, "nothing was stored on a score subject")
+
+	// The score service's own score.completed is folded (the sample's
+	// entry is not qualified: its score stage reads skipped).
+	require.NoError(t, emit(a.busAs(t, access.Score), events.ScoreCompleted, "scored"))
+	require.Eventually(t, func() bool { rec, _ := recordOf(); return rec.Result.DevScore != nil }, 30*time.Second, 20*time.Millisecond)
+	rec, _ = recordOf()
+	require.Equal(t, record.StatusSkipped, status(rec, "score"))
+	_, after := recordOf()
+	require.Greater(t, after, rev)
+}
+
+// The CLI connects as the operator: with the seed `arena up` keeps in
+// the data folder, or the one LOWBARENA_NATS_CREDS names; without
+// credentials, or with a service's, it is refused and says why.
+func TestCLIFindsTheOperatorsCredentials(t *testing.T) {
+	data := t.TempDir()
+	a := natsFor(t, data, serverTLS{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, k := range []string{runtime.EnvNATSCreds, runtime.EnvNATSNkey, runtime.EnvNATSUser, runtime.EnvNATSPassword, runtime.EnvNATSPasswordFile} {
+		t.Setenv(k, "")
+	}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr []string
+	}{
+		{"the data folder of LOWBARENA_DATA", map[string]string{EnvData: data}, nil},
+		{"a seed file in LOWBARENA_NATS_CREDS", map[string]string{EnvData: t.TempDir(), runtime.EnvNATSCreds: a.creds.SeedFile(access.Operator)}, nil},
+		{"none found", map[string]string{EnvData: filepath.Join(data, "elsewhere")},
+			[]string{"nats_auth_failed", "none were found", filepath.Join(data, "elsewhere", "credentials")}},
+		{"a service's", map[string]string{runtime.EnvNATSCreds: a.creds.SeedFile(access.Contract)},
+			[]string{"permission_denied", "are not the operator's"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			c, err := dial(ctx, a.natsURL)
+			if tt.wantErr == nil {
+				require.NoError(t, err)
+				defer c.close()
+				_, err := c.submissions(ctx)
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrArenaAuth)
+			for _, w := range tt.wantErr {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
+
+// An arena keeps its users' credentials across restarts: the same seed
+// files, mode 0600, still let the operator in.
+func TestUpKeepsItsCredentials(t *testing.T) {
+	data := t.TempDir()
+	first := natsFor(t, data, serverTLS{})
+	seed, err := os.ReadFile(first.creds.SeedFile(access.Operator))
+	require.NoError(t, err)
+	first.ns.Shutdown()
+	first.ns.WaitForShutdown()
+
+	second := natsFor(t, data, serverTLS{})
+	again, err := os.ReadFile(second.creds.SeedFile(access.Operator))
+	require.NoError(t, err)
+	require.Equal(t, seed, again)
+	for _, u := range access.Names() {
+		st, err := os.Stat(second.creds.SeedFile(u))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), u)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := second.dial(ctx)
+	require.NoError(t, err)
+	c.close()
+}
+
+// `arena up --nats-tls-cert --nats-tls-key` serves NATS over TLS only;
+// its own clients trust it with --nats-tls-ca.
+func TestUpServesNATSOverTLS(t *testing.T) {
+	ca, cert, key := runtimetest.TLSFiles(t)
+	a := natsFor(t, t.TempDir(), serverTLS{cert: cert, key: key, ca: ca})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := a.dial(ctx)
+	require.NoError(t, err)
+	state, err := c.nc.TLSConnectionState()
+	require.NoError(t, err)
+	require.True(t, state.HandshakeComplete)
+	c.close()
+	_, err = dialWith(ctx, a.natsURL, a.auth(access.Operator), runtime.NATSTLS{}, "")
+	require.ErrorIs(t, err, runtime.ErrNATSTLS)
+
+	var opts server.Options
+	require.Error(t, serverTLS{cert: cert}.configure(&opts), "a certificate without its key")
+	require.Error(t, serverTLS{ca: ca}.configure(&opts), "a CA without a certificate")
+	require.False(t, opts.TLS)
+}
