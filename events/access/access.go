@@ -107,8 +107,8 @@ type User struct {
 	// KV and Objects are the buckets and object stores it uses.
 	KV      []Bucket
 	Objects []Bucket
-	// Serves is the micro service it answers, if any.
-	Serves *Service
+	// Serves are the micro services it answers.
+	Serves []Service
 	// Calls are the request subjects it sends (events/ctl).
 	Calls []string
 	// ReadsEvents says it reads the ARENA stream by subject (score reads
@@ -188,7 +188,7 @@ var Users = []User{
 		Consumers: []Consumer{{Stream: events.StreamArena, Name: "score", Filters: []string{events.Contract.Completed.Filter(),
 			events.Quality.Completed.Filter(), events.Efficiency.Completed.Filter(), events.Submission.Received.Filter()}}},
 		KV:          []Bucket{{Name: bus.BucketScoreInputs, Mode: Write}},
-		Serves:      &Service{Name: ctl.ServiceScore, Subjects: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory, ctl.SubjectRescore, ctl.SubjectStanding}},
+		Serves:      []Service{{Name: ctl.ServiceScore, Subjects: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory, ctl.SubjectRescore, ctl.SubjectStanding}}},
 		ReadsEvents: true,
 	},
 	{
@@ -199,7 +199,7 @@ var Users = []User{
 			Filters: append(events.JobOutcomeFilters(events.JobSLA), events.Job.Progress.Filter())}},
 		KV:      []Bucket{{Name: bus.BucketRounds, Mode: Write}},
 		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Write}},
-		Serves:  &Service{Name: ctl.ServiceRound, Subjects: []string{ctl.SubjectRoundStart, ctl.SubjectRoundList}},
+		Serves:  []Service{{Name: ctl.ServiceRound, Subjects: []string{ctl.SubjectRoundStart, ctl.SubjectRoundList}}},
 		Calls:   []string{ctl.SubjectStanding},
 	},
 	{

@@ -83,8 +83,8 @@ func Markdown() string {
 			cons = append(cons, "`"+c.Name+"`")
 		}
 		var reqs []string
-		if u.Serves != nil {
-			reqs = append(reqs, "serves "+codeList(u.Serves.Subjects))
+		for _, sv := range u.Serves {
+			reqs = append(reqs, "serves "+codeList(sv.Subjects))
 		}
 		if len(u.Calls) > 0 {
 			reqs = append(reqs, "asks "+codeList(u.Calls))

@@ -95,7 +95,7 @@ func (u User) Permissions() Permissions {
 			pub(prefix+">", jsAPI+"STREAM.PURGE."+stream)
 		}
 	}
-	if s := u.Serves; s != nil {
+	for _, s := range u.Serves {
 		sub(s.Subjects...)
 		sub("$SRV.PING", "$SRV.INFO", "$SRV.STATS", "$SRV.*."+s.Name, "$SRV.*."+s.Name+".*")
 		p.Responses = true

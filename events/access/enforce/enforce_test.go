@@ -36,7 +36,7 @@ type arena struct {
 
 // embedded starts a server configured as `arena up` configures its own
 // (enforce.Configure, users in the global account).
-func embedded(t *testing.T) *arena {
+func embedded(t testing.TB) *arena {
 	t.Helper()
 	creds, err := access.LoadOrCreate(t.TempDir())
 	require.NoError(t, err)
@@ -68,7 +68,7 @@ func deployed(t *testing.T) *arena {
 	return start(t, opts, creds)
 }
 
-func start(t *testing.T, opts *server.Options, creds *access.Credentials) *arena {
+func start(t testing.TB, opts *server.Options, creds *access.Credentials) *arena {
 	t.Helper()
 	s, err := server.NewServer(opts)
 	require.NoError(t, err)
@@ -86,7 +86,7 @@ func start(t *testing.T, opts *server.Options, creds *access.Credentials) *arena
 	return a
 }
 
-func jsOf(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+func jsOf(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -94,7 +94,7 @@ func jsOf(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 }
 
 // connect connects as user with its seed file, its inboxes its own.
-func (a *arena) connect(t *testing.T, user string, extra ...nats.Option) *nats.Conn {
+func (a *arena) connect(t testing.TB, user string, extra ...nats.Option) *nats.Conn {
 	t.Helper()
 	seed, err := nats.NkeyOptionFromSeed(a.creds.SeedFile(user))
 	require.NoError(t, err)
@@ -133,7 +133,7 @@ func (a *arena) violations(t *testing.T, op string) map[string]int64 {
 // refused by the server, except for its owners; each refusal has its
 // code and is counted where the arena sees it.
 func TestForgedEvents(t *testing.T) {
-	for name, serve := range map[string]func(*testing.T) *arena{"embedded": embedded, "deploy": deployed} {
+	for name, serve := range map[string]func(*testing.T) *arena{"embedded": func(t *testing.T) *arena { return embedded(t) }, "deploy": deployed} {
 		t.Run(name, func(t *testing.T) {
 			a := serve(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -203,7 +203,7 @@ func TestForgedEvents(t *testing.T) {
 // A service subscribing, consuming or reading outside its subjects is
 // refused, and each refusal is counted.
 func TestOutsideItsSubjects(t *testing.T) {
-	for name, serve := range map[string]func(*testing.T) *arena{"embedded": embedded, "deploy": deployed} {
+	for name, serve := range map[string]func(*testing.T) *arena{"embedded": func(t *testing.T) *arena { return embedded(t) }, "deploy": deployed} {
 		t.Run(name, func(t *testing.T) {
 			a := serve(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
