@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,4 +277,32 @@ func TestUpServesNATSOverTLS(t *testing.T) {
 	require.Error(t, serverTLS{cert: cert}.configure(&opts), "a certificate without its key")
 	require.Error(t, serverTLS{ca: ca}.configure(&opts), "a CA without a certificate")
 	require.False(t, opts.TLS)
+}
+
+// `arena credentials DIR` writes what a cluster reads: a seed per user,
+// nats.env with the public keys, USER.env with each seed; run again, it
+// keeps them.
+func TestCredentialsVerb(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secrets")
+	var out, errOut strings.Builder
+	require.NoError(t, run(context.Background(), []string{"credentials", dir}, &out, &errOut))
+	creds, err := access.LoadOrCreate(dir)
+	require.NoError(t, err)
+	pubs, err := os.ReadFile(filepath.Join(dir, "nats.env"))
+	require.NoError(t, err)
+	for _, u := range access.Names() {
+		require.Contains(t, out.String(), creds.Public(u), "the verb prints each user's public key")
+		require.Contains(t, string(pubs), access.EnvPublicKey(u)+"="+creds.Public(u))
+		env, err := os.ReadFile(filepath.Join(dir, u+".env"))
+		require.NoError(t, err)
+		require.Contains(t, string(env), runtime.EnvNATSNkey+"=SU")
+	}
+	before := out.String()
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"credentials", dir}, &out, &errOut))
+	require.Equal(t, before, out.String(), "a second run keeps every key")
+	err = run(context.Background(), []string{"credentials"}, &out, &errOut)
+	var ee *exitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, exitUsage, ee.code)
 }
