@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/access"
+	"github.com/lowbarena/lowbarena/events/access/enforce"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/bustest"
 	build "github.com/lowbarena/lowbarena/services/build/service"
@@ -31,17 +31,17 @@ import (
 	round "github.com/lowbarena/lowbarena/services/round/service"
 	runner "github.com/lowbarena/lowbarena/services/runner/service"
 	"github.com/lowbarena/lowbarena/services/runtime"
-	"github.com/lowbarena/lowbarena/services/runtime/runtimetest"
 	score "github.com/lowbarena/lowbarena/services/score/service"
 )
 
-// The permission table names the services `arena up` runs, and each
+// The permission table names every service, and each
 // service's durables as the service declares them: a service renamed,
 // or a durable added or re-filtered, without its permissions would be
 // refused at start.
 func TestPermissionTableMatchesTheServices(t *testing.T) {
 	var names []string
-	for _, c := range append(components(nil), runner.Component()) {
+	for _, c := range []runtime.Component{gateway.Component(), build.Component(), contract.Component(), quality.Component(),
+		efficiency.Component(), score.Component(), round.Component(), runner.Component()} {
 		names = append(names, c.Name)
 	}
 	require.ElementsMatch(t, append(names, access.Operator), access.Names())
@@ -76,28 +76,41 @@ func TestPermissionTableMatchesTheServices(t *testing.T) {
 	}
 }
 
-// natsFor starts the embedded NATS of an arena on data, as `arena up`
-// does (its users from DATA/credentials, the streams provisioned by the
-// operator), and returns it as an arenaProc holding what the helpers use.
-func natsFor(t *testing.T, data string, tls serverTLS) *arenaProc {
+// testArena is a real nats-server with the permission table's users,
+// their seeds in DATA/credentials as `arena up` keeps them, and the
+// streams provisioned by the operator: what the CLI and the services
+// meet, without the rest of `arena up`.
+type testArena struct {
+	url   string
+	creds *access.Credentials
+}
+
+func natsArena(t *testing.T, data string) *testArena {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	creds, err := access.LoadOrCreate(credentialsDir(data))
 	require.NoError(t, err)
-	ns, err := startNATS(filepath.Join(data, "nats"), "127.0.0.1:0", creds, tls, log)
+	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(data, "nats"), NoLog: true, NoSigs: true}
+	require.NoError(t, enforce.Configure(opts, creds))
+	s, err := server.NewServer(opts)
 	require.NoError(t, err)
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	a := &arenaProc{data: data, natsURL: ns.ClientURL(), ns: ns, creds: creds, tls: tls, log: log}
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	a := &testArena{url: s.ClientURL(), creds: creds}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, a.provision(ctx))
+	require.NoError(t, bus.Provision(ctx, a.busAs(t, access.Operator).JetStream(), bus.Topology{}))
 	return a
 }
 
+func (a *testArena) auth(user string) runtime.NATSAuth {
+	return runtime.NATSAuth{CredsFile: a.creds.SeedFile(user)}
+}
+
 // busAs connects to a as user.
-func (a *arenaProc) busAs(t *testing.T, user string) *bus.Bus {
+func (a *testArena) busAs(t *testing.T, user string) *bus.Bus {
 	t.Helper()
-	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: a.natsURL, Name: user, User: user, Auth: a.auth(user), TLS: a.clientTLS()}, a.log)
+	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: a.url, Name: user, User: user, Auth: a.auth(user)}, nil)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	b, err := bus.New(nc)
@@ -110,7 +123,7 @@ func (a *arenaProc) busAs(t *testing.T, user string) *bus.Bus {
 // submission is unchanged; the same event from the score service moves
 // it, so "unchanged" is the refusal's doing.
 func TestForgedScoreLeavesTheRecord(t *testing.T) {
-	a := natsFor(t, t.TempDir(), serverTLS{})
+	a := natsArena(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -119,7 +132,7 @@ func TestForgedScoreLeavesTheRecord(t *testing.T) {
 	cfg := runtime.DefaultConfig(c.Name)
 	fs := c.FlagSet(&cfg)
 	require.NoError(t, runtime.Set(fs, map[string]string{"http": "127.0.0.1:0"}))
-	cfg.NATSURL, cfg.Store, cfg.NATSAuth, cfg.NATSTLS, cfg.Provision = a.natsURL, "", a.auth(c.Name), a.clientTLS(), runtime.ProvisionNo
+	cfg.NATSURL, cfg.Store, cfg.NATSAuth, cfg.NATSTLS, cfg.Provision = a.url, "", a.auth(c.Name), runtime.NATSTLS{}, runtime.ProvisionNo
 	rt, err := runtime.Start(ctx, cfg, runtime.WithLogOutput(io.Discard), runtime.WithoutTelemetry())
 	require.NoError(t, err)
 	actors, err := c.Build(ctx, rt)
@@ -192,7 +205,7 @@ func TestForgedScoreLeavesTheRecord(t *testing.T) {
 // credentials, or with a service's, it is refused and says why.
 func TestCLIFindsTheOperatorsCredentials(t *testing.T) {
 	data := t.TempDir()
-	a := natsFor(t, data, serverTLS{})
+	a := natsArena(t, data)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, k := range []string{runtime.EnvNATSCreds, runtime.EnvNATSNkey, runtime.EnvNATSUser, runtime.EnvNATSPassword, runtime.EnvNATSPasswordFile} {
@@ -215,7 +228,7 @@ func TestCLIFindsTheOperatorsCredentials(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			c, err := dial(ctx, a.natsURL)
+			c, err := dial(ctx, a.url)
 			if tt.wantErr == nil {
 				require.NoError(t, err)
 				defer c.close()
@@ -229,54 +242,6 @@ func TestCLIFindsTheOperatorsCredentials(t *testing.T) {
 			}
 		})
 	}
-}
-
-// An arena keeps its users' credentials across restarts: the same seed
-// files, mode 0600, still let the operator in.
-func TestUpKeepsItsCredentials(t *testing.T) {
-	data := t.TempDir()
-	first := natsFor(t, data, serverTLS{})
-	seed, err := os.ReadFile(first.creds.SeedFile(access.Operator))
-	require.NoError(t, err)
-	first.ns.Shutdown()
-	first.ns.WaitForShutdown()
-
-	second := natsFor(t, data, serverTLS{})
-	again, err := os.ReadFile(second.creds.SeedFile(access.Operator))
-	require.NoError(t, err)
-	require.Equal(t, seed, again)
-	for _, u := range access.Names() {
-		st, err := os.Stat(second.creds.SeedFile(u))
-		require.NoError(t, err)
-		require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), u)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := second.dial(ctx)
-	require.NoError(t, err)
-	c.close()
-}
-
-// `arena up --nats-tls-cert --nats-tls-key` serves NATS over TLS only;
-// its own clients trust it with --nats-tls-ca.
-func TestUpServesNATSOverTLS(t *testing.T) {
-	ca, cert, key := runtimetest.TLSFiles(t)
-	a := natsFor(t, t.TempDir(), serverTLS{cert: cert, key: key, ca: ca})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := a.dial(ctx)
-	require.NoError(t, err)
-	state, err := c.nc.TLSConnectionState()
-	require.NoError(t, err)
-	require.True(t, state.HandshakeComplete)
-	c.close()
-	_, err = dialWith(ctx, a.natsURL, a.auth(access.Operator), runtime.NATSTLS{}, "")
-	require.ErrorIs(t, err, runtime.ErrNATSTLS)
-
-	var opts server.Options
-	require.Error(t, serverTLS{cert: cert}.configure(&opts), "a certificate without its key")
-	require.Error(t, serverTLS{ca: ca}.configure(&opts), "a CA without a certificate")
-	require.False(t, opts.TLS)
 }
 
 // `arena credentials DIR` writes what a cluster reads: a seed per user,
