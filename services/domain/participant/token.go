@@ -62,8 +62,20 @@ func NewToken(k Kind) (token string, p Parsed, err error) {
 		return "", Parsed{}, fmt.Errorf("participant: %w", err)
 	}
 	p = Parsed{Kind: k, ID: b32.EncodeToString(id[:]), Secret: b32.EncodeToString(secret[:])}
+	return prefix + p.ID + "_" + p.Secret + checksum(prefix+p.ID+"_"+p.Secret), p, nil
+}
+
+// Format writes p as a token, with its checksum: the inverse of Parse.
+func (p Parsed) Format() (string, error) {
+	prefix, err := prefixOf(p.Kind)
+	if err != nil {
+		return "", err
+	}
+	if !ValidTokenID(p.ID) || len(p.Secret) != secretLen || !base32ish(p.Secret) {
+		return "", fmt.Errorf("%w: an id of %d and a secret of %d base32 characters make a token", ErrMalformed, idLen, secretLen)
+	}
 	body := prefix + p.ID + "_" + p.Secret
-	return body + checksum(body), p, nil
+	return body + checksum(body), nil
 }
 
 func prefixOf(k Kind) (string, error) {

@@ -19,6 +19,9 @@ func TestTokenRoundTrip(t *testing.T) {
 			got, err := Parse(tok)
 			require.NoError(t, err)
 			require.Equal(t, p, got)
+			again, err := got.Format()
+			require.NoError(t, err)
+			require.Equal(t, tok, again)
 			require.Equal(t, k, got.Kind)
 			require.True(t, ValidTokenID(got.ID))
 			other, _, err := NewToken(k)
@@ -28,6 +31,8 @@ func TestTokenRoundTrip(t *testing.T) {
 	}
 	_, _, err := NewToken("viewer")
 	require.Error(t, err)
+	_, err = Parsed{Kind: KindParticipant, ID: "short", Secret: "x"}.Format()
+	require.ErrorIs(t, err, ErrMalformed)
 }
 
 func TestParseRefusesMalformed(t *testing.T) {
