@@ -62,7 +62,7 @@ type gateway struct {
 
 // startGateway runs the gateway component with flags (over its defaults
 // and "http": "127.0.0.1:0") until the test ends.
-func startGateway(t *testing.T, flags map[string]string, adjust func(*service.Options)) *gateway {
+func startGateway(t testing.TB, flags map[string]string, adjust func(*service.Options)) *gateway {
 	t.Helper()
 	b, srv := bustest.Bus(t)
 	g := &gateway{b: b, metrics: sdkmetric.NewManualReader(), clock: &clock{t: time.Now()}, spool: t.TempDir()}
@@ -102,7 +102,7 @@ func startGateway(t *testing.T, flags map[string]string, adjust func(*service.Op
 
 // add creates a participant (or operator) through the gateway's
 // endpoint, as `arena participant add` does, and returns its token.
-func (g *gateway) add(t *testing.T, name string, kind participant.Kind, lim participant.Limits) string {
+func (g *gateway) add(t testing.TB, name string, kind participant.Kind, lim participant.Limits) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -153,7 +153,7 @@ func (a answer) message() string {
 	return m
 }
 
-func decode(t *testing.T, resp *http.Response) answer {
+func decode(t testing.TB, resp *http.Response) answer {
 	t.Helper()
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
@@ -164,7 +164,7 @@ func decode(t *testing.T, resp *http.Response) answer {
 	return a
 }
 
-func (g *gateway) do(t *testing.T, method, path, token string, body []byte, hdr map[string]string) answer {
+func (g *gateway) do(t testing.TB, method, path, token string, body []byte, hdr map[string]string) answer {
 	t.Helper()
 	req, err := http.NewRequest(method, g.url+path, bytes.NewReader(body))
 	require.NoError(t, err)
@@ -183,7 +183,7 @@ func (g *gateway) get(t *testing.T, path, token string) answer {
 	return g.do(t, http.MethodGet, path, token, nil, nil)
 }
 
-func (g *gateway) post(t *testing.T, token string, body []byte) answer {
+func (g *gateway) post(t testing.TB, token string, body []byte) answer {
 	return g.do(t, http.MethodPost, "/v1/submissions", token, body, map[string]string{"Content-Type": "application/gzip"})
 }
 
@@ -212,7 +212,7 @@ func readAnswer(t *testing.T, c net.Conn) answer {
 
 // packed packs a bundle of participant on split, with extra files (a
 // name mapped to "" is left out), as arena submit packs it.
-func packed(t *testing.T, participant, split string, extra map[string]string) []byte {
+func packed(t testing.TB, participant, split string, extra map[string]string) []byte {
 	t.Helper()
 	dir := t.TempDir()
 	decl := map[string]any{"task_id": "qwen3-tiny", "split": split, "participant": participant, "agent": "test-agent",
