@@ -146,7 +146,7 @@ func TestAuthenticateRefuses(t *testing.T) {
 		err   error
 	}{
 		"malformed":                       {"Bearer " + tok, participants.ErrMalformed},
-		"mistyped":                        {tok[:len(tok)-1] + "a", participants.ErrMalformed},
+		"mistyped":                        {mistype(tok, 30), participants.ErrMalformed},
 		"the right id, a wrong secret":    {wrongSecret, participants.ErrInvalid},
 		"an id the arena never issued":    {unknownID, participants.ErrInvalid},
 		"a participant's id as operator":  {asOperator, participants.ErrInvalid},
@@ -157,6 +157,15 @@ func TestAuthenticateRefuses(t *testing.T) {
 			require.ErrorIs(t, err, tt.err)
 		})
 	}
+}
+
+// mistype changes the character at i to another of the token alphabet.
+func mistype(tok string, i int) string {
+	c := byte('a')
+	if tok[i] == 'a' {
+		c = 'b'
+	}
+	return tok[:i] + string(c) + tok[i+1:]
 }
 
 func TestRevoke(t *testing.T) {

@@ -113,6 +113,7 @@ func TestLeaderboardOverHTTP(t *testing.T) {
 	sub, err := g.b.Conn().Subscribe("lowbarena.ctl.leaderboard", func(m *nats.Msg) { _ = m.Respond([]byte(rows)) })
 	require.NoError(t, err)
 	defer sub.Unsubscribe()
+	require.NoError(t, g.b.Conn().Flush(), "the responder is known to the server before the gateway asks")
 	ids := func(a answer) []string {
 		var out []string
 		for _, r := range a.body["rows"].([]any) {
