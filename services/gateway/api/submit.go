@@ -219,8 +219,13 @@ func (a *API) spool(w http.ResponseWriter, r *http.Request, name string, lim par
 	br := &bodyReader{r: r.Body, rc: rc, start: time.Now(), minRate: a.o.UploadMinRate, grace: a.o.UploadGrace, idle: a.o.UploadIdle}
 	h := sha256.New()
 	n, readErr, writeErr := copyBody(io.MultiWriter(f, h), br, maxBytes+1)
-	// Reading is over: the connection's deadline goes back to answering.
+	// Reading is over. The read deadline is lifted: net/http's background
+	// read (which watches for the client going away) would otherwise
+	// cancel the request when it passes. Nothing more of the body is read
+	// after the answer (the connection closes). The answer gets its own
+	// time from now, however long the upload took.
 	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Now().Add(a.o.WriteTimeout))
 	switch {
 	case writeErr != nil:
 		a.fail(w, r, writeErr)
