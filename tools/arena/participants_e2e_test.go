@@ -154,6 +154,16 @@ func TestParticipantsEndToEnd(t *testing.T) {
 		require.NotContains(t, up.stderr.String(), tok, "no token in arena up's log")
 	}
 
+	// The demo's operator: added on the first demo of a data folder, a
+	// fresh token on the next; both read as an operator.
+	for range 2 {
+		tok, err := demoOperatorToken(context.Background(), up.natsURL)
+		require.NoError(t, err)
+		status, body := apiGet(t, up.http, "/v1/me", tok)
+		require.Equal(t, http.StatusOK, status, string(body))
+		require.JSONEq(t, `{"kind":"operator","name":"demo-operator"}`, string(body))
+	}
+
 	// The page comes with its policy.
 	resp, err := http.Get(api + "/")
 	require.NoError(t, err)

@@ -69,6 +69,7 @@ type Refusal struct {
 	RetryAt time.Time
 }
 
+// Error returns the code and the sentence.
 func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
 
 // Spent is one submission counted against a participant's daily quota.
