@@ -40,6 +40,15 @@ const (
 	// BucketScoreInputs joins the stage outcomes a score needs, per
 	// submission, so the join survives restarts.
 	BucketScoreInputs = "score_inputs"
+	// BucketParticipants holds the arena's participants and operators
+	// and their API tokens (each token's argon2id hash, never its
+	// secret). The gateway owns it; the operator's CLI reaches it through
+	// the gateway's endpoints (ctl.SubjectParticipant*).
+	BucketParticipants = "participants"
+	// BucketUsage holds each participant's ledger for its quotas: its
+	// submissions of the last day and the GPU-hours charged to it over
+	// the last week. The gateway owns it.
+	BucketUsage = "participant_usage"
 	// ObjectUploads holds bundles as participants upload them.
 	ObjectUploads = "uploads"
 	// ObjectArtifacts holds bundles the build stage accepted, content
@@ -132,6 +141,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		{Bucket: BucketQualityReferences, Description: "quality BF16 reference rows per campaign and suite version", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketRoundViews, Description: "rounds as people see them, projected from round events", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketScoreInputs, Description: "stage outcomes joined per submission for its score", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketParticipants, Description: "participants, operators and their API tokens (hashed)", History: 4, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketUsage, Description: "each participant's submissions and GPU-hours within its quota windows", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
 			return fmt.Errorf("bus: provision KV bucket %s: %w", kv.Bucket, err)

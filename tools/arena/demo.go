@@ -63,6 +63,12 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	fmt.Fprintf(stdout, "\narena up: NATS %s · HTTP http://%s · data %s\n", a.natsURL, a.httpAddr, a.data)
+	if tok, err := demoOperatorToken(ctx, a.natsURL); err == nil {
+		// The examples are dev submissions: the public page shows rounds
+		// only. The token rides in the fragment, which the browser never
+		// sends; the page keeps it in the tab's session storage.
+		fmt.Fprintf(stdout, "live page with every submission, as this demo's operator: http://%s/#token=%s\n", a.httpAddr, tok)
+	}
 	fmt.Fprintf(stdout, "in another terminal: arena watch --all · arena show ID --json (Ctrl-C stops)\n")
 	return a.wait()
 }

@@ -443,8 +443,17 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.Equal(t, exitFailed, bad2.code)
 	require.Contains(t, bad2.stderr, "round refused: candidate 0000000000000000: the arena has no submission 0000000000000000")
 
-	// The same record over HTTP.
+	// The same record over HTTP: a dev record, so an operator's token
+	// reads it and the public does not.
 	resp, err := http.Get("http://" + up.http + "/v1/submissions/" + id)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "a dev record is not public")
+	opr := arena(t, "operator", "add", "e2e-ops", "--nats", up.natsURL)
+	require.Equal(t, 0, opr.code, opr.stderr)
+	req, _ := http.NewRequest(http.MethodGet, "http://"+up.http+"/v1/submissions/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+lastWord(opr.stdout))
+	resp, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()

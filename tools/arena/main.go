@@ -25,9 +25,15 @@ usage:
   arena example DIR
                write the example campaign (DIR/campaigns) and bundles (DIR/submissions):
                small real checkpoints, honest and dishonest
-  arena submit DIR [--wait] [--timeout 30m] [--max-upload BYTES] [--nats URL]
+  arena submit DIR [--wait] [--timeout 30m] [--max-upload BYTES] [--nats URL | --api URL]
                submit the bundle in DIR; prints its id as the last word. A DIR
-               holding checkpoint.json submits its checkpoint by reference
+               holding checkpoint.json submits its checkpoint by reference. With
+               --api (or LOWBARENA_API), over the gateway's HTTP API as the
+               participant whose token is in LOWBARENA_TOKEN
+  arena participant add NAME [--submissions-per-day N] [--bytes-per-submission B] [--gpu-hours-per-week H]
+  arena participant token NAME | list | revoke NAME [--token ID]
+               participants and their API tokens (a token is printed once, only
+               its hash is kept); operators: arena operator add NAME (reads everything)
   arena reference CHECKPOINT_DIR --repository URL --revision COMMIT [--out FILE]
                write checkpoint.json for a checkpoint published in a model repository,
                from a local copy of it (every file's size and sha256)
@@ -106,6 +112,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdSubmit(ctx, rest, stdout, stderr)
 	case "reference":
 		return cmdReference(ctx, rest, stdout, stderr)
+	case "participant":
+		return cmdParticipant(ctx, "participant", rest, stdout, stderr)
+	case "operator":
+		return cmdParticipant(ctx, "operator", rest, stdout, stderr)
 	case "watch":
 		return cmdWatch(ctx, rest, stdout, stderr)
 	case "show":

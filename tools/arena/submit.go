@@ -27,6 +27,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wait := fs.Bool("wait", false, "block until the submission is done or failed, then print its summary")
 	timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: how long to wait")
 	maxUpload := fs.Int64("max-upload", defaultMaxUpload, "largest packed bundle to upload; a larger checkpoint is submitted by reference (checkpoint.json)")
+	apiURL := fs.String("api", apiFromEnv(), "submit over the gateway's HTTP API at this URL, as the participant whose token is in "+EnvToken+" (env "+EnvAPI+")")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -40,6 +41,9 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer b.close()
+	if *apiURL != "" {
+		return submitAPI(ctx, *apiURL, b, *wait, *timeout, stdout, stderr)
+	}
 	c, err := dial(ctx, *natsURL)
 	if err != nil {
 		return err
@@ -55,6 +59,36 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stderr, "submitted %s as %s; waiting for its stages\n", pos[0], id)
 	rec, err := waitFor(ctx, c, id, *timeout, func(r *record.Submission) bool { return r.Status != record.StatusRunning }, stderr)
+	if err != nil {
+		return err
+	}
+	renderRecord(stdout, rec)
+	if rec.Status == record.StatusFailed {
+		fmt.Fprintf(stdout, "failed %s\n", id)
+		return &exitError{code: exitFailed, err: errors.New("")}
+	}
+	fmt.Fprintf(stdout, "done %s\n", id)
+	return nil
+}
+
+// submitAPI is `arena submit --api URL`: the packed bundle goes to the
+// gateway with the participant's token, and --wait follows the record
+// over the API.
+func submitAPI(ctx context.Context, apiURL string, b *packed, wait bool, timeout time.Duration, stdout, stderr io.Writer) error {
+	c, err := newAPIClient(apiURL, os.Getenv(EnvToken))
+	if err != nil {
+		return err
+	}
+	id, err := c.submit(ctx, b, stderr)
+	if err != nil {
+		return err
+	}
+	if !wait {
+		fmt.Fprintf(stdout, "submitted %s as %s\n", b.dir, id)
+		return nil
+	}
+	fmt.Fprintf(stderr, "submitted %s as %s; waiting for its stages\n", b.dir, id)
+	rec, err := c.wait(ctx, id, timeout, stderr)
 	if err != nil {
 		return err
 	}

@@ -1,150 +1,361 @@
-// Package api serves the submission records and the round views over
-// HTTP.
+// Package api is the gateway's HTTP API: the submission records and the
+// round views to read (each record only to the viewers allowed to read
+// it), the live stream and page, the leaderboard, and submissions over
+// HTTP with a participant's token, within its quotas.
 package api
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/services/domain/participant"
 	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/gateway/participants"
 	"github.com/lowbarena/lowbarena/services/gateway/rounds"
+	"github.com/lowbarena/lowbarena/services/gateway/usage"
 )
 
-// New returns the API's handler over the submissions bucket and the
-// gateway's round views (bucket round_views):
-//
-//	GET /healthz                  200 when the bucket answers
-//	GET /v1/submissions/{id}      the record, as stored
-//	GET /v1/submissions?limit=N   records, newest first
-//	GET /v1/rounds/{id}           the round's view, as stored
-//	GET /v1/rounds?limit=N        round views, newest first
-//	GET /v1/live                  every record and round view as it changes (Server-Sent Events)
-//	GET /                         the live web page over /v1/live
-//
-// Errors are JSON: {"error": {"code": "...", "message": "..."}}. views
-// may be nil (no rounds: the round routes answer 404, the live stream
-// carries records only).
-func New(kv, views jetstream.KeyValue) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/live", live(kv, views))
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write(indexHTML)
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if _, err := kv.Status(r.Context()); err != nil {
-			writeError(w, http.StatusServiceUnavailable, "nats_unavailable", "the submissions bucket does not answer: "+err.Error())
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /v1/submissions/{id}", func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
-		if !events.ValidID(id) {
-			writeError(w, http.StatusBadRequest, "invalid_id", "a submission id is 1-128 letters, digits, '-' or '_'")
-			return
-		}
-		e, err := kv.Get(r.Context(), id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			writeError(w, http.StatusNotFound, "submission_not_found", "the arena has no submission "+id)
-			return
-		}
-		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, "nats_unavailable", err.Error())
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(e.Value())
-	})
-	mux.HandleFunc("GET /v1/submissions", func(w http.ResponseWriter, r *http.Request) {
-		limit, ok := parseLimit(w, r)
-		if !ok {
-			return
-		}
-		out, err := list[record.Submission](r.Context(), kv)
-		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, "nats_unavailable", err.Error())
-			return
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
-		if len(out) > limit {
-			out = out[:limit]
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"submissions": out})
-	})
-	mux.HandleFunc("GET /v1/rounds/{id}", func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
-		if !events.ValidID(id) {
-			writeError(w, http.StatusBadRequest, "invalid_id", "a round id is 1-128 letters, digits, '-' or '_'")
-			return
-		}
-		if views == nil {
-			writeError(w, http.StatusNotFound, "round_not_found", "the arena has no round "+id)
-			return
-		}
-		e, err := views.Get(r.Context(), id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			writeError(w, http.StatusNotFound, "round_not_found", "the arena has no round "+id)
-			return
-		}
-		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, "nats_unavailable", err.Error())
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(e.Value())
-	})
-	mux.HandleFunc("GET /v1/rounds", func(w http.ResponseWriter, r *http.Request) {
-		limit, ok := parseLimit(w, r)
-		if !ok {
-			return
-		}
-		out := []rounds.View{}
-		if views != nil {
-			var err error
-			if out, err = list[rounds.View](r.Context(), views); err != nil {
-				writeError(w, http.StatusServiceUnavailable, "nats_unavailable", err.Error())
-				return
-			}
-		}
-		// Newest first; a view whose round.started has not come yet
-		// (no start time) last, by id.
-		sort.Slice(out, func(i, j int) bool {
-			a, b := out[i].StartedAt, out[j].StartedAt
-			switch {
-			case a != nil && b != nil && !a.Equal(*b):
-				return a.After(*b)
-			case (a == nil) != (b == nil):
-				return a != nil
-			}
-			return out[i].RoundID < out[j].RoundID
-		})
-		if len(out) > limit {
-			out = out[:limit]
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"rounds": out})
-	})
-	return mux
+// Options configure the API. Records, Registry and Ledger are required.
+type Options struct {
+	// Records is the submissions bucket, Views the round views (nil: no
+	// rounds).
+	Records jetstream.KeyValue
+	Views   jetstream.KeyValue
+	// Registry authenticates tokens; Ledger keeps the quotas.
+	Registry *participants.Registry
+	Ledger   *usage.Ledger
+	// Bus puts uploads in the uploads object store and publishes
+	// submission.received (nil: submissions are refused as unavailable).
+	Bus *bus.Bus
+	// NC asks the score service for the leaderboard (nil: unavailable).
+	NC *nats.Conn
+	// Defaults are the quotas of a participant without overrides; every
+	// field positive.
+	Defaults participant.Limits
+	// MaxUploadBytes is the arena's largest upload, whatever a
+	// participant's quota (default 2 GiB, the build stage's limit).
+	MaxUploadBytes int64
+	// UploadsPerParticipant bounds one participant's uploads at once
+	// (default 2); Uploads all uploads at once (default 8), and
+	// LiveStreams the live streams at once (default 256). Each is per
+	// gateway process.
+	UploadsPerParticipant int
+	Uploads               int
+	LiveStreams           int
+	// An upload body must keep UploadMinRate bytes a second on average
+	// after UploadGrace, and never stall longer than UploadIdle
+	// (defaults 64 KiB/s, 10 s, 30 s): a slow-loris body is cut off with
+	// upload_too_slow.
+	UploadMinRate int64
+	UploadGrace   time.Duration
+	UploadIdle    time.Duration
+	// WriteTimeout bounds writing an answer (default 30 s); the live
+	// stream renews it per event.
+	WriteTimeout time.Duration
+	// Spool is the folder uploads are written to while they are checked
+	// (default the system's temporary folder).
+	Spool string
+	// TLS says the API is served over TLS (it then sends HSTS).
+	TLS bool
+	// Now is the quotas' clock (default time.Now).
+	Now func() time.Time
+	// Log gets what is never shown to clients (default slog.Default()).
+	Log *slog.Logger
+	// Refusals counts refusals (nil: not counted).
+	Refusals *Refusals
 }
 
-// parseLimit reads ?limit= (default 50, 1 to 1000), answering 400 itself
-// when it is bad.
-func parseLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
+func (o *Options) defaults() {
+	if o.MaxUploadBytes <= 0 {
+		o.MaxUploadBytes = 2 << 30
+	}
+	if o.UploadsPerParticipant <= 0 {
+		o.UploadsPerParticipant = 2
+	}
+	if o.Uploads <= 0 {
+		o.Uploads = 8
+	}
+	if o.LiveStreams <= 0 {
+		o.LiveStreams = 256
+	}
+	if o.UploadMinRate <= 0 {
+		o.UploadMinRate = 64 << 10
+	}
+	if o.UploadGrace <= 0 {
+		o.UploadGrace = 10 * time.Second
+	}
+	if o.UploadIdle <= 0 {
+		o.UploadIdle = 30 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 30 * time.Second
+	}
+	if o.Spool == "" {
+		o.Spool = os.TempDir()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+}
+
+// API serves the gateway's HTTP API.
+type API struct {
+	o       Options
+	handler http.Handler
+	slots   *slots
+	uploads chan struct{}
+	live    chan struct{}
+}
+
+// New returns the API:
+//
+//	GET  /healthz                 200 when the records bucket answers
+//	GET  /                        the live page (and /ui/*)
+//	GET  /v1/live                 records and round views as they change (Server-Sent Events)
+//	GET  /v1/submissions/{id}     a record
+//	GET  /v1/submissions          records, newest first (?limit, ?participant)
+//	POST /v1/submissions          submit a packed bundle (a participant's token)
+//	GET  /v1/me                   the token's participant, quotas and usage
+//	GET  /v1/rounds/{id}          a round's view
+//	GET  /v1/rounds               round views, newest first (?limit)
+//	GET  /v1/leaderboard          scores, best first (?campaign, ?policy)
+//	GET  /v1/history              scores over time (?participant, ?campaign, ?model)
+//
+// Every answer about records follows participant.Viewer.CanRead: ranked
+// records and rounds are public; a dev record is read by its participant
+// and the operators only, and is answered 404 to everyone else, as if it
+// did not exist. Errors are JSON: {"error": {"code", "message"}}.
+func New(o Options) (*API, error) {
+	if o.Records == nil || o.Registry == nil || o.Ledger == nil {
+		return nil, errors.New("api: Records, Registry and Ledger are required")
+	}
+	if err := o.Defaults.Validate(true); err != nil {
+		return nil, err
+	}
+	o.defaults()
+	a := &API{o: o, slots: newSlots(o.UploadsPerParticipant), uploads: make(chan struct{}, o.Uploads), live: make(chan struct{}, o.LiveStreams)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { serveAsset(w, "index.html") })
+	mux.HandleFunc("GET /ui/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if !serveAsset(w, r.PathValue("name")) {
+			a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no such file")
+		}
+	})
+	mux.HandleFunc("GET /healthz", a.health)
+	mux.HandleFunc("GET /v1/live", a.liveStream)
+	mux.HandleFunc("GET /v1/submissions/{id}", a.getSubmission)
+	mux.HandleFunc("GET /v1/submissions", a.listSubmissions)
+	mux.HandleFunc("POST /v1/submissions", a.submit)
+	mux.HandleFunc("GET /v1/me", a.me)
+	mux.HandleFunc("GET /v1/rounds/{id}", a.getRound)
+	mux.HandleFunc("GET /v1/rounds", a.listRounds)
+	mux.HandleFunc("GET /v1/leaderboard", a.scores(leaderboard))
+	mux.HandleFunc("GET /v1/history", a.scores(history))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no endpoint answers this method and path; the README's \"HTTP API\" lists them")
+	})
+	a.handler = a.harden(mux)
+	return a, nil
+}
+
+// ServeHTTP serves a request.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.handler.ServeHTTP(w, r) }
+
+func (a *API) health(w http.ResponseWriter, r *http.Request) {
+	if _, err := a.o.Records.Status(r.Context()); err != nil {
+		a.unavailable(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// owner is what a record's visibility depends on.
+type owner struct {
+	Participant string `json:"participant"`
+	Split       string `json:"split"`
+}
+
+func (a *API) getSubmission(w http.ResponseWriter, r *http.Request) {
+	v, ok := a.viewer(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if !events.ValidID(id) {
+		a.refuse(w, r, http.StatusBadRequest, CodeInvalidID, "a submission id is 1 to 128 letters, digits, '-' or '_'")
+		return
+	}
+	notFound := "the arena has no submission " + id + " that this token may read"
+	e, err := a.o.Records.Get(r.Context(), id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		a.refuse(w, r, http.StatusNotFound, CodeSubmissionNotFound, notFound)
+		return
+	}
+	if err != nil {
+		a.unavailable(w, r, err)
+		return
+	}
+	var o owner
+	if json.Unmarshal(e.Value(), &o) != nil || !v.CanRead(o.Participant, o.Split) {
+		// The same answer as a submission that does not exist, so that
+		// another participant's ids are not confirmed; the metric tells
+		// the operators which it was.
+		a.o.Refusals.Add(r.Context(), CodeRecordHidden)
+		writeError(w, http.StatusNotFound, errorBody{Code: CodeSubmissionNotFound, Message: notFound})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(e.Value())
+}
+
+func (a *API) listSubmissions(w http.ResponseWriter, r *http.Request) {
+	v, ok := a.viewer(w, r)
+	if !ok {
+		return
+	}
+	limit, ok := a.limit(w, r)
+	if !ok {
+		return
+	}
+	who := r.URL.Query().Get("participant")
+	all, err := list[record.Submission](r.Context(), a.o.Records)
+	if err != nil {
+		a.unavailable(w, r, err)
+		return
+	}
+	out := []record.Submission{}
+	for _, s := range all {
+		if v.CanRead(s.Participant, s.Split) && (who == "" || s.Participant == who) {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"submissions": out})
+}
+
+// me answers who the token is, its quotas and what counts against them.
+func (a *API) me(w http.ResponseWriter, r *http.Request) {
+	v, ok := a.viewer(w, r)
+	if !ok {
+		return
+	}
+	if v.Kind == "" {
+		a.refuse(w, r, http.StatusUnauthorized, CodeTokenMissing, "this asks who the token is: send Authorization: Bearer <token>")
+		return
+	}
+	out := map[string]any{"kind": v.Kind, "name": v.Name}
+	if v.Kind == participant.KindParticipant {
+		p, err := a.o.Registry.Get(r.Context(), v.Name)
+		if err != nil {
+			a.unavailable(w, r, err)
+			return
+		}
+		lim := p.Limits.Or(a.o.Defaults)
+		lim.BytesPerSubmission = min(lim.BytesPerSubmission, a.o.MaxUploadBytes)
+		u, err := a.o.Ledger.Get(r.Context(), v.Name)
+		if err != nil {
+			a.unavailable(w, r, err)
+			return
+		}
+		now := a.o.Now()
+		out["limits"] = lim
+		use := map[string]any{"submissions_last_day": u.SubmissionsAt(now), "gpu_hours_last_week": u.GPUHoursAt(now)}
+		if q := u.Check(v.Name, lim, now); q != nil {
+			use["next_submission_at"] = q.RetryAt.UTC()
+			use["refused"] = q.Code + ": " + q.Message
+		}
+		out["usage"] = use
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *API) getRound(w http.ResponseWriter, r *http.Request) {
+	if _, ok := a.viewer(w, r); !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if !events.ValidID(id) {
+		a.refuse(w, r, http.StatusBadRequest, CodeInvalidID, "a round id is 1 to 128 letters, digits, '-' or '_'")
+		return
+	}
+	if a.o.Views == nil {
+		a.refuse(w, r, http.StatusNotFound, CodeRoundNotFound, "the arena has no round "+id)
+		return
+	}
+	e, err := a.o.Views.Get(r.Context(), id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		a.refuse(w, r, http.StatusNotFound, CodeRoundNotFound, "the arena has no round "+id)
+		return
+	}
+	if err != nil {
+		a.unavailable(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(e.Value())
+}
+
+func (a *API) listRounds(w http.ResponseWriter, r *http.Request) {
+	if _, ok := a.viewer(w, r); !ok {
+		return
+	}
+	limit, ok := a.limit(w, r)
+	if !ok {
+		return
+	}
+	out := []rounds.View{}
+	if a.o.Views != nil {
+		var err error
+		if out, err = list[rounds.View](r.Context(), a.o.Views); err != nil {
+			a.unavailable(w, r, err)
+			return
+		}
+	}
+	// Newest first; a view whose round.started has not come yet (no
+	// start time) last, by id.
+	sort.Slice(out, func(i, j int) bool {
+		x, y := out[i].StartedAt, out[j].StartedAt
+		switch {
+		case x != nil && y != nil && !x.Equal(*y):
+			return x.After(*y)
+		case (x == nil) != (y == nil):
+			return x != nil
+		}
+		return out[i].RoundID < out[j].RoundID
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rounds": out})
+}
+
+// limit reads ?limit= (default 50, 1 to 1000), answering 400 itself when
+// it is bad.
+func (a *API) limit(w http.ResponseWriter, r *http.Request) (int, bool) {
 	limit := 50
 	if s := r.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "invalid_limit", "limit is a number from 1 to 1000")
+			a.refuse(w, r, http.StatusBadRequest, CodeInvalidQuery, "limit is a number from 1 to 1000")
 			return 0, false
 		}
 		limit = n
@@ -157,6 +368,9 @@ func parseLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
 func list[T any](ctx context.Context, kv jetstream.KeyValue) ([]T, error) {
 	keys, err := kv.ListKeys(ctx)
 	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return []T{}, nil
+		}
 		return nil, err
 	}
 	out := []T{}
@@ -171,10 +385,4 @@ func list[T any](ctx context.Context, kv jetstream.KeyValue) ([]T, error) {
 		}
 	}
 	return out, nil
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }

@@ -4,50 +4,28 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/bustest"
 )
 
-// TestLive: the stream starts with the stored records and round views and then
-// carries every change; the page is served at /.
-func TestLive(t *testing.T) {
-	b, _ := bustest.Bus(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	kv, err := b.JetStream().KeyValue(ctx, bus.BucketSubmissions)
+// liveEvents opens the live stream as token ("" for the public) and
+// returns its events, kind and data, as they come.
+func liveEvents(t *testing.T, ctx context.Context, url, token string) <-chan [2]string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/live", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	views, err := b.JetStream().KeyValue(ctx, bus.BucketRoundViews)
-	require.NoError(t, err)
-	_, err = kv.Put(ctx, "s1", []byte(`{"id":"s1","status":"running"}`))
-	require.NoError(t, err)
-	stored := `{"round_id":"round-a","status":"complete","steps":[]}`
-	_, err = views.Put(ctx, "round-a", []byte(stored))
-	require.NoError(t, err)
-	srv := httptest.NewServer(New(kv, views))
-	defer srv.Close()
-
-	resp, err := http.Get(srv.URL + "/")
-	require.NoError(t, err)
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
-	require.Contains(t, string(page), `new EventSource("/v1/live")`)
-
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/live", nil)
-	resp, err = http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
+	t.Cleanup(func() { resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	events := make(chan [2]string, 16)
+	out := make(chan [2]string, 64)
 	go func() {
 		sc := bufio.NewScanner(resp.Body)
 		var kind string
@@ -57,37 +35,97 @@ func TestLive(t *testing.T) {
 			case strings.HasPrefix(line, "event: "):
 				kind = strings.TrimPrefix(line, "event: ")
 			case strings.HasPrefix(line, "data: "):
-				events <- [2]string{kind, strings.TrimPrefix(line, "data: ")}
+				out <- [2]string{kind, strings.TrimPrefix(line, "data: ")}
 			}
 		}
 	}()
-	next := func() [2]string {
+	return out
+}
+
+// TestLive: the stream starts with the stored records and round views and
+// then carries every change, each record only to a viewer who may read
+// it: the public's stream never carries a dev record, not even its id;
+// its participant's does, and an operator's carries everything.
+func TestLive(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f.putRecord(t, "a-dev", "alice", "dev", time.Unix(100, 0))
+	f.putRecord(t, "b-ranked", "bob", "ranked", time.Unix(200, 0))
+	stored := `{"round_id":"round-a","status":"complete","steps":[]}`
+	_, err := f.views.Put(ctx, "round-a", []byte(stored))
+	require.NoError(t, err)
+
+	public := liveEvents(t, ctx, f.srv.URL, "")
+	alice := liveEvents(t, ctx, f.srv.URL, f.alice)
+	bob := liveEvents(t, ctx, f.srv.URL, f.bob)
+	ops := liveEvents(t, ctx, f.srv.URL, f.op)
+	// next gathers the next n events of a stream by kind and id.
+	next := func(ch <-chan [2]string, n int) map[string]string {
+		got := map[string]string{}
+		for range n {
+			select {
+			case e := <-ch:
+				var v struct {
+					ID      string `json:"id"`
+					RoundID string `json:"round_id"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(e[1]), &v))
+				got[e[0]+":"+v.ID+v.RoundID] = e[1]
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no event on the live stream; so far %v", got)
+			}
+		}
+		return got
+	}
+	keys := func(m map[string]string) []string {
+		var out []string
+		for k := range m {
+			out = append(out, k)
+		}
+		return out
+	}
+	require.ElementsMatch(t, []string{"record:b-ranked", "round:round-a"}, keys(next(public, 2)))
+	require.ElementsMatch(t, []string{"record:a-dev", "record:b-ranked", "round:round-a"}, keys(next(alice, 3)))
+	require.ElementsMatch(t, []string{"record:b-ranked", "round:round-a"}, keys(next(bob, 2)))
+	require.ElementsMatch(t, []string{"record:a-dev", "record:b-ranked", "round:round-a"}, keys(next(ops, 3)))
+
+	// Changes: alice's dev record moves, then a ranked one and a round
+	// appear. Every stream gets the last two in order; only alice's and
+	// the operator's get the first.
+	f.putRecord(t, "a-dev", "alice", "dev", time.Unix(150, 0))
+	f.putRecord(t, "a-ranked", "alice", "ranked", time.Unix(300, 0))
+	round := `{"round_id":"round-x","status":"running","steps":[]}`
+	_, err = f.views.Put(ctx, "round-x", []byte(round))
+	require.NoError(t, err)
+	for name, ch := range map[string]<-chan [2]string{"alice": alice, "ops": ops} {
+		got := next(ch, 3)
+		require.ElementsMatch(t, []string{"record:a-dev", "record:a-ranked", "round:round-x"}, keys(got), name)
+		require.Contains(t, got["record:a-dev"], `"created_at":"1970-01-01T00:02:30Z"`, name)
+	}
+	for name, ch := range map[string]<-chan [2]string{"public": public, "bob": bob} {
+		got := next(ch, 2)
+		require.ElementsMatch(t, []string{"record:a-ranked", "round:round-x"}, keys(got), name)
+		require.JSONEq(t, round, got["round:round-x"])
 		select {
-		case e := <-events:
-			return e
-		case <-time.After(10 * time.Second):
-			t.Fatal("no event on the live stream")
-			return [2]string{}
+		case e := <-ch:
+			t.Fatalf("%s's stream carried %v", name, e)
+		default:
 		}
 	}
-	got := map[string]string{}
-	for range 2 {
-		e := next()
-		got[e[0]] = e[1]
-	}
-	require.JSONEq(t, `{"id":"s1","status":"running"}`, got["record"])
-	require.JSONEq(t, stored, got["round"], "the stream starts with the stored round views")
+}
 
-	_, err = kv.Put(ctx, "s1", []byte(`{"id":"s1","status":"done"}`))
-	require.NoError(t, err)
-	body, _ := json.Marshal(map[string]any{"round_id": "round-x", "status": "running", "steps": []any{}})
-	_, err = views.Put(ctx, "round-x", body)
-	require.NoError(t, err)
-	got = map[string]string{}
-	for range 2 {
-		e := next()
-		got[e[0]] = e[1]
-	}
-	require.JSONEq(t, `{"id":"s1","status":"done"}`, got["record"])
-	require.JSONEq(t, string(body), got["round"])
+// TestLiveBound: live streams beyond the gateway's bound are refused,
+// and a refused token never opens one.
+func TestLiveBound(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.LiveStreams = 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	liveEvents(t, ctx, f.srv.URL, "")
+	status, m, _ := f.get(t, "/v1/live", "")
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Equal(t, CodeGatewayBusy, code(m))
+	status, m, _ = f.get(t, "/v1/live", "lbp_nope")
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Equal(t, CodeTokenMalformed, code(m))
 }

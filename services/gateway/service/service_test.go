@@ -22,7 +22,7 @@ import (
 
 // build starts a runtime on url and builds the component c with its
 // flags set from values.
-func build(t *testing.T, ctx context.Context, c runtime.Component, url string, values map[string]string) ([]runtime.Actor, error) {
+func build(t testing.TB, ctx context.Context, c runtime.Component, url string, values map[string]string) ([]runtime.Actor, error) {
 	t.Helper()
 	cfg := runtime.DefaultConfig(c.Name)
 	fs := c.FlagSet(&cfg)
