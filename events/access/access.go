@@ -137,9 +137,16 @@ var Users = []User{
 		Consumers: []Consumer{
 			{Stream: events.StreamArena, Name: "gateway-records", Filters: []string{events.SubjectRootArena + ".>"}},
 			{Stream: events.StreamArena, Name: "gateway-rounds", Filters: []string{events.SubjectRootArena + ".round.>"}},
+			// The quota ledgers charge the runner's GPU-hours.
+			{Stream: events.StreamArena, Name: "gateway-usage", Filters: []string{events.FilterFor(events.RunnerJobCompleted), events.FilterFor(events.RunnerJobFailed)}},
 		},
-		KV:      []Bucket{{Name: bus.BucketSubmissions, Mode: Write}, {Name: bus.BucketRoundViews, Mode: Write}},
+		KV: []Bucket{{Name: bus.BucketSubmissions, Mode: Write}, {Name: bus.BucketRoundViews, Mode: Write},
+			{Name: bus.BucketParticipants, Mode: Write}, {Name: bus.BucketUsage, Mode: Write}},
 		Objects: []Bucket{{Name: bus.ObjectUploads, Mode: Write}},
+		Serves: []Service{{Name: ctl.ServiceGateway, Subjects: []string{ctl.SubjectParticipantAdd, ctl.SubjectParticipantToken,
+			ctl.SubjectParticipantList, ctl.SubjectParticipantRevoke}}},
+		// The HTTP API's leaderboard and history.
+		Calls: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory},
 	},
 	{
 		Name: Build, Role: "the build stage",
@@ -242,7 +249,7 @@ var Streams = []string{
 	events.StreamArena, events.StreamRunnerJobs, events.StreamDLQ,
 	KVStream(bus.BucketSubmissions), KVStream(bus.BucketRounds), KVStream(bus.BucketBundles),
 	KVStream(bus.BucketReferences), KVStream(bus.BucketQualityReferences), KVStream(bus.BucketRoundViews),
-	KVStream(bus.BucketScoreInputs),
+	KVStream(bus.BucketScoreInputs), KVStream(bus.BucketParticipants), KVStream(bus.BucketUsage),
 	ObjectStream(bus.ObjectUploads), ObjectStream(bus.ObjectArtifacts),
 }
 

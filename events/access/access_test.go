@@ -47,7 +47,7 @@ var jobOwners = map[string]string{events.JobQuality: access.Quality, events.JobE
 var bucketOwners = map[string]string{
 	bus.BucketSubmissions: access.Gateway, bus.BucketRoundViews: access.Gateway, bus.BucketBundles: access.Build,
 	bus.BucketQualityReferences: access.Quality, bus.BucketReferences: access.Runner, bus.BucketScoreInputs: access.Score,
-	bus.BucketRounds: access.Round,
+	bus.BucketRounds: access.Round, bus.BucketParticipants: access.Gateway, bus.BucketUsage: access.Gateway,
 }
 
 // subjectOf is the subject an event of type t about id is published to

@@ -27,6 +27,7 @@ import (
 	"github.com/lowbarena/lowbarena/services/gateway/projector"
 	"github.com/lowbarena/lowbarena/services/gateway/rounds"
 	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
+	gwusage "github.com/lowbarena/lowbarena/services/gateway/usage"
 	quality "github.com/lowbarena/lowbarena/services/quality/service"
 	round "github.com/lowbarena/lowbarena/services/round/service"
 	runner "github.com/lowbarena/lowbarena/services/runner/service"
@@ -54,7 +55,8 @@ func TestPermissionTableMatchesTheServices(t *testing.T) {
 		score.Name:      {score.Consumer},
 		round.Name:      {(*round.Service)(nil).Consumer()},
 		runner.Name:     {new(runner.Service).Consumer()},
-		gateway.Name:    {{Name: projector.ConsumerName}, rounds.Consumer()},
+		gateway.Name: {{Name: projector.ConsumerName}, rounds.Consumer(),
+			{Name: gwusage.TallyConsumer, Subjects: []string{events.FilterFor(events.RunnerJobCompleted), events.FilterFor(events.RunnerJobFailed)}}},
 		access.Operator: nil,
 	}
 	for _, u := range access.Users {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/access"
 	"github.com/lowbarena/lowbarena/schemas"
 	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
 // arenaEnv runs the CLI with env added to the test's environment.
@@ -64,7 +67,9 @@ func apiGet(t *testing.T, base, path, token string) (int, []byte) {
 // pipeline runs its bundle, and what another participant, the public and
 // a revoked token try is refused.
 func TestParticipantsEndToEnd(t *testing.T) {
-	up := startUp(t, t.TempDir())
+	data := t.TempDir()
+	t.Setenv(runtime.EnvNATSCreds, filepath.Join(credentialsDir(data), access.Operator+".nk"))
+	up := startUp(t, data)
 	api := "http://" + up.http
 
 	add := func(args ...string) string {
