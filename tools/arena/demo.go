@@ -63,7 +63,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	fmt.Fprintf(stdout, "\narena up: NATS %s · HTTP http://%s · data %s\n", a.natsURL, a.httpAddr, a.data)
-	if tok, err := demoOperatorToken(ctx, a.natsURL); err == nil {
+	if tok, err := a.demoOperatorToken(ctx); err == nil {
 		// The examples are dev submissions: the public page shows rounds
 		// only. The token rides in the fragment, which the browser never
 		// sends; the page keeps it in the tab's session storage.

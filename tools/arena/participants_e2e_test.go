@@ -162,7 +162,10 @@ func TestParticipantsEndToEnd(t *testing.T) {
 	// The demo's operator: added on the first demo of a data folder, a
 	// fresh token on the next; both read as an operator.
 	for range 2 {
-		tok, err := demoOperatorToken(context.Background(), up.natsURL)
+		c, err := dial(context.Background(), up.natsURL)
+		require.NoError(t, err)
+		tok, err := demoOperatorToken(context.Background(), c)
+		c.close()
 		require.NoError(t, err)
 		status, body := apiGet(t, up.http, "/v1/me", tok)
 		require.Equal(t, http.StatusOK, status, string(body))

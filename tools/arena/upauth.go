@@ -86,3 +86,15 @@ func (a *arenaProc) provision(ctx context.Context) error {
 func (a *arenaProc) dial(ctx context.Context) (*client, error) {
 	return dialWith(ctx, a.natsURL, a.auth(access.Operator), a.clientTLS(), credentialsDir(a.data))
 }
+
+// demoOperatorToken is the demo operator's API token, asked of the
+// gateway as this arena's operator (its own credentials, whatever the
+// environment says).
+func (a *arenaProc) demoOperatorToken(ctx context.Context) (string, error) {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer c.close()
+	return demoOperatorToken(ctx, c)
+}
