@@ -64,7 +64,7 @@ type Tokenizer struct {
 	ranks  map[[2]string]int
 	added  []addedToken // longest content first
 	isAdd  map[int]bool
-	unk    int          // -1: none
+	unk    int // -1: none
 	nfc    bool
 	pre    []preStep
 	noMrg  bool // ignore_merges: a word in the vocabulary is one token
