@@ -360,26 +360,30 @@ func (t *Tokenizer) Encode(text string) []int {
 			out = append(out, seg.added)
 			continue
 		}
-		s := seg.text
-		if t.nfc {
-			s = norm.NFC.String(s)
-		}
-		pieces := []string{s}
-		for _, st := range t.pre {
-			var next []string
-			for _, p := range pieces {
-				if st.prefixSpace && len(next) == 0 && p != "" && !strings.HasPrefix(p, " ") {
-					p = " " + p
-				}
-				next = append(next, st.split(p)...)
-			}
-			pieces = next
-		}
-		for _, p := range pieces {
+		for _, p := range t.pieces(seg.text) {
 			out = append(out, t.word(p)...)
 		}
 	}
 	return out
+}
+
+// pieces normalizes text and runs the pre-tokenizers over it.
+func (t *Tokenizer) pieces(s string) []string {
+	if t.nfc {
+		s = norm.NFC.String(s)
+	}
+	pieces := []string{s}
+	for _, st := range t.pre {
+		var next []string
+		for _, p := range pieces {
+			if st.prefixSpace && len(next) == 0 && p != "" && !strings.HasPrefix(p, " ") {
+				p = " " + p
+			}
+			next = append(next, st.split(p)...)
+		}
+		pieces = next
+	}
+	return pieces
 }
 
 // Count is the number of tokens of text.
@@ -536,3 +540,29 @@ func (t *Tokenizer) word(piece string) []int {
 	t.mu.Unlock()
 	return ids
 }
+
+// Words returns the pre-tokenized pieces of text, each in the byte-level
+// alphabet (the strings BPE merges), added tokens left out: what a BPE
+// trainer counts.
+func (t *Tokenizer) Words(text string) []string {
+	var out []string
+	for _, seg := range t.splitAdded(text) {
+		if seg.added >= 0 {
+			continue
+		}
+		for _, p := range t.pieces(seg.text) {
+			var b strings.Builder
+			for i := 0; i < len(p); i++ {
+				b.WriteString(byteAlphabet[p[i]])
+			}
+			if b.Len() > 0 {
+				out = append(out, b.String())
+			}
+		}
+	}
+	return out
+}
+
+// Alphabet returns the byte-level alphabet: the vocabulary string of
+// each byte.
+func Alphabet() [256]string { return byteAlphabet }
