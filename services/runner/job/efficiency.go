@@ -9,6 +9,7 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/services/domain/formula"
 	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
@@ -50,9 +51,23 @@ type ReferenceCache interface {
 // first unless cached), then replays each workload under its budget. An
 // engine failure of the reference or the candidate fails the job; a
 // failure under the budget is a failed verdict, not a failed job.
-func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache) (Efficiency, error) {
+//
+// Every engine run draws its load from its own seed (audit's, or 0
+// without one), so no run repeats another's prompts; with audit the
+// suite's items are mixed into every run's load alike (the reference's
+// and the budget replays' too, so the rates compare like with like) and
+// the candidate's run gathers the audits' evidence (Candidate.Audit).
+func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache, audit *AuditPlan) (Efficiency, error) {
 	out := Efficiency{KVCacheDType: p.KVCacheDType}
-	wls := Workloads(p.Workload)
+	base := Workloads(p.Workload)
+	var pool []suite.Item
+	seed := uint64(0)
+	share, minItems := 0.0, 0
+	if audit != nil {
+		pool, seed, share, minItems = audit.Pool, audit.Seed, audit.Share, audit.MinItems
+	}
+	mix := func(k uint64) []loadgen.Workload { return Mix(base, pool, seed+k, share, minItems) }
+	wls := mix(0)
 	var err error
 	if out.StoredBytes, err = safetensorBytes(candidate); err != nil {
 		return out, err
@@ -65,7 +80,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		out.Reference, out.Cached = *ref, true
 	} else {
 		s, err := r.Serve(ctx, Launch{Run: "reference", Command: p.Engine.Command, Checkpoint: reference,
-			KVCacheDType: "auto", MaxNumSeqs: p.Engine.MaxNumSeqs}, wls)
+			KVCacheDType: "auto", MaxNumSeqs: p.Engine.MaxNumSeqs}, mix(1000))
 		out.Seconds += s.Seconds
 		if err != nil {
 			return out, fmt.Errorf("the BF16 reference: %w", err)
@@ -80,7 +95,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		kv = "auto"
 	}
 	cand, err := r.Serve(ctx, Launch{Run: "candidate", Command: p.Engine.Command, Checkpoint: candidate,
-		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs}, wls)
+		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, Audit: audit}, wls)
 	out.Seconds += cand.Seconds
 	if err != nil {
 		return out, err
@@ -90,7 +105,8 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		return out, nil
 	}
 	out.Budget, out.HardCap = map[string]record.Budget{}, true
-	for _, w := range wls {
+	for i := range wls {
+		w := mix(uint64(2000 + i))[i]
 		wr := cand.Workloads[w.Name]
 		b := formula.BudgetFor(wr.Peak.PeakGiB, p.BudgetFactor)
 		key := fmt.Sprintf("%s@%g", w.Name, p.BudgetFactor)
