@@ -74,6 +74,17 @@ const (
 	MinProbeAgreement = 0.75
 )
 
+// How much evidence an efficiency job gathers by default.
+const (
+	// DefaultShare and DefaultMinItems size the eval items mixed into the
+	// load: at least 2% of the measured requests and at least 64 items
+	// (enough for a paired standard error to mean something).
+	DefaultShare    = 0.02
+	DefaultMinItems = 64
+	// DefaultProbes is the size of the fixed probe set answered first.
+	DefaultProbes = 8
+)
+
 // The MLPerf audit tests the audits follow.
 const (
 	mlperfAccuracy = "TEST01"

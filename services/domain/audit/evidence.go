@@ -7,6 +7,8 @@ import "github.com/lowbarena/lowbarena/services/domain/record"
 type Evidence struct {
 	// Seed seeded the run's load prompts and the items' draw and places.
 	Seed uint64 `json:"seed"`
+	// SuiteKey names the suite the items came from (name@version/split).
+	SuiteKey string `json:"suite_key"`
 	// Checkpoint is the name of the folder the engine was started on;
 	// ServedModel the id its /v1/models gave.
 	Checkpoint  string `json:"checkpoint"`

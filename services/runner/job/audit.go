@@ -10,20 +10,20 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/domain/audit"
 	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/domain/tokenizer"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
 
-// The audits' defaults (events.AuditJobParams overrides the first three).
+// The audits' defaults (events.AuditJobParams overrides them).
 const (
-	// AuditShare and AuditMinItems size the eval items mixed into the
-	// load: at least 2% of the measured requests and at least 64 items,
-	// MLPerf TEST01's share and enough for a paired standard error.
-	AuditShare    = 0.02
-	AuditMinItems = 64
-	// AuditProbes is the size of the fixed probe set answered first.
-	AuditProbes = 8
+	AuditShare    = audit.DefaultShare
+	AuditMinItems = audit.DefaultMinItems
+	AuditProbes   = audit.DefaultProbes
+)
+
+const (
 	// The cache-defeating run: cacheUnique fresh prompts, then
 	// cacheDistinct others sent once to prime any cache and
 	// cacheRepeats times more, measured; cacheConcurrency at once.
@@ -52,13 +52,15 @@ type AuditPlan struct {
 	Seed     uint64
 	Share    float64
 	MinItems int
+	// SuiteKey names the suite (name@version/split).
+	SuiteKey string
 }
 
 // NewAuditPlan builds the plan of a job from the campaign's suite and the
 // tokenizer found in dirs (the first tokenizer.json there: the
 // campaign's reference before the candidate's own).
 func NewAuditPlan(s *suite.Suite, p events.AuditJobParams, seed uint64, dirs ...string) *AuditPlan {
-	a := &AuditPlan{Seed: seed, Share: p.Share, MinItems: p.MinItems}
+	a := &AuditPlan{Seed: seed, Share: p.Share, MinItems: p.MinItems, SuiteKey: p.SuiteKey}
 	if a.Share <= 0 {
 		a.Share = AuditShare
 	}
@@ -191,7 +193,7 @@ type auditRun struct {
 
 func newAuditRun(p *AuditPlan, checkpoint, served string) *auditRun {
 	a := &auditRun{plan: p, load: map[string][]float64{}}
-	a.ev = events.AuditEvidence{Seed: p.Seed, Checkpoint: filepath.Base(filepath.Clean(checkpoint)), ServedModel: served,
+	a.ev = events.AuditEvidence{Seed: p.Seed, SuiteKey: p.SuiteKey, Checkpoint: filepath.Base(filepath.Clean(checkpoint)), ServedModel: served,
 		Probes: []events.AuditAnswer{}, Items: []events.AuditAnswer{}, LoadTPOTMs: map[string]float64{},
 		Tokens: events.TokenCount{Tokenizer: p.TokenizerName, Why: p.TokenizerWhy}}
 	return a
