@@ -182,6 +182,24 @@ func cut(a Answer, ref Reference) string {
 	return strings.Join(a.Chunks[:n], "")
 }
 
+// same reports whether an answer under load is the quality job's: its
+// text begins with the quality job's and a chunk ends exactly there (so
+// "42" is not the answer "4"), however the engine cut its text into
+// chunks.
+func same(a Answer, ref Reference) bool {
+	if ref.Text == "" {
+		return false
+	}
+	at := 0
+	for _, c := range a.Chunks {
+		at += len(c)
+		if at >= len(ref.Text) {
+			return at == len(ref.Text) && strings.HasPrefix(strings.Join(a.Chunks, ""), ref.Text)
+		}
+	}
+	return false
+}
+
 func served(ev *Evidence, in Inputs) *record.ServedModelAudit {
 	s := &record.ServedModelAudit{Checkpoint: ev.Checkpoint, ServedModel: ev.ServedModel, MinAgreement: MinProbeAgreement,
 		Requests: []record.AuditRequest{}}
@@ -201,8 +219,7 @@ func served(ev *Evidence, in Inputs) *record.ServedModelAudit {
 		if !ok {
 			continue
 		}
-		text := cut(p, ref)
-		agree := text == ref.Text
+		agree := same(p, ref)
 		s.Probes++
 		if agree {
 			s.Agreed++
@@ -302,12 +319,11 @@ func accuracy(ev *Evidence, in Inputs) *record.AccuracyAudit {
 			a.Requests = append(a.Requests, req)
 			continue
 		}
-		text := cut(it, ref)
-		req.Agree, req.Quality, req.Load = text == ref.Text, ref.Score, ref.Score
+		req.Agree, req.Quality, req.Load = same(it, ref), ref.Score, ref.Score
 		if !req.Agree {
 			score, err := 0.0, error(nil)
 			if in.Grade != nil {
-				score, err = in.Grade(it.Item, text)
+				score, err = in.Grade(it.Item, cut(it, ref))
 			}
 			if err != nil {
 				req.Error = "not_graded"

@@ -176,3 +176,26 @@ func TestWithoutQuality(t *testing.T) {
 	r, _ = Failed(nil)
 	require.Empty(t, r)
 }
+
+// TestSame checks when an answer under load is the quality job's: its
+// text begins with it and a chunk ends there, however it was chunked.
+func TestSame(t *testing.T) {
+	ref := Reference{Text: "42", Tokens: 1}
+	cases := []struct {
+		chunks []string
+		same   bool
+	}{
+		{[]string{"42", " the"}, true},
+		{[]string{"4", "2", " the"}, true},
+		{[]string{"42"}, true},
+		{[]string{"421", " the"}, false},
+		{[]string{"4", "21"}, false},
+		{[]string{"4"}, false},
+		{[]string{"43", " the"}, false},
+		{nil, false},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.same, same(Answer{Chunks: c.chunks}, ref), "%q", c.chunks)
+	}
+	require.False(t, same(Answer{Chunks: []string{""}}, Reference{}))
+}

@@ -496,7 +496,8 @@ type AccuracyAudit struct {
 	Errors     int `json:"errors"`
 	Incomplete int `json:"incomplete"`
 	// Agreement is the share of compared items whose answer under load
-	// is the quality job's, token for token.
+	// begins with the quality job's answer, character for character (an
+	// engine under ignore_eos goes on past it).
 	Agreement float64 `json:"agreement"`
 	// QualityAccuracy and LoadAccuracy are the compared items' mean
 	// scores; Drop their paired difference (quality minus load), SE its
