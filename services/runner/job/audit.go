@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lowbarena/lowbarena/events"
@@ -127,15 +128,39 @@ func Mix(wls []loadgen.Workload, pool []suite.Item, seed uint64, share float64, 
 		n = min(max(minItems, int(math.Ceil(share*float64(total)))), len(pool))
 	}
 	r := rand.New(rand.NewPCG(seed, 0x6175646974))
-	order := r.Perm(len(pool))
+	order := r.Perm(len(pool))[:n]
 	counts := apportion(n, out)
-	k := 0
+	// Each item goes to a workload whose prompts are about its size
+	// (at most twice the workload's words), the shortest workloads
+	// first, so a long item does not change a workload of short prompts
+	// (interactive's few requests least of all); what fits nowhere
+	// fills the rest.
+	byWords := make([]int, len(out))
+	for i := range byWords {
+		byWords[i] = i
+	}
+	slices.SortStableFunc(byWords, func(a, b int) int { return out[a].PromptWords - out[b].PromptWords })
+	placed := make([][]suite.Item, len(out))
+	used := make([]bool, len(order))
+	for pass := range 2 {
+		for _, i := range byWords {
+			for k, j := range order {
+				if len(placed[i]) >= counts[i] {
+					break
+				}
+				it := pool[j]
+				if used[k] || pass == 0 && out[i].PromptWords > 0 && len(strings.Fields(it.Prompt)) > 2*out[i].PromptWords {
+					continue
+				}
+				used[k] = true
+				placed[i] = append(placed[i], it)
+			}
+		}
+	}
 	for i := range out {
 		out[i].Seed = seed
 		prompts := out[i].LoadPrompts(out[i].Warmup, out[i].Requests)
-		for range counts[i] {
-			it := pool[order[k]]
-			k++
+		for _, it := range placed[i] {
 			at := r.IntN(len(prompts) + 1)
 			prompts = slices.Insert(prompts, at, loadgen.Prompt{Text: it.Prompt, Item: it.ID})
 		}

@@ -186,6 +186,15 @@ func TestMix(t *testing.T) {
 	for _, it := range plan.Pool {
 		require.NotEqual(t, suite.GraderCode, it.Grader)
 	}
+	// Long items go to the long workload, whose prompts are their size.
+	long := job.Workloads(job.WorkloadSpec{RequestsPerSlot: 4, MaxTokens: 16, PromptWords: 128, LongPromptWords: 2048})
+	for _, w := range job.Mix(long, plan.Pool, 3, 1, 0) {
+		for _, p := range w.Prompts {
+			if p.Item != "" && len(strings.Fields(p.Text)) > 256 {
+				require.Equal(t, "long_context", w.Name, p.Item)
+			}
+		}
+	}
 	require.Len(t, plan.Probes, job.AuditProbes)
 	require.Equal(t, plan.Probes, job.NewAuditPlan(st, events.AuditJobParams{}, 99).Probes, "the probe set is fixed")
 	_ = loadgen.Prompt{}

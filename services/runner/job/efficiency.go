@@ -52,11 +52,15 @@ type ReferenceCache interface {
 // engine failure of the reference or the candidate fails the job; a
 // failure under the budget is a failed verdict, not a failed job.
 //
-// Every engine run draws its load from its own seed (audit's, or 0
-// without one), so no run repeats another's prompts; with audit the
-// suite's items are mixed into every run's load alike (the reference's
-// and the budget replays' too, so the rates compare like with like) and
-// the candidate's run gathers the audits' evidence (Candidate.Audit).
+// The reference's and the candidate's runs draw their load from their
+// own seeds (audit's, or 0 without one), so neither repeats the other's
+// prompts; with audit the suite's items are mixed into both alike, so
+// their rates compare like with like, and the candidate's run gathers
+// the audits' evidence (Candidate.Audit). The budget replays serve the
+// candidate's run's workloads again, prompt for prompt, on a restarted
+// engine: their rates compare with that run's (an engine that served
+// them from a cache across restarts would only help its budget; the
+// cache audit is the check on caching).
 func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache, audit *AuditPlan) (Efficiency, error) {
 	out := Efficiency{KVCacheDType: p.KVCacheDType}
 	base := Workloads(p.Workload)
@@ -105,8 +109,10 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		return out, nil
 	}
 	out.Budget, out.HardCap = map[string]record.Budget{}, true
-	for i := range wls {
-		w := mix(uint64(2000 + i))[i]
+	// Each replay serves the workload exactly as the candidate's run did
+	// (its load and items in the same places, on a restarted engine), so
+	// its rate compares with that run's.
+	for _, w := range wls {
 		wr := cand.Workloads[w.Name]
 		b := formula.BudgetFor(wr.Peak.PeakGiB, p.BudgetFactor)
 		key := fmt.Sprintf("%s@%g", w.Name, p.BudgetFactor)
