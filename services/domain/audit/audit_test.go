@@ -21,7 +21,7 @@ type world struct {
 
 func honest(n int) world {
 	w := world{quality: map[string]Reference{}}
-	w.ev = Evidence{Seed: 7, Checkpoint: "abc123", ServedModel: "/work/abc123", LoadTPOTMs: map[string]float64{"serve": 4, "long_context": 6},
+	w.ev = Evidence{Seed: 7, Checkpoint: "abc123", ServedModel: "/var/lib/lowbarena/runner/abc123", LoadTPOTMs: map[string]float64{"serve": 4, "long_context": 6},
 		Tokens: TokenCount{Tokenizer: "reference/tokenizer.json", Requests: 100, Claimed: 6400, Retokenized: 6400},
 		Cache:  &CacheRuns{Concurrency: 8, Unique: RunTimes{Requests: 32, TPOTMs: 4.1, TTFTMs: 9}, Repeat: RunTimes{Requests: 24, TPOTMs: 4.0, TTFTMs: 3}}}
 	for i := range n {
