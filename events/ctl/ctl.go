@@ -106,6 +106,12 @@ type Standing struct {
 	// outcome is in; Failed is the reason it could not be scored.
 	Score  *record.Score `json:"score,omitempty"`
 	Failed string        `json:"failed,omitempty"`
+	// AuditVerdict is the verdict of the engine's audits once the
+	// efficiency outcome is in (pass, fail, skipped); AuditReason the
+	// failed audit's code. A failed audit leaves Score unqualified with
+	// the audit's sentence as its reason, in rounds too.
+	AuditVerdict string `json:"audit_verdict,omitempty"`
+	AuditReason  string `json:"audit_reason,omitempty"`
 }
 
 // StartRequest is `arena round start`.

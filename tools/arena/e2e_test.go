@@ -260,6 +260,13 @@ func TestArenaEndToEnd(t *testing.T) {
 	refID := lastWord(r.stdout)
 	require.True(t, events.ValidID(refID), "submit printed %q", r.stdout)
 
+	// A cheat: the FP8 checkpoint (its contract holds) with an engine
+	// patch that takes a damaged fast path under load.
+	r = arena(t, "submit", bundleDir("engine-fast-path"), "--nats", up.natsURL)
+	require.Equal(t, 0, r.code, r.stderr)
+	cheatID := lastWord(r.stdout)
+	require.True(t, events.ValidID(cheatID), "submit printed %q", r.stdout)
+
 	// Build and contract run; the later stages are not served yet.
 	var rec record.Submission
 	var raw map[string]any
@@ -326,6 +333,25 @@ func TestArenaEndToEnd(t *testing.T) {
 	}
 	require.Greater(t, rec.Result.Efficiency["serve"], rec.Result.AnchorEfficiency["serve"])
 	require.Equal(t, "fp8", rec.Result.Engine.Startup.KVCacheDType)
+	// The honest engine passes every audit: its answers to the eval items
+	// mixed into the load are the quality job's, its tokens re-tokenise
+	// to what it claims, repeats are no faster, its probes agree.
+	au := rec.Result.Engine.Audit
+	require.NotNil(t, au)
+	require.Equal(t, record.VerdictPass, au.Verdict, au.Message)
+	require.Equal(t, "fp8", au.KVCacheDTypeEngine)
+	require.Equal(t, record.VerdictPass, au.ServedModel.Verdict, au.ServedModel.Message)
+	require.Equal(t, au.ServedModel.Probes, au.ServedModel.Agreed)
+	require.Equal(t, record.VerdictPass, au.TokenHonesty.Verdict, au.TokenHonesty.Message)
+	require.Equal(t, au.TokenHonesty.Claimed, au.TokenHonesty.Retokenized)
+	require.Equal(t, record.VerdictPass, au.AnswerCache.Verdict, au.AnswerCache.Message)
+	require.Equal(t, record.VerdictPass, au.AccuracyUnderLoad.Verdict, au.AccuracyUnderLoad.Message)
+	require.GreaterOrEqual(t, au.AccuracyUnderLoad.Compared, 64)
+	require.Equal(t, 1.0, au.AccuracyUnderLoad.Agreement)
+	for k, want := range map[string]string{"token_honesty": "TEST06", "answer_cache": "TEST04", "accuracy_under_load": "TEST01"} {
+		got := raw["result"].(map[string]any)["engine"].(map[string]any)["audit"].(map[string]any)[k].(map[string]any)["mlperf"]
+		require.Equal(t, want, got, k)
+	}
 	require.True(t, rec.Result.Simulated)
 	require.Contains(t, rec.Result.GPU, "simulated")
 	require.Greater(t, *rec.Result.GPUHours, 0.0)
@@ -418,6 +444,41 @@ func TestArenaEndToEnd(t *testing.T) {
 		if row["submission_id"] == id {
 			found = true
 			require.Equal(t, ds.Score, row["score"], "rescore reproduces the score")
+		}
+	}
+	require.True(t, found, res.stdout)
+
+	// The cheat is measured like the others and disqualified by the
+	// accuracy-under-load audit: under load it answered the eval items
+	// worse than in its quality job.
+	var cheat record.Submission
+	require.Eventually(t, func() bool {
+		cheat, _ = showJSON(t, up.natsURL, cheatID)
+		return cheat.Result.DevScore != nil || cheat.Status == record.StatusFailed
+	}, 4*time.Minute, 500*time.Millisecond, "the cheat is scored")
+	require.Equal(t, record.StatusDone, stageOf(t, cheat, "efficiency").Status, "%+v", cheat.Error)
+	require.True(t, cheat.Result.Contract.OK, "its checkpoint keeps its contract")
+	ca := cheat.Result.Engine.Audit
+	require.Equal(t, record.VerdictFail, ca.Verdict)
+	require.Equal(t, "accuracy_differs_under_load", ca.Reason, ca.Message)
+	require.Positive(t, ca.AccuracyUnderLoad.Lower)
+	require.Less(t, ca.AccuracyUnderLoad.LoadAccuracy, ca.AccuracyUnderLoad.QualityAccuracy)
+	require.Equal(t, record.VerdictPass, ca.ServedModel.Verdict, "careful when asked one at a time")
+	require.False(t, cheat.Result.DevScore.Qualified)
+	require.Equal(t, 0.0, cheat.Result.DevScore.Score)
+	require.True(t, strings.HasPrefix(*cheat.Result.DevScore.Reason, "audit accuracy_differs_under_load: "), *cheat.Result.DevScore.Reason)
+	// A rescore recomputes from the stored outcomes, audits included: the
+	// cheat stays disqualified for the same reason.
+	res = arena(t, "rescore", "--policy", "lowb-score/v1", "--json", "--nats", up.natsURL)
+	require.Equal(t, 0, res.code, res.stderr)
+	rescored = nil
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &rescored))
+	found = false
+	for _, row := range rescored {
+		if row["submission_id"] == cheatID {
+			found = true
+			require.Equal(t, *cheat.Result.DevScore.Reason, row["reason"], "rescore keeps the audit's verdict")
+			require.EqualValues(t, 0, row["score"])
 		}
 	}
 	require.True(t, found, res.stdout)

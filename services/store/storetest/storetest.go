@@ -73,7 +73,7 @@ func DatabaseName(t testing.TB) string {
 }
 
 // Tables are the tables of the arena's DDL.
-var Tables = []string{"gpu_samples", "requests", "quality_items", "stage_results", "scores", "round_steps"}
+var Tables = []string{"gpu_samples", "requests", "quality_items", "quality_answers", "stage_results", "scores", "round_steps"}
 
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
