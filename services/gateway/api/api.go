@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/schemas"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/gateway/rounds"
 )
@@ -27,6 +28,7 @@ import (
 //	GET /v1/rounds?limit=N        round views, newest first
 //	GET /v1/live                  every record and round view as it changes (Server-Sent Events)
 //	GET /                         the live web page over /v1/live
+//	GET /schemas/...              the JSON Schemas events name in dataschema (public, read-only)
 //
 // Errors are JSON: {"error": {"code": "...", "message": "..."}}. views
 // may be nil (no rounds: the round routes answer 404, the live stream
@@ -34,6 +36,7 @@ import (
 func New(kv, views jetstream.KeyValue) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/live", live(kv, views))
+	mux.Handle("GET "+schemas.PathPrefix, schemas.Handler())
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = w.Write(indexHTML)

@@ -52,6 +52,8 @@ func TestAPI(t *testing.T) {
 		check  func(t *testing.T, m map[string]any)
 	}{
 		{"/healthz", 200, nil},
+		{"/schemas/events/dev.lowbarena.submission.received.v1.json", 200, nil},
+		{"/schemas/events/dev.lowbarena.nothing.v1.json", 404, nil},
 		{"/v1/submissions/old1", 200, func(t *testing.T, m map[string]any) { require.Equal(t, "old1", m["id"]) }},
 		{"/v1/submissions/nope", 404, func(t *testing.T, m map[string]any) {
 			require.Equal(t, "submission_not_found", m["error"].(map[string]any)["code"])
