@@ -32,9 +32,10 @@ import (
 	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
-// arenaBin is the arena binary the end-to-end tests run as real processes;
-// exampleDir holds the example campaign and bundles.
-var arenaBin, exampleDir string
+// arenaBin is the (light) arena binary the end-to-end tests run as real
+// processes, upBin the arena-up beside it; exampleDir holds the example
+// campaign and bundles.
+var arenaBin, upBin, exampleDir string
 
 // bundleDir is the folder of an example bundle.
 func bundleDir(name string) string { return filepath.Join(exampleDir, examples.SubmissionsDir, name) }
@@ -44,11 +45,19 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// The light arena, as participants build it, and beside it arena-up,
+	// which holds up and demo (and the embedded engine), as make build
+	// lays them out.
 	arenaBin = filepath.Join(dir, "arena")
 	out, err := exec.Command("go", "build", "-o", arenaBin, ".").CombinedOutput()
 	if err != nil {
 		os.Stderr.Write(out)
 		panic("build arena: " + err.Error())
+	}
+	upBin = filepath.Join(dir, "arena-up")
+	if out, err := exec.Command("go", "build", "-tags", "embedded", "-o", upBin, ".").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic("build arena-up: " + err.Error())
 	}
 	// The example campaign's engine is simengine, found beside the arena
 	// binary as make build lays them out.
