@@ -61,6 +61,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !*asJSON {
 		fmt.Fprintf(stderr, "watching %s on %s (Ctrl-C to stop)\n", strings.Join(cfg.FilterSubjects, ", "), *natsURL)
 	}
+	out := newTerm(stdout)
 	for {
 		msg, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
@@ -80,10 +81,16 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			continue
 		}
 		if derr != nil {
-			fmt.Fprintf(stdout, "%s  %-22s %s  (not a valid event: %v)\n", time.Now().Format("15:04:05.000"), "?", msg.Subject(), derr)
+			out.Printf("%s  %-22s %s  (not a valid event: %v)", time.Now().Format("15:04:05.000"), "?", msg.Subject(), derr)
 			continue
 		}
-		fmt.Fprintln(stdout, eventLine(ev))
+		if pct, ok := bytesProgress(ev); ok {
+			// A download or a staging: one live line per job on a
+			// terminal, a line per tenth elsewhere.
+			out.Progress(ev.Subject(), eventLine(ev), pct, pct >= 100)
+			continue
+		}
+		out.Printf("%s", eventLine(ev))
 		if *roundID != "" && (ev.Type() == string(events.RoundCompleted) || ev.Type() == string(events.RoundFailed)) {
 			return nil
 		}
@@ -195,14 +202,32 @@ func gist(ev event.Event) string {
 }
 
 // progressText is a runner's progress for people: bytes staged of the
-// checkpoint, or the steps of a phase.
+// checkpoint, with a bar, or the steps of a phase.
 func progressText(phase string, done, total int, unit string) string {
 	if unit == events.UnitBytes {
-		pct := 100
-		if total > 0 {
-			pct = int(int64(done) * 100 / int64(total))
-		}
-		return fmt.Sprintf("%s %s of %s (%d%%)", phase, humanBytes(int64(done)), humanBytes(int64(total)), pct)
+		pct := percent(done, total)
+		return fmt.Sprintf("%s %s %s of %s (%d%%)", phase, bar(pct, 20), humanBytes(int64(done)), humanBytes(int64(total)), pct)
 	}
 	return fmt.Sprintf("%s [%d/%d]", phase, done, total)
+}
+
+// percent is done of total in whole percent (100 for an empty total).
+func percent(done, total int) int {
+	if total <= 0 {
+		return 100
+	}
+	return int(int64(done) * 100 / int64(total))
+}
+
+// bytesProgress is the percent of a runner.job.progress event counted in
+// bytes (a download or a staging), and false for any other event.
+func bytesProgress(ev event.Event) (int, bool) {
+	if events.Type(ev.Type()) != events.RunnerJobProgress {
+		return 0, false
+	}
+	var d events.RunnerJobProgressData
+	if json.Unmarshal(ev.Data(), &d) != nil || d.Unit != events.UnitBytes {
+		return 0, false
+	}
+	return percent(int(d.Done), int(d.Total)), true
 }
