@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
@@ -111,7 +112,8 @@ func (f *follower) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) {
+			// An idle stream ends a pull with a timeout; keep waiting.
+			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 				continue
 			}
 			return fmt.Errorf("follow: %w", err)
@@ -146,6 +148,9 @@ func (f *follower) event(ctx context.Context, ev event.Event) {
 	spec, ok := events.Lookup(events.Type(ev.Type()))
 	if !ok {
 		return
+	}
+	if ev.Subject() == "" {
+		ev.SetSubject(subjectOf(ev))
 	}
 	var d map[string]any
 	_ = json.Unmarshal(ev.Data(), &d)

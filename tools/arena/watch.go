@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
@@ -68,7 +69,8 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) {
+			// An idle stream ends a pull with a timeout; keep waiting.
+			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 				continue
 			}
 			return fmt.Errorf("watch: %w", err)
@@ -130,7 +132,17 @@ func writeEventJSON(w io.Writer, msg jetstream.Msg, ev event.Event, derr error) 
 // gist of its data.
 func eventLine(ev event.Event) string {
 	short := strings.TrimSuffix(strings.TrimPrefix(ev.Type(), "dev.lowbarena."), ".v1")
-	return fmt.Sprintf("%s  %-22s %-16s %s", ev.Time().Local().Format("15:04:05.000"), short, ev.Subject(), gist(ev))
+	return fmt.Sprintf("%s  %-22s %-16s %s", ev.Time().Local().Format("15:04:05.000"), short, subjectOf(ev), gist(ev))
+}
+
+// subjectOf is the event's subject, or, for an event published without
+// one (by a client outside the arena), the id its data names.
+func subjectOf(ev event.Event) string {
+	if s := ev.Subject(); s != "" {
+		return s
+	}
+	s, _ := events.SubjectFromData(events.Type(ev.Type()), ev.Data())
+	return s
 }
 
 func gist(ev event.Event) string {
@@ -192,11 +204,11 @@ func gist(ev event.Event) string {
 	if a, ok := d["attempt"].(float64); ok {
 		return fmt.Sprintf("attempt %d", int(a))
 	}
-	if dg := str("bundle_digest"); dg != "" {
-		return "bundle " + short(dg)
-	}
 	if p := str("detected_precision"); p != "" {
 		return "reads " + p
+	}
+	if dg := str("bundle_digest"); dg != "" {
+		return "bundle " + short(dg)
 	}
 	return ""
 }
