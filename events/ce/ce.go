@@ -321,22 +321,31 @@ func decodeStructured(data []byte) (event.Event, error) {
 	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '[' {
 		return event.Event{}, &DecodeError{ReasonMalformed, errors.New("structured mode: the body is a batch (a JSON array); the NATS binding has no batch mode, send one event per message")}
 	}
-	var attrs map[string]json.RawMessage
-	if err := json.Unmarshal(data, &attrs); err != nil {
+	// The required attributes first, to tell a missing one from a
+	// malformed event; the SDK reads the whole event after.
+	var req struct {
+		SpecVersion *string         `json:"specversion"`
+		ID          json.RawMessage `json:"id"`
+		Source      json.RawMessage `json:"source"`
+		Type        json.RawMessage `json:"type"`
+	}
+	if err := json.Unmarshal(data, &req); err != nil {
 		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("structured mode: the body is not a JSON object: %w", err)}
 	}
-	var sv string
-	if raw, ok := attrs["specversion"]; !ok || json.Unmarshal(raw, &sv) != nil || sv == "" {
+	if req.SpecVersion == nil || *req.SpecVersion == "" {
 		return event.Event{}, &DecodeError{ReasonMalformed, errors.New("structured mode: no specversion string in the event")}
 	}
-	if sv != event.CloudEventsVersionV1 {
+	if sv := *req.SpecVersion; sv != event.CloudEventsVersionV1 {
 		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("spec version %q is not supported (want 1.0)", sv)}
 	}
 	var missing []string
-	for _, name := range []string{"id", "source", "type"} {
+	for _, a := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"id", req.ID}, {"source", req.Source}, {"type", req.Type}} {
 		var v string
-		if raw, ok := attrs[name]; !ok || string(raw) == "null" || (json.Unmarshal(raw, &v) == nil && v == "") {
-			missing = append(missing, name)
+		if len(a.raw) == 0 || string(a.raw) == "null" || (json.Unmarshal(a.raw, &v) == nil && v == "") {
+			missing = append(missing, a.name)
 		}
 	}
 	if len(missing) > 0 {

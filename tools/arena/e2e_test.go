@@ -480,7 +480,7 @@ func TestArenaEndToEnd(t *testing.T) {
 	}
 	res = arena(t, "sql", "SELECT submission_id, score FROM scores FINAL WHERE submission_id = '"+id+"'", "--nats", up.natsURL)
 	require.Equal(t, 0, res.code, res.stderr)
-	require.Regexp(t, `submission_id\s+score\n-+\s+-+\n`+id+`\s+-?[0-9.]+\n\(1 row, `, res.stdout)
+	require.Regexp(t, `submission_id\s+score\n-+\s+-+\n`+id+`\s+-?[0-9.e+-]+\n\(1 row, `, res.stdout)
 	res = arena(t, "sql", "SELECT count() FROM numbers(100000000000)", "--timeout", "1s", "--nats", up.natsURL)
 	require.Equal(t, exitFailed, res.code)
 	require.Contains(t, res.stderr, "sql_timeout: the query ran past its limit of 1s")

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,8 +27,10 @@ func cmdSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	asTSV := fs.Bool("tsv", false, "print tab-separated values with a header row (ClickHouse's TabSeparatedWithNames escaping)")
 	maxRows := fs.Int("max-rows", 1000, "most rows to return (up to 10000)")
 	timeout := fs.Duration("timeout", 10*time.Second, "the query's time limit, in whole seconds (up to 60s)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	// A statement may start with "-" (a "-- comment" line): only what
+	// names one of the flags above is taken for a flag.
+	flags, pos := splitStatement(fs, args)
+	if _, err := parseFlags(fs, flags); err != nil {
 		return err
 	}
 	formats := 0
@@ -98,6 +101,30 @@ func cmdSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "arena sql: only the first %d rows: one answer holds about 768 KiB; narrow the query or select fewer columns\n", len(rep.Rows))
 	}
 	return nil
+}
+
+// splitStatement separates the flags of fs (with their values) from the
+// other arguments, which are statements even when they start with "-".
+func splitStatement(fs *flag.FlagSet, args []string) (flags, rest []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := fs.Lookup(name)
+		if a == "-" || !strings.HasPrefix(a, "-") || strings.ContainsAny(a, " \t\n") || f == nil {
+			if a == "--" && i+1 < len(args) { // the end of the flags
+				rest = append(rest, args[i+1:]...)
+				return flags, rest
+			}
+			rest = append(rest, a)
+			continue
+		}
+		flags = append(flags, a)
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && bf.IsBoolFlag()) && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return flags, rest
 }
 
 func plural(n int, what string) string {

@@ -176,3 +176,31 @@ func TestLightCLIWithoutLibchdb(t *testing.T) {
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestSQLArguments(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		args        []string
+		flags, rest []string
+	}{
+		{"statement then flags", []string{"SELECT 1", "--json", "--nats", "nats://x:4222"}, []string{"--json", "--nats", "nats://x:4222"}, []string{"SELECT 1"}},
+		{"a comment first", []string{"-- the leaderboard\nSELECT 1", "--csv"}, []string{"--csv"}, []string{"-- the leaderboard\nSELECT 1"}},
+		{"flags with =", []string{"--timeout=5s", "--max-rows=3", "SHOW TABLES"}, []string{"--timeout=5s", "--max-rows=3"}, []string{"SHOW TABLES"}},
+		{"stdin", []string{"-", "--tsv"}, []string{"--tsv"}, []string{"-"}},
+		{"after --", []string{"--json", "--", "--max-rows"}, []string{"--json"}, []string{"--max-rows"}},
+		{"a negative number", []string{"-1"}, nil, []string{"-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFlagSet("sql", io.Discard)
+			natsFlag(fs)
+			fs.Bool("json", false, "")
+			fs.Bool("csv", false, "")
+			fs.Bool("tsv", false, "")
+			fs.Int("max-rows", 0, "")
+			fs.Duration("timeout", 0, "")
+			flags, rest := splitStatement(fs, tc.args)
+			require.Equal(t, tc.flags, flags)
+			require.Equal(t, tc.rest, rest)
+		})
+	}
+}

@@ -115,7 +115,7 @@ func writeEventJSON(w io.Writer, msg jetstream.Msg, ev event.Event, derr error) 
 	if derr != nil {
 		out.Error = derr.Error()
 	} else {
-		out.Time, out.Type, out.ID, out.Source, out.Subject = ev.Time(), ev.Type(), ev.ID(), ev.Source(), ev.Subject()
+		out.Time, out.Type, out.ID, out.Source, out.Subject = ev.Time(), ev.Type(), ev.ID(), ev.Source(), subjectOf(ev)
 		if json.Valid(ev.Data()) {
 			out.Data = ev.Data()
 		}
