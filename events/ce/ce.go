@@ -321,39 +321,27 @@ func decodeStructured(data []byte) (event.Event, error) {
 	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '[' {
 		return event.Event{}, &DecodeError{ReasonMalformed, errors.New("structured mode: the body is a batch (a JSON array); the NATS binding has no batch mode, send one event per message")}
 	}
-	// The required attributes first, to tell a missing one from a
-	// malformed event; the SDK reads the whole event after.
-	var req struct {
-		SpecVersion *string         `json:"specversion"`
-		ID          json.RawMessage `json:"id"`
-		Source      json.RawMessage `json:"source"`
-		Type        json.RawMessage `json:"type"`
+	// The SDK reads the event (without validating it), so a missing
+	// attribute can be told from a malformed event below.
+	e := event.New(event.CloudEventsVersionV1)
+	if err := e.UnmarshalJSON(data); err != nil {
+		if missing := missingAttributes(data); len(missing) > 0 {
+			// An empty source fails the SDK's URI parse: it is missing.
+			return event.Event{}, &DecodeError{ReasonMissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
+		}
+		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("structured mode: the body is not a JSON event: %s", strings.TrimSpace(err.Error()))}
 	}
-	if err := json.Unmarshal(data, &req); err != nil {
-		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("structured mode: the body is not a JSON object: %w", err)}
-	}
-	if req.SpecVersion == nil || *req.SpecVersion == "" {
-		return event.Event{}, &DecodeError{ReasonMalformed, errors.New("structured mode: no specversion string in the event")}
-	}
-	if sv := *req.SpecVersion; sv != event.CloudEventsVersionV1 {
+	if sv := e.SpecVersion(); sv != event.CloudEventsVersionV1 {
 		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("spec version %q is not supported (want 1.0)", sv)}
 	}
 	var missing []string
-	for _, a := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"id", req.ID}, {"source", req.Source}, {"type", req.Type}} {
-		var v string
-		if len(a.raw) == 0 || string(a.raw) == "null" || (json.Unmarshal(a.raw, &v) == nil && v == "") {
+	for _, a := range []struct{ name, v string }{{"id", e.ID()}, {"source", e.Source()}, {"type", e.Type()}} {
+		if a.v == "" {
 			missing = append(missing, a.name)
 		}
 	}
 	if len(missing) > 0 {
 		return event.Event{}, &DecodeError{ReasonMissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
-	}
-	e := event.New(event.CloudEventsVersionV1)
-	if err := json.Unmarshal(data, &e); err != nil {
-		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("structured mode: %w", err)}
 	}
 	if len(e.Data()) > 0 && e.DataContentType() == "" {
 		// JSON data without a content type is JSON, as in binary mode.
@@ -363,6 +351,24 @@ func decodeStructured(data []byte) (event.Event, error) {
 		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("invalid attributes: %s", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))}
 	}
 	return e, nil
+}
+
+// missingAttributes names the required attributes (id, source, type)
+// that a JSON event lacks, holds as null or as an empty string; nil when
+// the body is no JSON object or has all three.
+func missingAttributes(data []byte) []string {
+	var req map[string]json.RawMessage
+	if json.Unmarshal(data, &req) != nil || req == nil {
+		return nil
+	}
+	var missing []string
+	for _, name := range []string{"id", "source", "type"} {
+		var v string
+		if raw, ok := req[name]; !ok || string(raw) == "null" || (json.Unmarshal(raw, &v) == nil && v == "") {
+			missing = append(missing, name)
+		}
+	}
+	return missing
 }
 
 // unquote undoes RFC 7230's quoting of a header value: a value that is a

@@ -300,9 +300,9 @@ func TestDecodeStructuredRefuses(t *testing.T) {
 		reason string
 		says   string
 	}{
-		{"not JSON", `not json`, ce.ReasonMalformed, "not a JSON object"},
+		{"not JSON", `not json`, ce.ReasonMalformed, "not a JSON event"},
 		{"a batch", `[{"specversion":"1.0","id":"x","source":"/s","type":"t"}]`, ce.ReasonMalformed, "batch"},
-		{"no specversion", `{"id":"x","source":"/s","type":"t"}`, ce.ReasonMalformed, "no specversion"},
+		{"no specversion", `{"id":"x","source":"/s","type":"t"}`, ce.ReasonMalformed, "specversion"},
 		{"spec version 0.3", `{"specversion":"0.3","id":"x","source":"/s","type":"t"}`, ce.ReasonMalformed, "0.3"},
 		{"missing id", `{"specversion":"1.0","source":"/s","type":"t"}`, ce.ReasonMissingAttribute, "id"},
 		{"empty source, null type", `{"specversion":"1.0","id":"x","source":"","type":null}`, ce.ReasonMissingAttribute, "source, type"},
