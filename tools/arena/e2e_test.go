@@ -32,9 +32,10 @@ import (
 	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
-// arenaBin is the arena binary the end-to-end tests run as real processes;
-// exampleDir holds the example campaign and bundles.
-var arenaBin, exampleDir string
+// arenaBin is the (light) arena binary the end-to-end tests run as real
+// processes, upBin the arena-up beside it; exampleDir holds the example
+// campaign and bundles.
+var arenaBin, upBin, exampleDir string
 
 // bundleDir is the folder of an example bundle.
 func bundleDir(name string) string { return filepath.Join(exampleDir, examples.SubmissionsDir, name) }
@@ -44,11 +45,19 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// The light arena, as participants build it, and beside it arena-up,
+	// which holds up and demo (and the embedded engine), as make build
+	// lays them out.
 	arenaBin = filepath.Join(dir, "arena")
 	out, err := exec.Command("go", "build", "-o", arenaBin, ".").CombinedOutput()
 	if err != nil {
 		os.Stderr.Write(out)
 		panic("build arena: " + err.Error())
+	}
+	upBin = filepath.Join(dir, "arena-up")
+	if out, err := exec.Command("go", "build", "-tags", "embedded", "-o", upBin, ".").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic("build arena-up: " + err.Error())
 	}
 	// The example campaign's engine is simengine, found beside the arena
 	// binary as make build lays them out.
@@ -95,8 +104,27 @@ func arena(t *testing.T, args ...string) result {
 type upProc struct {
 	cmd           *exec.Cmd
 	natsURL, http string
+	data          string
 	stderr        *bytes.Buffer
 	exited        chan struct{}
+	// out is what it printed on standard output.
+	outMu sync.Mutex
+	out   strings.Builder
+}
+
+// stdout is what arena up has printed on its standard output so far.
+func (p *upProc) stdout() string {
+	p.outMu.Lock()
+	defer p.outMu.Unlock()
+	return p.out.String()
+}
+
+// log is arena up's log file.
+func (p *upProc) log(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(p.data, "arena.log"))
+	require.NoError(t, err)
+	return string(b)
 }
 
 var upLine = regexp.MustCompile(`arena up: NATS (nats://\S+) · HTTP http://(\S+) ·`)
@@ -107,13 +135,16 @@ func startUp(t *testing.T, data string, extra ...string) *upProc {
 		"--campaigns", filepath.Join(exampleDir, examples.CampaignsDir)}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	p := &upProc{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	p := &upProc{cmd: cmd, data: data, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	require.NoError(t, cmd.Start())
 	lines := make(chan string, 16)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			p.outMu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			p.outMu.Unlock()
 			lines <- sc.Text()
 		}
 		close(lines)
@@ -413,7 +444,7 @@ func TestArenaEndToEnd(t *testing.T) {
 		require.Empty(t, ranges[2], "%s is staged whole, once", name)
 	}
 	require.True(t, sawToken(), "the repository was read with the operator's token")
-	require.Regexp(t, `runner\.job\.progress\s+\S+\s+staging \S+ \S+ of \S+ \S+ \(100%\)`, watchUntil(t, up.natsURL, `staging .*\(100%\)`))
+	require.Regexp(t, `runner\.job\.progress\s+\S+\s+staging \[#{20}\] \S+ \S+ of \S+ \S+ \(100%\)`, watchUntil(t, up.natsURL, `staging .*\(100%\)`))
 
 	// The score joins the three outcomes under lowb-score/v1; the dev
 	// split is never ranked. The leaderboard and history answer from
@@ -493,6 +524,31 @@ func TestArenaEndToEnd(t *testing.T) {
 	rh := arena(t, "history", "--rounds", "--nats", up.natsURL)
 	require.Equal(t, 0, rh.code, rh.stderr)
 	require.Regexp(t, `round-\S+\s+qwen3-tiny\s+pod-0\s+complete\s+15\s+2\s+0`, rh.stdout)
+	// Every SQL example of the README runs through arena sql on the
+	// embedded default, against this arena's data.
+	roundID := lastWord(rr.stdout)
+	require.True(t, strings.HasPrefix(roundID, "round-"), rr.stdout)
+	for _, stmt := range readmeSQL(t) {
+		stmt = strings.ReplaceAll(stmt, "'round-...'", "'"+roundID+"'")
+		res := arena(t, "sql", stmt, "--json", "--nats", up.natsURL)
+		require.Equal(t, 0, res.code, "%s\n%s", stmt, res.stderr)
+		var rep ctl.SQLReply
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &rep))
+		if !strings.Contains(stmt, "qualified = 1") { // the FP8 example's tier varies from run to run
+			require.NotEmpty(t, rep.Rows, "the README's example finds this arena's rows: %s", stmt)
+		}
+		require.Contains(t, rep.Engine, "chdb")
+	}
+	res = arena(t, "sql", "SELECT submission_id, score FROM scores FINAL WHERE submission_id = '"+id+"'", "--nats", up.natsURL)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Regexp(t, `submission_id\s+score\n-+\s+-+\n`+id+`\s+-?[0-9.e+-]+\n\(1 row, `, res.stdout)
+	res = arena(t, "sql", "SELECT count() FROM numbers(100000000000)", "--timeout", "1s", "--nats", up.natsURL)
+	require.Equal(t, exitFailed, res.code)
+	require.Contains(t, res.stderr, "sql_timeout: the query ran past its limit of 1s")
+	res = arena(t, "sql", "DROP TABLE scores", "--nats", up.natsURL)
+	require.Equal(t, exitFailed, res.code)
+	require.Contains(t, res.stderr, "sql_not_read_only: DROP is not read-only")
+
 	bad2 := arena(t, "round", "start", "--campaign", examples.TaskID, "--candidates", "0000000000000000", "--nats", up.natsURL)
 	require.Equal(t, exitFailed, bad2.code)
 	require.Contains(t, bad2.stderr, "round refused: candidate 0000000000000000: the arena has no submission 0000000000000000")
@@ -594,8 +650,21 @@ func TestArenaEndToEnd(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	nc.Close()
 
+	// arena up's terminal shows what a person follows, and its structured
+	// logs are in its data folder, not on the terminal.
+	term := up.stdout()
+	require.Contains(t, term, id+"  received: example-team · qwen3-tiny · dev")
+	require.Contains(t, term, id+"  contract   completed · reads W8A8KV8")
+	require.Regexp(t, id+`  runner     efficiency job completed \(`, term)
+	require.Contains(t, term, "submission "+id+"  ")
+	require.Regexp(t, `round-\S+  \[#+\.*\] \d+/15 `, term, "the round's steps with their bar")
+	require.Contains(t, term, "leaderboard of qwen3-tiny (lowb-score/v1")
+	require.NotContains(t, term, "level=")
+	require.NotContains(t, up.stderr.String(), "level=INFO")
+	require.Regexp(t, `level=INFO msg="HTTP API listening" service=gateway`, up.log(t))
+
 	// The operator's token is in no event, no record and no log line.
-	for what, text := range map[string]string{"events": allEvents(t, up.natsURL), "arena up's log": up.stderr.String(),
+	for what, text := range map[string]string{"events": allEvents(t, up.natsURL), "arena up's log": up.log(t),
 		"the record": arena(t, "show", refID, "--json", "--nats", up.natsURL).stdout} {
 		require.NotEmpty(t, text, what)
 		require.NotContains(t, text, token, what)
@@ -793,4 +862,34 @@ func allEvents(t *testing.T, natsURL string) string {
 		b.Write(m.Data())
 		b.WriteByte('\n')
 	}
+}
+
+// readmeSQL returns every statement of the README's ```sql blocks.
+func readmeSQL(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	var out []string
+	var cur strings.Builder
+	in := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		switch {
+		case !in && strings.TrimSpace(line) == "```sql":
+			in = true
+		case in && strings.TrimSpace(line) == "```":
+			in = false
+			if strings.TrimSpace(cur.String()) != "" {
+				out = append(out, cur.String())
+			}
+			cur.Reset()
+		case in:
+			cur.WriteString(line + "\n")
+			if strings.HasSuffix(strings.TrimSpace(line), ";") {
+				out = append(out, cur.String())
+				cur.Reset()
+			}
+		}
+	}
+	require.GreaterOrEqual(t, len(out), 5, "the README shows SQL")
+	return out
 }

@@ -44,6 +44,7 @@ func Run(t *testing.T, open Opener) {
 		{"BadDest", testBadDest},
 		{"Concurrent", testConcurrent},
 		{"Closed", testClosed},
+		{"Table", testTable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })
