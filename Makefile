@@ -55,13 +55,17 @@ deps-sandbox:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap python3 >/dev/null; \
 	fi
 
+# bin/arena is the light CLI (no embedded engine: it starts without
+# libchdb.so); bin/arena-up is the same command with -tags embedded, which
+# holds `arena up` and `arena demo` (bin/arena runs it for those two).
 build: deps-chdb
 	mkdir -p $(BIN)
-	cd tools/arena && go build -o $(BIN)/arena .
+	cd tools/arena && go build -o $(BIN)/arena . && go build -tags embedded -o $(BIN)/arena-up .
 	cd tools/simengine && go build -o $(BIN)/simengine .
 
 vet:
 	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go vet $$m"; (cd $$m && go vet ./...); done
+	@echo "go vet -tags embedded tools/arena"; cd tools/arena && go vet -tags embedded ./...
 
 # The clickhouse-go adapter must be tested against a real server, and the code
 # sandbox for real, on every run: LOWBARENA_REQUIRE_CLICKHOUSE=1 and

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"github.com/lowbarena/lowbarena/services/domain/audit"
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 )
@@ -31,7 +32,37 @@ type EfficiencyJobParams struct {
 	// BudgetFactor is the budget replay's allowance (1.02); 0 skips the
 	// replay.
 	BudgetFactor float64 `json:"budget_factor"`
+	// Audit asks for the audits' evidence beside the measurement (eval
+	// items mixed into the load, probes, a cache-defeating run, token
+	// counts); nil measures without it.
+	Audit *AuditJobParams `json:"audit,omitempty"`
 }
+
+// AuditJobParams say how an efficiency job gathers the audits' evidence.
+type AuditJobParams struct {
+	// Suite is the campaign's eval suite in the artifact store; SuiteKey
+	// names it (name@version/split).
+	Suite    BundleRef `json:"suite"`
+	SuiteKey string    `json:"suite_key"`
+	// Share and MinItems size the eval items mixed into the load: at
+	// least Share of the measured requests and at least MinItems.
+	Share    float64 `json:"share"`
+	MinItems int     `json:"min_items"`
+	// Probes is how many items of the fixed probe set the engine answers
+	// first, one at a time.
+	Probes int `json:"probes"`
+}
+
+// The audits' evidence: the domain core's types (services/domain/audit),
+// carried in an efficiency job's result.
+type (
+	AuditEvidence = audit.Evidence
+	AuditAnswer   = audit.Answer
+	TokenCount    = audit.TokenCount
+	TokenRequest  = record.TokenRequest
+	CacheRuns     = audit.CacheRuns
+	RunTimes      = audit.RunTimes
+)
 
 // WorkloadRun is one workload on one engine.
 type WorkloadRun struct {
@@ -52,6 +83,9 @@ type WorkloadRun struct {
 	Tokens  int     `json:"output_tokens"`
 	// Peak is the memory breakdown at the workload's peak.
 	Peak record.PeakMemory `json:"peak"`
+	// Audit items mixed into the workload (they count in its figures:
+	// the engine cannot tell them apart).
+	AuditItems int `json:"audit_items,omitempty"`
 }
 
 // EngineRun is what one engine start measured.
@@ -64,6 +98,9 @@ type EngineRun struct {
 	Simulated     bool    `json:"simulated"`
 	// Seconds is the engine's wall time, start to stop.
 	Seconds float64 `json:"seconds"`
+	// Audit is the audits' evidence of the candidate's run; nil for a
+	// run that gathered none.
+	Audit *AuditEvidence `json:"audit,omitempty"`
 }
 
 // EfficiencyJobResult is the result of an efficiency job

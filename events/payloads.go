@@ -153,6 +153,10 @@ type EfficiencyCompletedData struct {
 	// limited to a hard cap of ..."), empty when every budget held; the
 	// score disqualifies with it.
 	BudgetReason string `json:"budget_reason,omitempty"`
+	// AuditReason is the first failed audit's code and sentence ("audit
+	// answer_cache_suspected: ..."), empty when no audit failed; the
+	// score disqualifies with it. The audits are in Engine.Audit.
+	AuditReason string `json:"audit_reason,omitempty"`
 	// Pod is where the submission and its reference were measured.
 	Pod string `json:"pod,omitempty"`
 	// BundleDigest is the bundle that was served.

@@ -146,8 +146,10 @@ func SubjectOf(e event.Event) (string, error) {
 }
 
 // Publish validates e (CloudEvents attributes, size, and data against the
-// type's JSON Schema), injects the caller's trace context, and publishes it
-// with Nats-Msg-Id = e.ID(). A publish of an id the stream has seen within
+// type's JSON Schema), sets its dataschema to that schema's URI when it has
+// none, injects the caller's trace context, and publishes it with
+// Nats-Msg-Id = e.ID(), in binary mode unless ctx asks for structured
+// (ce.WithMode; a handler's context carries the mode of its event). A publish of an id the stream has seen within
 // its duplicate window is acknowledged with Duplicate set and stores
 // nothing: that is what makes handler retries safe.
 func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, error) {
@@ -169,7 +171,12 @@ func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, er
 		trace.WithAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(subject),
 			semconv.MessagingMessageID(e.ID()), attribute.String("cloudevents.event_subject", e.Subject())))
 	defer span.End()
-	msg, err := ce.Encode(e)
+	// dataschema names the JSON Schema the data was just validated
+	// against; the gateway serves it at the same path (/schemas/...).
+	if e.DataSchema() == "" {
+		e.SetDataSchema(schemas.EventSchemaURI(e.Type()))
+	}
+	msg, err := ce.EncodeMode(e, ce.ModeFrom(ctx))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		return nil, err

@@ -230,6 +230,11 @@ func (b *Bus) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream
 // handlers see the cancelled context and usually ask for a retry, which
 // returns them to the server at once), and Consume returns after the last.
 //
+// A message is a CloudEvent in binary or structured mode (see package ce);
+// an event without a subject takes the one its data names
+// (events.SubjectFromData), and the handler's context carries the event's
+// mode, so Publish answers in it.
+//
 // Ack semantics, per message:
 //   - oversized data, a message that is not a valid CloudEvent, an unknown
 //     type or data that fails its schema: dead-lettered at once (Term), the
@@ -283,13 +288,10 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		b.log.Error("message without JetStream metadata", "consumer", cfg.Name, "subject", m.Subject(), "err", err)
 		return Retry(0, err)
 	}
-	// The type label comes from an untrusted header: only known types are
+	// The type label comes from an untrusted message: only known types are
 	// used as metric attributes, so garbage cannot grow the metric's
-	// cardinality without bound.
-	typ := m.Headers().Get(ce.HeaderType)
-	if _, known := events.Lookup(events.Type(typ)); !known {
-		typ = "unknown"
-	}
+	// cardinality without bound. It is set once the event decodes.
+	typ := "unknown"
 	record := func(outcome string) {
 		attrs := metric.WithAttributes(attribute.String("consumer", cfg.Name), attribute.String("type", typ), attribute.String("outcome", outcome))
 		b.consumed.Add(settle, 1, attrs)
@@ -316,17 +318,29 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 	if _, ok := events.Lookup(events.Type(ev.Type())); !ok {
 		return poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
 	}
+	typ = ev.Type()
 	if err := b.validator.Validate(ev.Type(), ev.Data()); err != nil {
 		if errors.Is(err, schemas.ErrUnknownType) {
 			return poison(ReasonUnknownType, err)
 		}
 		return poison(ReasonSchemaInvalid, err)
 	}
+	// subject is OPTIONAL in CloudEvents: an event published without it
+	// (by a client outside the arena) gets the id its data names, the
+	// subject the arena's own publishers set, so every handler sees one.
+	if ev.Subject() == "" {
+		if s, ok := events.SubjectFromData(events.Type(ev.Type()), ev.Data()); ok {
+			ev.SetSubject(s)
+		}
+	}
 	if meta.NumDelivered > uint64(cfg.MaxDeliver) {
 		return poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
 	}
 
 	hctx := b.prop.Extract(ctx, observability.HeaderCarrier(m.Headers()))
+	// What the handler publishes answers in the mode this event came in:
+	// a client that speaks structured mode only reads what follows.
+	hctx = ce.WithMode(hctx, ce.Detect(m.Headers(), m.Data()))
 	hctx, span := b.tracer.Start(hctx, "process "+ev.Type(), trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(m.Subject()),
 			semconv.MessagingMessageID(ev.ID()), semconv.MessagingConsumerGroupName(cfg.Name),

@@ -1,6 +1,7 @@
 package ce_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -207,4 +208,176 @@ func TestDecodeMalformed(t *testing.T) {
 			require.NotNil(t, errors.Unwrap(err))
 		})
 	}
+}
+
+func TestStructuredRoundTrip(t *testing.T) {
+	at := time.Date(2026, 10, 13, 7, 46, 19, 123456789, time.UTC)
+	cases := []struct {
+		name string
+		make func(t *testing.T) event.Event
+	}{
+		{"JSON data", func(t *testing.T) event.Event {
+			e := newEvent(t, "id-s1", "/participants/example-team", "dev.lowbarena.submission.received.v1")
+			e.SetSubject("b0c4e95f426f48e2")
+			e.SetTime(at)
+			e.SetDataSchema("https://lowbarena.dev/schemas/events/dev.lowbarena.submission.received.v1.json")
+			require.NoError(t, e.SetData(event.ApplicationJSON, []byte(`{"submission_id":"b0c4e95f426f48e2","n":1}`)))
+			return e
+		}},
+		{"text data travels as data_base64", func(t *testing.T) event.Event {
+			e := newEvent(t, `a b"c%d`, "/lowbarena/gateway", "dev.lowbarena.build.started.v1")
+			require.NoError(t, e.SetData("text/plain; charset=utf-8", []byte("héllo")))
+			return e
+		}},
+		{"no data", func(t *testing.T) event.Event {
+			return newEvent(t, "id-s3", "/lowbarena/x", "dev.lowbarena.build.started.v1")
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.make(t)
+			msg, err := ce.EncodeMode(in, ce.Structured)
+			require.NoError(t, err)
+			require.Equal(t, ce.ContentTypeStructured, msg.Header.Get("Content-Type"))
+			for k := range msg.Header {
+				require.False(t, len(k) > 3 && k[:3] == "ce-", "structured mode carries no ce-* header, got %s", k)
+			}
+			require.NotEmpty(t, msg.Header.Get(ce.HeaderMsgID), "JetStream still deduplicates by the id")
+			require.Equal(t, ce.Structured, ce.Detect(msg.Header, msg.Data))
+
+			out, err := ce.Decode(msg.Header, msg.Data)
+			require.NoError(t, err)
+			require.Equal(t, in.ID(), out.ID())
+			require.Equal(t, in.Source(), out.Source())
+			require.Equal(t, in.Type(), out.Type())
+			require.Equal(t, in.Subject(), out.Subject())
+			require.Equal(t, in.DataSchema(), out.DataSchema())
+			require.True(t, in.Time().Equal(out.Time()))
+			require.Equal(t, in.DataContentType(), out.DataContentType())
+			if len(in.Data()) > 0 && in.DataContentType() == event.ApplicationJSON {
+				require.JSONEq(t, string(in.Data()), string(out.Data()))
+			} else {
+				require.Equal(t, in.Data(), out.Data())
+			}
+		})
+	}
+}
+
+// TestDetect follows the binding's rule (section 3): a Content-Type that
+// starts with application/cloudevents is structured, ce-* headers are
+// binary, and a message without headers whose body is an event (what the
+// CloudEvents Go SDK's plain NATS binding sends) is structured.
+func TestDetect(t *testing.T) {
+	event := []byte(`{"specversion":"1.0","id":"x","source":"/s","type":"t"}`)
+	cases := []struct {
+		name string
+		h    nats.Header
+		body []byte
+		want ce.Mode
+	}{
+		{"content type", nats.Header{"Content-Type": {"application/cloudevents+json"}}, event, ce.Structured},
+		{"content type in other case, with parameters", nats.Header{"content-type": {"Application/CloudEvents+JSON; charset=utf-8"}}, event, ce.Structured},
+		{"quoted content type", nats.Header{"Content-Type": {`"application/cloudevents+json"`}}, event, ce.Structured},
+		{"no header, an event in the body", nil, event, ce.Structured},
+		{"no header, an event after whitespace", nil, append([]byte("\n  "), event...), ce.Structured},
+		{"ce headers", nats.Header{"ce-specversion": {"1.0"}}, event, ce.Binary},
+		{"ce headers beside a JSON content type", nats.Header{"ce-specversion": {"1.0"}, "Content-Type": {"application/json"}}, []byte(`{}`), ce.Binary},
+		{"no header, JSON without specversion", nil, []byte(`{"id":"x"}`), ce.Binary},
+		{"no header, not JSON", nil, []byte("hello"), ce.Binary},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, ce.Detect(tc.h, tc.body))
+		})
+	}
+}
+
+func TestDecodeStructuredRefuses(t *testing.T) {
+	h := nats.Header{"Content-Type": {ce.ContentTypeStructured}}
+	cases := []struct {
+		name   string
+		body   string
+		reason string
+		says   string
+	}{
+		{"not JSON", `not json`, ce.ReasonMalformed, "not a JSON event"},
+		{"a batch", `[{"specversion":"1.0","id":"x","source":"/s","type":"t"}]`, ce.ReasonMalformed, "batch"},
+		{"no specversion", `{"id":"x","source":"/s","type":"t"}`, ce.ReasonMalformed, "specversion"},
+		{"spec version 0.3", `{"specversion":"0.3","id":"x","source":"/s","type":"t"}`, ce.ReasonMalformed, "0.3"},
+		{"missing id", `{"specversion":"1.0","source":"/s","type":"t"}`, ce.ReasonMissingAttribute, "id"},
+		{"empty source, null type", `{"specversion":"1.0","id":"x","source":"","type":null}`, ce.ReasonMissingAttribute, "source, type"},
+		{"time not RFC 3339", `{"specversion":"1.0","id":"x","source":"/s","type":"t","time":"yesterday"}`, ce.ReasonMalformed, "time"},
+		{"bad extension name", `{"specversion":"1.0","id":"x","source":"/s","type":"t","bad_name":"v"}`, ce.ReasonMalformed, "attribute names"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ce.Decode(h, []byte(tc.body))
+			var de *ce.DecodeError
+			require.True(t, errors.As(err, &de), "a DecodeError: %v", err)
+			require.Equal(t, tc.reason, de.Reason, "%v", err)
+			require.Contains(t, err.Error(), tc.says)
+		})
+	}
+}
+
+// TestDecodeUnquotes reads header values as the binding requires: a
+// double-quoted value (RFC 7230 section 3.2.6) is unquoted, backslash
+// escapes included, before one round of percent-decoding.
+func TestDecodeUnquotes(t *testing.T) {
+	base := func() nats.Header {
+		return nats.Header{"ce-specversion": {`"1.0"`}, "ce-id": {`"id 1"`}, "ce-source": {`"/participants/example-team"`},
+			"ce-type": {"dev.lowbarena.submission.received.v1"}}
+	}
+	cases := []struct {
+		name, value, want string
+	}{
+		{"plain", "b0c4e95f426f48e2", "b0c4e95f426f48e2"},
+		{"quoted", `"b0c4e95f426f48e2"`, "b0c4e95f426f48e2"},
+		{"quoted with whitespace around", ` "abc" `, "abc"},
+		{"quoted with a space inside", `"a b"`, "a b"},
+		{"backslash escapes", `"a\"b\\c"`, `a"b\c`},
+		{"quoted, then percent-decoded once", `"r%C3%A9sum%C3%A9%2541"`, "résumé%41"},
+		{"a quote inside an unquoted value stays", `a"b`, `a"b`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := base()
+			h.Set("ce-subject", tc.value)
+			e, err := ce.Decode(h, nil)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, e.Subject())
+			require.Equal(t, "id 1", e.ID())
+			require.Equal(t, "/participants/example-team", e.Source())
+		})
+	}
+	for _, bad := range []string{`"abc`, `"abc"def`, `"abc\`} {
+		t.Run("refused "+bad, func(t *testing.T) {
+			h := base()
+			h.Set("ce-subject", bad)
+			_, err := ce.Decode(h, nil)
+			var de *ce.DecodeError
+			require.True(t, errors.As(err, &de), "%v", err)
+			require.Equal(t, ce.ReasonMalformed, de.Reason)
+			require.Contains(t, err.Error(), "ce-subject")
+		})
+	}
+}
+
+func TestBinaryTakesTheMessageContentType(t *testing.T) {
+	h := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"x"}, "ce-source": {"/s"}, "ce-type": {"t"}, "Content-Type": {"text/plain"}}
+	e, err := ce.Decode(h, []byte("hi"))
+	require.NoError(t, err)
+	require.Equal(t, "text/plain", e.DataContentType())
+	h.Set("ce-datacontenttype", "application/json")
+	e, err = ce.Decode(h, []byte("{}"))
+	require.NoError(t, err)
+	require.Equal(t, "application/json", e.DataContentType(), "ce-datacontenttype wins")
+}
+
+func TestModeInContext(t *testing.T) {
+	ctx := context.Background()
+	require.Equal(t, ce.Binary, ce.ModeFrom(ctx))
+	require.Equal(t, ce.Structured, ce.ModeFrom(ce.WithMode(ctx, ce.Structured)))
+	require.Equal(t, "structured", ce.Structured.String())
+	require.Equal(t, "binary", ce.Binary.String())
 }

@@ -1,7 +1,8 @@
 // Package ctl is the arena's request and reply vocabulary beside its event
 // catalogue: the subjects, request and reply types of the services'
 // nats.go/micro endpoints (score's leaderboard, history, rescore and
-// standing; round's start and list), a typed endpoint helper for the
+// standing; round's start and list; query's read-only SQL), a typed
+// endpoint helper for the
 // services and a typed client for the CLI and for other services.
 //
 // Requests are core NATS request-reply, outside every stream. Each service
@@ -40,7 +41,41 @@ const (
 
 	SubjectRoundStart = "lowbarena.ctl.round.start"
 	SubjectRoundList  = "lowbarena.ctl.round.list"
+
+	// ServiceQuery answers read-only SQL on the store (`arena sql`).
+	ServiceQuery = "query"
+	SubjectSQL   = "lowbarena.ctl.sql"
 )
+
+// SQLRequest is `arena sql`: one read-only statement and its limits (zero:
+// the service's defaults).
+type SQLRequest struct {
+	SQL            string `json:"sql"`
+	MaxRows        int    `json:"max_rows,omitempty"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty"`
+}
+
+// SQLColumn is one column of an SQLReply: its name and ClickHouse type.
+type SQLColumn struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// SQLReply is a statement's answer: its kind (select, show, describe,
+// explain), the columns and each row's values as ClickHouse's JSON writes
+// them (numbers unquoted, 64-bit integers too; dates, NaN and infinities
+// as strings). Truncated says the rows stop at a limit ("rows": MaxRows;
+// "bytes": the size of one answer), "" when they are the whole result.
+type SQLReply struct {
+	Kind           string              `json:"kind"`
+	Columns        []SQLColumn         `json:"columns"`
+	Rows           [][]json.RawMessage `json:"rows"`
+	Truncated      string              `json:"truncated,omitempty"`
+	MaxRows        int                 `json:"max_rows"`
+	TimeoutSeconds int                 `json:"timeout_seconds"`
+	ElapsedMs      float64             `json:"elapsed_ms"`
+	Engine         string              `json:"engine"`
+}
 
 // Query asks the score service for scores: the leaderboard, history or a
 // rescore.
@@ -106,6 +141,12 @@ type Standing struct {
 	// outcome is in; Failed is the reason it could not be scored.
 	Score  *record.Score `json:"score,omitempty"`
 	Failed string        `json:"failed,omitempty"`
+	// AuditVerdict is the verdict of the engine's audits once the
+	// efficiency outcome is in (pass, fail, skipped); AuditReason the
+	// failed audit's code. A failed audit leaves Score unqualified with
+	// the audit's sentence as its reason, in rounds too.
+	AuditVerdict string `json:"audit_verdict,omitempty"`
+	AuditReason  string `json:"audit_reason,omitempty"`
 }
 
 // StartRequest is `arena round start`.
@@ -154,9 +195,15 @@ const (
 	CodeInternal    = "500"
 )
 
-// Error is a refused request: a code and a sentence for people.
+// HeaderReason carries a refusal's stable snake_case reason (for example
+// sql_not_read_only) beside micro's numeric code, when it has one.
+const HeaderReason = "Lowbarena-Reason"
+
+// Error is a refused request: a code, a sentence for people and, when the
+// service gives one, a stable snake_case reason.
 type Error struct {
 	Code    string
+	Reason  string
 	Message string
 }
 
@@ -165,6 +212,11 @@ func (e *Error) Error() string { return e.Message }
 // Refuse returns a refusal with code and a sentence.
 func Refuse(code, format string, args ...any) error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// RefuseWith returns a refusal with code, a stable reason and a sentence.
+func RefuseWith(code, reason, format string, args ...any) error {
+	return &Error{Code: code, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
 // Endpoint adds a JSON endpoint named name on subject to svc: the request
@@ -187,11 +239,15 @@ func Endpoint[Req, Rep any](ctx context.Context, svc micro.Service, name, subjec
 		rep, err := fn(rctx, req)
 		if err != nil {
 			code := CodeInternal
+			var opts []micro.RespondOpt
 			var e *Error
 			if errors.As(err, &e) {
 				code = e.Code
+				if e.Reason != "" {
+					opts = append(opts, micro.WithHeaders(micro.Headers{HeaderReason: {e.Reason}}))
+				}
 			}
-			_ = r.Error(code, err.Error(), nil)
+			_ = r.Error(code, err.Error(), nil, opts...)
 			return
 		}
 		if err := r.RespondJSON(rep); err != nil {
@@ -228,7 +284,7 @@ func Call[Rep any](ctx context.Context, nc *nats.Conn, subject string, req any) 
 		if _, err := strconv.Atoi(code); err != nil {
 			code = CodeInternal
 		}
-		return rep, &Error{Code: code, Message: desc}
+		return rep, &Error{Code: code, Reason: msg.Header.Get(HeaderReason), Message: desc}
 	}
 	if err := json.Unmarshal(msg.Data, &rep); err != nil {
 		return rep, fmt.Errorf("ctl: decode the reply of %s: %w", subject, err)

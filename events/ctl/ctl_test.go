@@ -37,6 +37,8 @@ func TestEndpointAndCall(t *testing.T) {
 			return echoRep{}, ctl.Refuse(ctl.CodeBadRequest, "a name is required")
 		case "boom":
 			return echoRep{}, errors.New("the store does not answer")
+		case "write":
+			return echoRep{}, ctl.RefuseWith(ctl.CodeBadRequest, "sql_not_read_only", "INSERT is not read-only")
 		}
 		return echoRep{Hello: r.Name}, nil
 	}))
@@ -50,6 +52,13 @@ func TestEndpointAndCall(t *testing.T) {
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, ctl.CodeBadRequest, e.Code)
 	require.Equal(t, "a name is required", e.Message)
+	require.Empty(t, e.Reason)
+
+	_, err = ctl.Call[echoRep](ctx, nc, "test.hello", echoReq{Name: "write"})
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, ctl.CodeBadRequest, e.Code)
+	require.Equal(t, "sql_not_read_only", e.Reason, "the stable reason travels beside micro's code")
+	require.Equal(t, "INSERT is not read-only", e.Message)
 
 	_, err = ctl.Call[echoRep](ctx, nc, "test.hello", echoReq{Name: "boom"})
 	require.ErrorAs(t, err, &e)

@@ -79,6 +79,24 @@ type QualityItem struct {
 // TableName implements Row.
 func (QualityItem) TableName() string { return "quality_items" }
 
+// QualityAnswer is the text of one graded sample (table quality_answers),
+// which the engine audits compare with its answers under load.
+type QualityAnswer struct {
+	TsMs         uint64  `ch:"ts_ms" json:"ts_ms"`
+	Campaign     string  `ch:"campaign" json:"campaign"`
+	SuiteVersion string  `ch:"suite_version" json:"suite_version"`
+	SubmissionID string  `ch:"submission_id" json:"submission_id"`
+	Role         string  `ch:"role" json:"role"`
+	ItemID       string  `ch:"item_id" json:"item_id"`
+	Sample       uint32  `ch:"sample" json:"sample"`
+	Score        float64 `ch:"score" json:"score"`
+	OutputTokens uint32  `ch:"output_tokens" json:"output_tokens"`
+	Answer       string  `ch:"answer" json:"answer"`
+}
+
+// TableName implements Row.
+func (QualityAnswer) TableName() string { return "quality_answers" }
+
 // StageResult is the outcome of one pipeline stage for one submission (table
 // stage_results). Payload is the JSON of the event that ended the stage.
 type StageResult struct {

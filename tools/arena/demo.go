@@ -1,27 +1,26 @@
+//go:build embedded
+
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/ce"
 	"github.com/lowbarena/lowbarena/events/ctl"
 	"github.com/lowbarena/lowbarena/services/domain/examples"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // cmdDemo is what `make run` does: start the arena, submit the bundled
-// examples, wait until every stage that a running service handles has
-// ended for each, print the records, and keep serving (unless --exit) so
-// that `arena watch` and `arena show` can be used from another terminal.
+// examples, print each one's stages and record as they end (the
+// follower), run a round on those that kept their contracts, print the
+// leaderboard, and keep serving (unless --exit) so that `arena watch` and
+// `arena show` can be used from another terminal.
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", stderr)
 	var o upOptions
@@ -48,13 +47,25 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		fmt.Fprintf(stdout, "wrote %d example bundles and their campaign to %s\n", len(exs), dir)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	a, err := startArena(runCtx, o, stderr)
+	logOut, logWhere, closeLog, err := logDestination(o.data, o.logFormat, stderr)
 	if err != nil {
 		return err
 	}
-	err = demo(runCtx, a, bundles, *timeout, stdout, stderr)
+	defer closeLog()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	a, err := startArena(runCtx, o, logOut)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "arena up: NATS %s · HTTP http://%s · logs %s\n", a.natsURL, a.httpAddr, logWhere)
+	f := newFollower(a.natsURL, a.stages, stdout)
+	go func() {
+		if err := f.run(runCtx); err != nil {
+			a.log.Warn("the terminal's follower stopped", "err", err)
+		}
+	}()
+	err = demo(runCtx, a, f, bundles, *timeout, stdout, stderr)
 	if err != nil || *exit {
 		stop()
 		if werr := a.wait(); err == nil {
@@ -69,30 +80,30 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		// sends; the page keeps it in the tab's session storage.
 		fmt.Fprintf(stdout, "live page with every submission, as this demo's operator: http://%s/#token=%s\n", a.httpAddr, tok)
 	}
-	fmt.Fprintf(stdout, "in another terminal: arena watch --all · arena show ID --json (Ctrl-C stops)\n")
+	fmt.Fprintf(stdout, "in another terminal: arena watch --all · arena show ID --json · arena sql \"SHOW TABLES\" (Ctrl-C stops)\n")
 	return a.wait()
 }
 
-func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Duration, stdout, stderr io.Writer) error {
+func demo(ctx context.Context, a *arenaProc, f *follower, bundles []string, timeout time.Duration, stdout, stderr io.Writer) error {
+	select {
+	case <-f.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("demo: the terminal's follower did not start (see %s)", LogFile)
+	}
 	c, err := a.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.close()
 	fmt.Fprintf(stdout, "stages served by this arena: %s\n", servedLine(a.stages))
-	// GPU jobs take a while: show the runners' progress as it happens.
-	sub, err := c.nc.Subscribe(events.SubjectRootArena+".runner.job.>", func(m *nats.Msg) {
-		fmt.Fprintln(stdout, jobLine(m))
-	})
-	if err == nil {
-		defer func() { _ = sub.Unsubscribe() }()
-	}
 	ids := make([]string, len(bundles))
 	for i, dir := range bundles {
 		if ids[i], err = submitDir(ctx, c, dir, stderr); err != nil {
 			return fmt.Errorf("submit %s: %w", dir, err)
 		}
-		fmt.Fprintf(stdout, "submitted %s as %s\n", dir, ids[i])
+		f.t.Printf("submitted %s as %s", dir, ids[i])
 	}
 	recs := make([]*record.Submission, len(ids))
 	for i, id := range ids {
@@ -101,8 +112,7 @@ func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Dura
 			return err
 		}
 		recs[i] = rec
-		fmt.Fprintf(stdout, "\n%s\n", bundles[i])
-		renderRecord(stdout, rec)
+		f.record(rec) // printed here unless the follower already did
 	}
 	// A round on the entries that kept their contracts: the leader of the
 	// campaign comes out of it.
@@ -113,73 +123,29 @@ func demo(ctx context.Context, a *arenaProc, bundles []string, timeout time.Dura
 			entrants, camp = append(entrants, id), recs[i].TaskID
 		}
 	}
-	if len(entrants) > 0 && slices.Contains(a.stages, "score") {
-		rid, err := startRound(ctx, a.natsURL, ctl.StartRequest{Campaign: camp, Candidates: entrants})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "\nround %s on %d candidates:\n", rid, len(entrants))
-		if err := cmdWatch(ctx, []string{"--round", rid, "--nats", a.natsURL}, stdout, io.Discard); err != nil {
-			return err
-		}
+	if len(entrants) == 0 || !slices.Contains(a.stages, "score") {
+		f.leaderboard(ctx, "")
+		return nil
 	}
-	if slices.Contains(a.stages, "score") {
-		rows, err := ask(ctx, a.natsURL, ctl.SubjectLeaderboard, ctl.Query{}, 30*time.Second)
-		if err != nil {
-			return fmt.Errorf("leaderboard: %w", err)
-		}
-		fmt.Fprintf(stdout, "\nleaderboard (lowb-score/v1; dev submissions are never ranked):\n")
-		if err := printRows(stdout, rows, false); err != nil {
-			return err
-		}
+	rid, err := startRound(ctx, a.natsURL, ctl.StartRequest{Campaign: camp, Candidates: entrants})
+	if err != nil {
+		return err
 	}
-	return nil
-}
-
-// settled reports whether a record has gone as far as this arena can take
-// it: it ended, or every stage a running service handles has ended.
-func settled(r *record.Submission, served []string) bool {
-	if r.Status != record.StatusRunning {
-		return true
-	}
-	for _, s := range r.Stages {
-		if slices.Contains(served, s.Name) && (s.Status == record.StatusPending || s.Status == record.StatusRunning) {
-			return false
+	f.t.Printf("\nround %s on %d candidates:", rid, len(entrants))
+	// The follower prints the steps, the result and the leaderboard.
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ended := <-f.roundEnded:
+			if ended == rid {
+				return nil
+			}
+		case <-deadline:
+			return fmt.Errorf("round %s did not end within %s (arena watch --round %s follows it)", rid, timeout, rid)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	return true
-}
-
-// jobLine is one line of runner progress for people, from a runner.job
-// event (its data is the payload; its type is a header).
-func jobLine(m *nats.Msg) string {
-	var d struct {
-		JobID        string  `json:"job_id"`
-		SubmissionID string  `json:"submission_id"`
-		Phase        string  `json:"phase"`
-		Done         int     `json:"done"`
-		Total        int     `json:"total"`
-		Unit         string  `json:"unit"`
-		Reason       string  `json:"reason"`
-		GPUHours     float64 `json:"gpu_hours"`
-		GPU          string  `json:"gpu"`
-	}
-	_ = json.Unmarshal(m.Data, &d)
-	at := time.Now().Format("15:04:05")
-	switch events.Type(m.Header.Get(ce.HeaderType)) {
-	case events.RunnerJobStarted:
-		return fmt.Sprintf("  %s  runner  %s started for %s on %s", at, d.JobID, d.SubmissionID, d.GPU)
-	case events.RunnerJobProgress:
-		if d.Unit == events.UnitBytes {
-			return fmt.Sprintf("  %s  runner  %s %s", at, d.JobID, progressText(d.Phase, d.Done, d.Total, d.Unit))
-		}
-		return fmt.Sprintf("  %s  runner  %s %-28s [%d/%d workloads]", at, d.JobID, d.Phase, d.Done, d.Total)
-	case events.RunnerJobCompleted:
-		return fmt.Sprintf("  %s  runner  %s completed (%.4f GPU-hours)", at, d.JobID, d.GPUHours)
-	case events.RunnerJobFailed:
-		return fmt.Sprintf("  %s  runner  %s FAILED: %s", at, d.JobID, d.Reason)
-	}
-	return fmt.Sprintf("  %s  runner  %s", at, m.Subject)
 }
 
 func servedLine(stages []string) string {

@@ -33,9 +33,10 @@ import (
 	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
-// arenaBin is the arena binary the end-to-end tests run as real processes;
-// exampleDir holds the example campaign and bundles.
-var arenaBin, exampleDir string
+// arenaBin is the (light) arena binary the end-to-end tests run as real
+// processes, upBin the arena-up beside it; exampleDir holds the example
+// campaign and bundles.
+var arenaBin, upBin, exampleDir string
 
 // bundleDir is the folder of an example bundle.
 func bundleDir(name string) string { return filepath.Join(exampleDir, examples.SubmissionsDir, name) }
@@ -45,11 +46,19 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// The light arena, as participants build it, and beside it arena-up,
+	// which holds up and demo (and the embedded engine), as make build
+	// lays them out.
 	arenaBin = filepath.Join(dir, "arena")
 	out, err := exec.Command("go", "build", "-o", arenaBin, ".").CombinedOutput()
 	if err != nil {
 		os.Stderr.Write(out)
 		panic("build arena: " + err.Error())
+	}
+	upBin = filepath.Join(dir, "arena-up")
+	if out, err := exec.Command("go", "build", "-tags", "embedded", "-o", upBin, ".").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic("build arena-up: " + err.Error())
 	}
 	// The example campaign's engine is simengine, found beside the arena
 	// binary as make build lays them out.
@@ -96,8 +105,27 @@ func arena(t *testing.T, args ...string) result {
 type upProc struct {
 	cmd           *exec.Cmd
 	natsURL, http string
+	data          string
 	stderr        *bytes.Buffer
 	exited        chan struct{}
+	// out is what it printed on standard output.
+	outMu sync.Mutex
+	out   strings.Builder
+}
+
+// stdout is what arena up has printed on its standard output so far.
+func (p *upProc) stdout() string {
+	p.outMu.Lock()
+	defer p.outMu.Unlock()
+	return p.out.String()
+}
+
+// log is arena up's log file.
+func (p *upProc) log(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(p.data, "arena.log"))
+	require.NoError(t, err)
+	return string(b)
 }
 
 var upLine = regexp.MustCompile(`arena up: NATS (nats://\S+) · HTTP http://(\S+) ·`)
@@ -108,13 +136,16 @@ func startUp(t *testing.T, data string, extra ...string) *upProc {
 		"--campaigns", filepath.Join(exampleDir, examples.CampaignsDir)}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	p := &upProc{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	p := &upProc{cmd: cmd, data: data, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	require.NoError(t, cmd.Start())
 	lines := make(chan string, 16)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			p.outMu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			p.outMu.Unlock()
 			lines <- sc.Text()
 		}
 		close(lines)
@@ -267,6 +298,13 @@ func TestArenaEndToEnd(t *testing.T) {
 	refID := lastWord(r.stdout)
 	require.True(t, events.ValidID(refID), "submit printed %q", r.stdout)
 
+	// A cheat: the FP8 checkpoint (its contract holds) with an engine
+	// patch that takes a damaged fast path under load.
+	r = arena(t, "submit", bundleDir("engine-fast-path"), "--nats", up.natsURL)
+	require.Equal(t, 0, r.code, r.stderr)
+	cheatID := lastWord(r.stdout)
+	require.True(t, events.ValidID(cheatID), "submit printed %q", r.stdout)
+
 	// Build and contract run; the later stages are not served yet.
 	var rec record.Submission
 	var raw map[string]any
@@ -333,6 +371,25 @@ func TestArenaEndToEnd(t *testing.T) {
 	}
 	require.Greater(t, rec.Result.Efficiency["serve"], rec.Result.AnchorEfficiency["serve"])
 	require.Equal(t, "fp8", rec.Result.Engine.Startup.KVCacheDType)
+	// The honest engine passes every audit: its answers to the eval items
+	// mixed into the load are the quality job's, its tokens re-tokenise
+	// to what it claims, repeats are no faster, its probes agree.
+	au := rec.Result.Engine.Audit
+	require.NotNil(t, au)
+	require.Equal(t, record.VerdictPass, au.Verdict, au.Message)
+	require.Equal(t, "fp8", au.KVCacheDTypeEngine)
+	require.Equal(t, record.VerdictPass, au.ServedModel.Verdict, au.ServedModel.Message)
+	require.Equal(t, au.ServedModel.Probes, au.ServedModel.Agreed)
+	require.Equal(t, record.VerdictPass, au.TokenHonesty.Verdict, au.TokenHonesty.Message)
+	require.Equal(t, au.TokenHonesty.Claimed, au.TokenHonesty.Retokenized)
+	require.Equal(t, record.VerdictPass, au.AnswerCache.Verdict, au.AnswerCache.Message)
+	require.Equal(t, record.VerdictPass, au.AccuracyUnderLoad.Verdict, au.AccuracyUnderLoad.Message)
+	require.GreaterOrEqual(t, au.AccuracyUnderLoad.Compared, 64)
+	require.Equal(t, 1.0, au.AccuracyUnderLoad.Agreement)
+	for k, want := range map[string]string{"token_honesty": "TEST06", "answer_cache": "TEST04", "accuracy_under_load": "TEST01"} {
+		got := raw["result"].(map[string]any)["engine"].(map[string]any)["audit"].(map[string]any)[k].(map[string]any)["mlperf"]
+		require.Equal(t, want, got, k)
+	}
 	require.True(t, rec.Result.Simulated)
 	require.Contains(t, rec.Result.GPU, "simulated")
 	require.Greater(t, *rec.Result.GPUHours, 0.0)
@@ -394,7 +451,7 @@ func TestArenaEndToEnd(t *testing.T) {
 		require.Empty(t, ranges[2], "%s is staged whole, once", name)
 	}
 	require.True(t, sawToken(), "the repository was read with the operator's token")
-	require.Regexp(t, `runner\.job\.progress\s+\S+\s+staging \S+ \S+ of \S+ \S+ \(100%\)`, watchUntil(t, up.natsURL, `staging .*\(100%\)`))
+	require.Regexp(t, `runner\.job\.progress\s+\S+\s+staging \[#{20}\] \S+ \S+ of \S+ \S+ \(100%\)`, watchUntil(t, up.natsURL, `staging .*\(100%\)`))
 
 	// The score joins the three outcomes under lowb-score/v1; the dev
 	// split is never ranked. The leaderboard and history answer from
@@ -429,6 +486,41 @@ func TestArenaEndToEnd(t *testing.T) {
 	}
 	require.True(t, found, res.stdout)
 
+	// The cheat is measured like the others and disqualified by the
+	// accuracy-under-load audit: under load it answered the eval items
+	// worse than in its quality job.
+	var cheat record.Submission
+	require.Eventually(t, func() bool {
+		cheat, _ = showJSON(t, up.natsURL, cheatID)
+		return cheat.Result.DevScore != nil || cheat.Status == record.StatusFailed
+	}, 4*time.Minute, 500*time.Millisecond, "the cheat is scored")
+	require.Equal(t, record.StatusDone, stageOf(t, cheat, "efficiency").Status, "%+v", cheat.Error)
+	require.True(t, cheat.Result.Contract.OK, "its checkpoint keeps its contract")
+	ca := cheat.Result.Engine.Audit
+	require.Equal(t, record.VerdictFail, ca.Verdict)
+	require.Equal(t, "accuracy_differs_under_load", ca.Reason, ca.Message)
+	require.Positive(t, ca.AccuracyUnderLoad.Lower)
+	require.Less(t, ca.AccuracyUnderLoad.LoadAccuracy, ca.AccuracyUnderLoad.QualityAccuracy)
+	require.Equal(t, record.VerdictPass, ca.ServedModel.Verdict, "careful when asked one at a time")
+	require.False(t, cheat.Result.DevScore.Qualified)
+	require.Equal(t, 0.0, cheat.Result.DevScore.Score)
+	require.True(t, strings.HasPrefix(*cheat.Result.DevScore.Reason, "audit accuracy_differs_under_load: "), *cheat.Result.DevScore.Reason)
+	// A rescore recomputes from the stored outcomes, audits included: the
+	// cheat stays disqualified for the same reason.
+	res = arena(t, "rescore", "--policy", "lowb-score/v1", "--json", "--nats", up.natsURL)
+	require.Equal(t, 0, res.code, res.stderr)
+	rescored = nil
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &rescored))
+	found = false
+	for _, row := range rescored {
+		if row["submission_id"] == cheatID {
+			found = true
+			require.Equal(t, *cheat.Result.DevScore.Reason, row["reason"], "rescore keeps the audit's verdict")
+			require.EqualValues(t, 0, row["score"])
+		}
+	}
+	require.True(t, found, res.stdout)
+
 	// A round on the pod: the in-round baseline, no incumbent yet, the
 	// candidate, the drift baseline; followed step by step.
 	rr := arena(t, "round", "start", "--campaign", examples.TaskID, "--candidates", id, "--wait", "--nats", up.natsURL)
@@ -439,6 +531,31 @@ func TestArenaEndToEnd(t *testing.T) {
 	rh := arena(t, "history", "--rounds", "--nats", up.natsURL)
 	require.Equal(t, 0, rh.code, rh.stderr)
 	require.Regexp(t, `round-\S+\s+qwen3-tiny\s+pod-0\s+complete\s+15\s+2\s+0`, rh.stdout)
+	// Every SQL example of the README runs through arena sql on the
+	// embedded default, against this arena's data.
+	roundID := lastWord(rr.stdout)
+	require.True(t, strings.HasPrefix(roundID, "round-"), rr.stdout)
+	for _, stmt := range readmeSQL(t) {
+		stmt = strings.ReplaceAll(stmt, "'round-...'", "'"+roundID+"'")
+		res := arena(t, "sql", stmt, "--json", "--nats", up.natsURL)
+		require.Equal(t, 0, res.code, "%s\n%s", stmt, res.stderr)
+		var rep ctl.SQLReply
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &rep))
+		if !strings.Contains(stmt, "qualified = 1") { // the FP8 example's tier varies from run to run
+			require.NotEmpty(t, rep.Rows, "the README's example finds this arena's rows: %s", stmt)
+		}
+		require.Contains(t, rep.Engine, "chdb")
+	}
+	res = arena(t, "sql", "SELECT submission_id, score FROM scores FINAL WHERE submission_id = '"+id+"'", "--nats", up.natsURL)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Regexp(t, `submission_id\s+score\n-+\s+-+\n`+id+`\s+-?[0-9.e+-]+\n\(1 row, `, res.stdout)
+	res = arena(t, "sql", "SELECT count() FROM numbers(100000000000)", "--timeout", "1s", "--nats", up.natsURL)
+	require.Equal(t, exitFailed, res.code)
+	require.Contains(t, res.stderr, "sql_timeout: the query ran past its limit of 1s")
+	res = arena(t, "sql", "DROP TABLE scores", "--nats", up.natsURL)
+	require.Equal(t, exitFailed, res.code)
+	require.Contains(t, res.stderr, "sql_not_read_only: DROP is not read-only")
+
 	bad2 := arena(t, "round", "start", "--campaign", examples.TaskID, "--candidates", "0000000000000000", "--nats", up.natsURL)
 	require.Equal(t, exitFailed, bad2.code)
 	require.Contains(t, bad2.stderr, "round refused: candidate 0000000000000000: the arena has no submission 0000000000000000")
@@ -544,8 +661,21 @@ func TestArenaEndToEnd(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	nc.Close()
 
+	// arena up's terminal shows what a person follows, and its structured
+	// logs are in its data folder, not on the terminal.
+	term := up.stdout()
+	require.Contains(t, term, id+"  received: example-team · qwen3-tiny · dev")
+	require.Contains(t, term, id+"  contract   completed · reads W8A8KV8")
+	require.Regexp(t, id+`  runner     efficiency job completed \(`, term)
+	require.Contains(t, term, "submission "+id+"  ")
+	require.Regexp(t, `round-\S+  \[#+\.*\] \d+/15 `, term, "the round's steps with their bar")
+	require.Contains(t, term, "leaderboard of qwen3-tiny (lowb-score/v1")
+	require.NotContains(t, term, "level=")
+	require.NotContains(t, up.stderr.String(), "level=INFO")
+	require.Regexp(t, `level=INFO msg="HTTP API listening" service=gateway`, up.log(t))
+
 	// The operator's token is in no event, no record and no log line.
-	for what, text := range map[string]string{"events": allEvents(t, up.natsURL), "arena up's log": up.stderr.String(),
+	for what, text := range map[string]string{"events": allEvents(t, up.natsURL), "arena up's log": up.log(t),
 		"the record": arena(t, "show", refID, "--json", "--nats", up.natsURL).stdout} {
 		require.NotEmpty(t, text, what)
 		require.NotContains(t, text, token, what)
@@ -749,4 +879,34 @@ func connectAs(t *testing.T, natsURL string, auth runtime.NATSAuth, user string)
 	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: natsURL, Name: "e2e-" + user, User: user, Auth: auth}, nil)
 	require.NoError(t, err)
 	return nc
+}
+
+// readmeSQL returns every statement of the README's ```sql blocks.
+func readmeSQL(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	var out []string
+	var cur strings.Builder
+	in := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		switch {
+		case !in && strings.TrimSpace(line) == "```sql":
+			in = true
+		case in && strings.TrimSpace(line) == "```":
+			in = false
+			if strings.TrimSpace(cur.String()) != "" {
+				out = append(out, cur.String())
+			}
+			cur.Reset()
+		case in:
+			cur.WriteString(line + "\n")
+			if strings.HasSuffix(strings.TrimSpace(line), ";") {
+				out = append(out, cur.String())
+				cur.Reset()
+			}
+		}
+	}
+	require.GreaterOrEqual(t, len(out), 5, "the README shows SQL")
+	return out
 }

@@ -1,7 +1,13 @@
 // Command arena is the lowbarena command line: `arena up` runs the whole
 // arena on one machine (embedded NATS JetStream, the embedded store and
-// every service, in one process); submit, watch and show are what a
+// every service, in one process); submit, watch, show and sql are what a
 // participant uses against a running arena.
+//
+// Built without tags it is the light CLI: every verb asks a running arena
+// over NATS, and the binary links neither the embedded ClickHouse engine
+// nor the services, so it starts without libchdb.so; up and demo run
+// arena-up. Built with -tags embedded it is arena-up, which holds every
+// verb and runs the arena in its own process (and needs libchdb.so).
 package main
 
 import (
@@ -16,7 +22,8 @@ import (
 
 const usage = `arena: the lowbarena command line
 
-usage:
+usage (up and demo run arena-up, the arena with its embedded engine; every
+other verb asks a running arena and needs nothing else):
   arena up     [--data DIR] [--nats-listen 127.0.0.1:4222] [--http 127.0.0.1:8080] [--store URL]
                run the arena on this machine (embedded NATS and chDB, every service)
   arena demo   [up flags] [--exit] [BUNDLE...]
@@ -49,6 +56,8 @@ usage:
                scores over time, or (--rounds) the rounds and their results
   arena rescore --policy V [--since T] [--json]
                recompute scores from stored outcomes under policy V (no GPU work)
+  arena sql    "SELECT ..." [--json|--csv|--tsv] [--max-rows 1000] [--timeout 10s] [--nats URL]
+               one read-only statement (SELECT, SHOW, DESCRIBE, EXPLAIN) on the arena's store
   arena credentials DIR
                write the NATS users' nkeys for a cluster (deploy/nats, docker-compose.yml)
 
@@ -72,6 +81,10 @@ func (e *exitError) Unwrap() error { return e.err }
 const (
 	exitFailed = 1 // the command failed, or the submission did
 	exitUsage  = 2
+	// exitNoUp: the light arena cannot find arena-up for up or demo; the
+	// status the embedded engine's loader exits with for a missing
+	// library, since it is the same missing piece.
+	exitNoUp = 3
 )
 
 func usageErr(format string, args ...any) error {
@@ -126,6 +139,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdHistory(ctx, rest, stdout, stderr)
 	case "rescore":
 		return cmdRescore(ctx, rest, stdout, stderr)
+	case "sql":
+		return cmdSQL(ctx, rest, stdout, stderr)
 	case "round":
 		return cmdRound(ctx, rest, stdout, stderr)
 	case "credentials":

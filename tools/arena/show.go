@@ -146,6 +146,9 @@ func renderRecord(w io.Writer, r *record.Submission) {
 			fmt.Fprintf(w, "              KL vs BF16 %.5f ± %.5f over %d sequences · length shift %+.2f%%\n", kl.KL, kl.KLSE, kl.Sequences, 100*q.Length.LengthShift)
 		}
 	}
+	if e := res.Engine; e != nil && e.Audit != nil && e.Audit.Verdict != "" {
+		fmt.Fprintf(w, "  audits      %s\n", auditLine(e.Audit))
+	}
 	if s := res.DevScore; s != nil {
 		fmt.Fprintf(w, "  score       %.4f", s.Score)
 		if s.EfficiencyGain != nil {

@@ -48,3 +48,15 @@ func TestShowUnquantizedModules(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditLine: the audits in one line, the failed one's reason first.
+func TestAuditLine(t *testing.T) {
+	a := &record.Audit{Verdict: record.VerdictFail, Reason: "answer_cache_suspected",
+		ServedModel:       &record.ServedModelAudit{Check: record.Check{Verdict: record.VerdictPass}, Probes: 8, Agreed: 8},
+		TokenHonesty:      &record.TokenAudit{Check: record.Check{Verdict: record.VerdictPass}, Ratio: 1},
+		AnswerCache:       &record.CacheAudit{Check: record.Check{Verdict: record.VerdictFail}, Ratio: 0.01},
+		AccuracyUnderLoad: &record.AccuracyAudit{Check: record.Check{Verdict: record.VerdictPass}, Compared: 64, Agreement: 1, LoadAccuracy: 0.75, QualityAccuracy: 0.75}}
+	require.Equal(t, "FAILED answer_cache_suspected · served model pass (8/8 probes agree) · tokens pass (claimed 1.00x re-tokenised) · "+
+		"cache fail (repeats at 0.01x the time per token) · under load pass (64 items, 100% agree, accuracy 0.750 vs 0.750)", auditLine(a))
+	require.Equal(t, "skipped", auditLine(&record.Audit{Verdict: record.VerdictSkipped}))
+}

@@ -1,3 +1,5 @@
+//go:build embedded
+
 package main
 
 import (
@@ -43,7 +45,11 @@ type upOptions struct {
 	store      string
 	otel       string
 	logLevel   string
-	campaigns  string
+	// logFormat is text (the structured logs go to DATA/arena.log, the
+	// terminal shows what a person follows) or json (the logs go to
+	// standard error).
+	logFormat string
+	campaigns string
 	// runners is how many GPU runners run in this process (0: none; the
 	// efficiency stage then waits for runners elsewhere); pod names them.
 	runners int
@@ -63,6 +69,8 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.store, "store", "", "store URL (default chdb://DIR/chdb; or clickhouse://host:9000/db)")
 	fs.StringVar(&o.otel, "otel", runtime.EnvOr(runtime.EnvOTel, "none"), "telemetry exporter: none, stdout or otlp")
 	fs.StringVar(&o.logLevel, "log-level", runtime.EnvOr(runtime.EnvLogLevel, "info"), "log level: debug, info, warn, error")
+	fs.StringVar(&o.logFormat, "log-format", runtime.EnvOr(runtime.EnvLogFormat, "text"),
+		"text: structured logs to DATA/"+LogFile+", the terminal shows submissions, runners, records, rounds and the leaderboard; json: the logs on standard error (env "+runtime.EnvLogFormat+")")
 	fs.StringVar(&o.campaigns, "campaigns", runtime.EnvOr("LOWBARENA_CAMPAIGNS", ""), "folder of campaign folders (default DIR/campaigns; `arena example DIR` writes one)")
 	fs.IntVar(&o.runners, "runners", 1, "GPU runners in this process, one per GPU (0: jobs wait for runners started elsewhere)")
 	fs.StringVar(&o.pod, "pod", runtime.EnvOr("LOWBARENA_POD", "pod-0"), "name of this machine for its runners: BF16 references are measured once per pod")
@@ -83,12 +91,23 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 0 {
 		return usageErr("up takes no arguments")
 	}
-	a, err := startArena(ctx, o, stderr)
+	logOut, logWhere, closeLog, err := logDestination(o.data, o.logFormat, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	a, err := startArena(ctx, o, logOut)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "arena up: NATS %s · HTTP http://%s · store %s · data %s · campaigns %s\n", a.natsURL, a.httpAddr, a.storeEngine, a.data, strings.Join(a.campaigns, ","))
-	fmt.Fprintf(stdout, "in another terminal: arena watch · arena submit DIR · arena show ID --json (Ctrl-C stops)\n")
+	fmt.Fprintf(stdout, "logs: %s · stages served: %s\n", logWhere, strings.Join(a.stages, ", "))
+	fmt.Fprintf(stdout, "in another terminal: arena watch · arena submit DIR · arena show ID --json · arena sql \"SHOW TABLES\" (Ctrl-C stops)\n")
+	go func() {
+		if err := newFollower(a.natsURL, a.stages, stdout).run(ctx); err != nil {
+			a.log.Warn("the terminal's follower stopped", "err", err)
+		}
+	}()
 	return a.wait()
 }
 
@@ -157,7 +176,7 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, fmt.Errorf("up: create data folder: %w", err)
 	}
-	log, err := observability.NewLogger(logOut, "arena", o.logLevel, "text")
+	log, err := observability.NewLogger(logOut, "arena", o.logLevel, o.logFormat)
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
@@ -224,7 +243,7 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 			cfg.Store = storeURL
 			opts = append(opts, runtime.WithStore(a.store))
 		}
-		svcLog, err := observability.NewLogger(logOut, c.Name, o.logLevel, "text")
+		svcLog, err := observability.NewLogger(logOut, c.Name, o.logLevel, o.logFormat)
 		if err != nil {
 			return usageErr("%v", err)
 		}

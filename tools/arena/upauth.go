@@ -1,3 +1,5 @@
+//go:build embedded
+
 package main
 
 // The embedded server's side of the arena's NATS users (`arena up`):

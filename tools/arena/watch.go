@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
@@ -61,13 +62,15 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !*asJSON {
 		fmt.Fprintf(stderr, "watching %s on %s (Ctrl-C to stop)\n", strings.Join(cfg.FilterSubjects, ", "), *natsURL)
 	}
+	out := newTerm(stdout)
 	for {
 		msg, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) {
+			// An idle stream ends a pull with a timeout; keep waiting.
+			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 				continue
 			}
 			return fmt.Errorf("watch: %w", err)
@@ -80,10 +83,16 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			continue
 		}
 		if derr != nil {
-			fmt.Fprintf(stdout, "%s  %-22s %s  (not a valid event: %v)\n", time.Now().Format("15:04:05.000"), "?", msg.Subject(), derr)
+			out.Printf("%s  %-22s %s  (not a valid event: %v)", time.Now().Format("15:04:05.000"), "?", msg.Subject(), derr)
 			continue
 		}
-		fmt.Fprintln(stdout, eventLine(ev))
+		if pct, ok := bytesProgress(ev); ok {
+			// A download or a staging: one live line per job on a
+			// terminal, a line per tenth elsewhere.
+			out.Progress(ev.Subject(), eventLine(ev), pct, pct >= 100)
+			continue
+		}
+		out.Printf("%s", eventLine(ev))
 		if *roundID != "" && (ev.Type() == string(events.RoundCompleted) || ev.Type() == string(events.RoundFailed)) {
 			return nil
 		}
@@ -106,7 +115,7 @@ func writeEventJSON(w io.Writer, msg jetstream.Msg, ev event.Event, derr error) 
 	if derr != nil {
 		out.Error = derr.Error()
 	} else {
-		out.Time, out.Type, out.ID, out.Source, out.Subject = ev.Time(), ev.Type(), ev.ID(), ev.Source(), ev.Subject()
+		out.Time, out.Type, out.ID, out.Source, out.Subject = ev.Time(), ev.Type(), ev.ID(), ev.Source(), subjectOf(ev)
 		if json.Valid(ev.Data()) {
 			out.Data = ev.Data()
 		}
@@ -123,7 +132,17 @@ func writeEventJSON(w io.Writer, msg jetstream.Msg, ev event.Event, derr error) 
 // gist of its data.
 func eventLine(ev event.Event) string {
 	short := strings.TrimSuffix(strings.TrimPrefix(ev.Type(), "dev.lowbarena."), ".v1")
-	return fmt.Sprintf("%s  %-22s %-16s %s", ev.Time().Local().Format("15:04:05.000"), short, ev.Subject(), gist(ev))
+	return fmt.Sprintf("%s  %-22s %-16s %s", ev.Time().Local().Format("15:04:05.000"), short, subjectOf(ev), gist(ev))
+}
+
+// subjectOf is the event's subject, or, for an event published without
+// one (by a client outside the arena), the id its data names.
+func subjectOf(ev event.Event) string {
+	if s := ev.Subject(); s != "" {
+		return s
+	}
+	s, _ := events.SubjectFromData(events.Type(ev.Type()), ev.Data())
+	return s
 }
 
 func gist(ev event.Event) string {
@@ -185,24 +204,42 @@ func gist(ev event.Event) string {
 	if a, ok := d["attempt"].(float64); ok {
 		return fmt.Sprintf("attempt %d", int(a))
 	}
-	if dg := str("bundle_digest"); dg != "" {
-		return "bundle " + short(dg)
-	}
 	if p := str("detected_precision"); p != "" {
 		return "reads " + p
+	}
+	if dg := str("bundle_digest"); dg != "" {
+		return "bundle " + short(dg)
 	}
 	return ""
 }
 
 // progressText is a runner's progress for people: bytes staged of the
-// checkpoint, or the steps of a phase.
+// checkpoint, with a bar, or the steps of a phase.
 func progressText(phase string, done, total int, unit string) string {
 	if unit == events.UnitBytes {
-		pct := 100
-		if total > 0 {
-			pct = int(int64(done) * 100 / int64(total))
-		}
-		return fmt.Sprintf("%s %s of %s (%d%%)", phase, humanBytes(int64(done)), humanBytes(int64(total)), pct)
+		pct := percent(done, total)
+		return fmt.Sprintf("%s %s %s of %s (%d%%)", phase, bar(pct, 20), humanBytes(int64(done)), humanBytes(int64(total)), pct)
 	}
 	return fmt.Sprintf("%s [%d/%d]", phase, done, total)
+}
+
+// percent is done of total in whole percent (100 for an empty total).
+func percent(done, total int) int {
+	if total <= 0 {
+		return 100
+	}
+	return int(int64(done) * 100 / int64(total))
+}
+
+// bytesProgress is the percent of a runner.job.progress event counted in
+// bytes (a download or a staging), and false for any other event.
+func bytesProgress(ev event.Event) (int, bool) {
+	if events.Type(ev.Type()) != events.RunnerJobProgress {
+		return 0, false
+	}
+	var d events.RunnerJobProgressData
+	if json.Unmarshal(ev.Data(), &d) != nil || d.Unit != events.UnitBytes {
+		return 0, false
+	}
+	return percent(int(d.Done), int(d.Total)), true
 }

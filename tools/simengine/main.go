@@ -59,7 +59,9 @@ func run(args []string, stderr io.Writer) int {
 	startupSec := fs.Float64("startup-seconds", 1.0, "time before /health turns 200")
 	overheadMS := fs.Float64("step-overhead-ms", 0.5, "fixed time per scheduler step")
 	seed := fs.Int64("seed", 0, "seed of the generated tokens")
-	faultStr := fs.String("fault", "none", "none|never-healthy|crash-on-start|die-after-tokens=N|malformed-sse|zero-tokens|lie-tokens|hang-after-tokens=N")
+	faultStr := fs.String("fault", "none", "none|never-healthy|crash-on-start|die-after-tokens=N|malformed-sse|zero-tokens|lie-tokens|hang-after-tokens=N, "+
+		"or a cheat: fast-path-under-load|answer-cache|pad-tokens|other-model, or a bad input: error-audit-items|slow-audit-items|stop-mid-item (default: the one the bundle's engine patch names)")
+	servedName := fs.String("served-model-name", "", "the id /v1/models names the model by (default the checkpoint folder's name)")
 	imitate := fs.String("imitate", "vllm", "whose start-up lines, health endpoints and /metrics names to imitate: vllm|sglang")
 	arena := fs.Bool("arena-endpoints", true, "serve /v1/lowbarena/memory and /v1/lowbarena/startup (false: only what a real engine serves, its log and /metrics)")
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +79,19 @@ func run(args []string, stderr io.Writer) int {
 	if *imitate != "vllm" && *imitate != "sglang" {
 		logf("ERROR", "unknown --imitate %q (vllm or sglang)", *imitate)
 		return 2
+	}
+	if *faultStr == "none" {
+		// The participant's engine patch, in this simulated arena, names
+		// the fault of the patched engine (see PatchFault).
+		pf, err := PatchFault(*checkpoint)
+		if err != nil {
+			logf("ERROR", "%v", err)
+			return 1
+		}
+		if pf != "" {
+			logf("INFO", "engine patch: simulating the patched engine's behaviour %q", pf)
+			*faultStr = pf
+		}
 	}
 	fault, err := ParseFault(*faultStr)
 	if err != nil {
@@ -116,7 +131,15 @@ func run(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
+	toks, why := LoadTokens(*checkpoint)
+	logf("INFO", "output: %s", why)
 	sched := NewScheduler(plan, *maxSeqs)
+	switch fault.Kind {
+	case "fast-path-under-load":
+		sched.FastFactor, sched.FastFrom = 0.6, loadFrom
+	case "other-model":
+		sched.FastFactor, sched.FastFrom = 0.6, 1
+	}
 	if fault.Kind == "hang-after-tokens" {
 		sched.Hang, sched.HangAfter = true, fault.N
 	}
@@ -128,7 +151,7 @@ func run(args []string, stderr io.Writer) int {
 		}
 	}
 	srv := &Server{Plan: plan, Sched: sched, Fault: fault, ModelID: m.Name, StartupSeconds: *startupSec, Seed: *seed,
-		Damage: Damage(m.Checkpoint, plan.KVDType), Imitate: *imitate, NoArenaEndpoints: !*arena}
+		Damage: Damage(m.Checkpoint, plan.KVDType), Imitate: *imitate, NoArenaEndpoints: !*arena, Tokens: toks, ServedName: *servedName}
 	schedCtx, schedCancel := context.WithCancel(context.Background())
 	defer schedCancel()
 	go sched.Run(schedCtx)

@@ -50,6 +50,10 @@ type Scheduler struct {
 	DieAfter int64
 	// OnDie is called for DieAfter; the process exits there.
 	OnDie func()
+	// FastFactor, when > 0, scales the time of every step that runs
+	// FastFrom or more sequences: a fault's fast path (see Fault).
+	FastFactor float64
+	FastFrom   int
 
 	mu       sync.Mutex
 	waiting  []*Request
@@ -155,7 +159,11 @@ func (s *Scheduler) prepareStep() time.Duration {
 	if len(s.running) == 0 {
 		return 0
 	}
-	return s.plan.StepTime(len(s.running), ctxTokens, prefill)
+	d := s.plan.StepTime(len(s.running), ctxTokens, prefill)
+	if s.FastFactor > 0 && len(s.running) >= s.FastFrom {
+		d = time.Duration(float64(d) * s.FastFactor)
+	}
+	return d
 }
 
 func (s *Scheduler) dropCancelled(rs []*Request) []*Request {

@@ -8,14 +8,49 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Fault is an injected misbehaviour, from --fault.
+// Fault is an injected misbehaviour, from --fault or the bundle's engine
+// patch.
+//
+// Failures: never-healthy, crash-on-start, die-after-tokens=N,
+// malformed-sse, zero-tokens, lie-tokens, hang-after-tokens=N.
+//
+// Cheats, each of which one of the arena's audits must catch:
+//   - fast-path-under-load: streaming requests with four or more running
+//     take a damaged fast path (steps 40% shorter, answers damaged by
+//     0.3 more); requests at low load and the quality job's are served
+//     with care;
+//   - answer-cache: a streaming request whose prompt and sampling it
+//     answered before replays that answer at once;
+//   - pad-tokens: a streaming request of ignore_eos generates half its
+//     tokens and streams each in two chunks, claiming them all;
+//   - other-model: streaming requests are answered by another, smaller
+//     model (damaged by 0.3 more, steps 40% shorter), while /v1/models
+//     still names the checkpoint.
+//
+// Bad inputs, on the items of the published dev suite it recognises
+// (KnownItem) when they come streamed:
+//   - error-audit-items: HTTP 500;
+//   - slow-audit-items: 12 ms more for every token;
+//   - stop-mid-item: the stream is cut without [DONE] half way.
 type Fault struct {
-	Kind string // none, never-healthy, crash-on-start, die-after-tokens, malformed-sse, zero-tokens, lie-tokens, hang-after-tokens
-	N    int64  // for die-after-tokens and hang-after-tokens
+	Kind string
+	N    int64 // for die-after-tokens and hang-after-tokens
+}
+
+// answers reports whether the answer model replies to eval items under
+// the fault (the failures stream filler only).
+func (f Fault) answers() bool {
+	switch f.Kind {
+	case "", "none", "fast-path-under-load", "answer-cache", "pad-tokens", "other-model",
+		"error-audit-items", "slow-audit-items", "stop-mid-item":
+		return true
+	}
+	return false
 }
 
 // ParseFault parses a --fault value.
@@ -24,7 +59,9 @@ func ParseFault(s string) (Fault, error) {
 	switch kind {
 	case "", "none":
 		return Fault{Kind: "none"}, nil
-	case "never-healthy", "crash-on-start", "malformed-sse", "zero-tokens", "lie-tokens":
+	case "never-healthy", "crash-on-start", "malformed-sse", "zero-tokens", "lie-tokens",
+		"fast-path-under-load", "answer-cache", "pad-tokens", "other-model",
+		"error-audit-items", "slow-audit-items", "stop-mid-item":
 		if hasArg {
 			return Fault{}, fmt.Errorf("fault %q takes no argument", kind)
 		}
@@ -55,10 +92,30 @@ type Server struct {
 	// NoArenaEndpoints leaves out /v1/lowbarena/memory and
 	// /v1/lowbarena/startup, as a real engine has neither.
 	NoArenaEndpoints bool
+	// Tokens writes the output (the checkpoint's tokenizer, or pieces of
+	// four bytes).
+	Tokens Tokens
+	// ServedName is the id /v1/models gives the model (vLLM's
+	// --served-model-name); default ModelID.
+	ServedName string
 
 	ready atomic.Bool
 	seq   atomic.Int64
+
+	cacheMu sync.Mutex
+	cache   map[string][]string // answer-cache: prompt and sampling to chunks
 }
+
+// loadFrom is the count of running sequences from which a request is
+// "under load" for fast-path-under-load.
+const loadFrom = 4
+
+// slowAuditToken is what slow-audit-items adds to every token of an item
+// it recognises.
+const slowAuditToken = 12 * time.Millisecond
+
+// cheatDamage is the damage the damaged fast path and the other model add.
+const cheatDamage = 0.3
 
 // SetReady turns /health to 200 (except under fault never-healthy).
 func (s *Server) SetReady() { s.ready.Store(true) }
@@ -99,9 +156,16 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+func (s *Server) served() string {
+	if s.ServedName != "" {
+		return s.ServedName
+	}
+	return s.ModelID
+}
+
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, 200, map[string]any{"object": "list", "data": []any{
-		map[string]any{"id": s.ModelID, "object": "model", "owned_by": "simengine"},
+		map[string]any{"id": s.served(), "object": "model", "owned_by": "simengine"},
 	}})
 }
 
@@ -220,9 +284,10 @@ type completionRequest struct {
 		Role    string `json:"role"`
 		Content any    `json:"content"`
 	} `json:"messages"`
-	MaxTokens *int64 `json:"max_tokens"`
-	Stream    bool   `json:"stream"`
-	IgnoreEOS bool   `json:"ignore_eos"`
+	MaxTokens   *int64   `json:"max_tokens"`
+	Stream      bool     `json:"stream"`
+	IgnoreEOS   bool     `json:"ignore_eos"`
+	Temperature *float64 `json:"temperature"`
 	// Seed picks the sample of an eval answer (the answer model is
 	// deterministic under it).
 	Seed *int64 `json:"seed"`
@@ -313,7 +378,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeErr(w, 400, fmt.Sprintf("invalid JSON: %v", err))
 		return
 	}
-	if req.Model != "" && req.Model != s.ModelID {
+	if req.Model != "" && req.Model != s.ModelID && req.Model != s.served() {
 		writeErr(w, 404, fmt.Sprintf("The model `%s` does not exist.", req.Model))
 		return
 	}
@@ -330,35 +395,56 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeErr(w, 400, "max_tokens must be at least 1")
 		return
 	}
-	prompt := CountTokens(text)
-	// An eval item gets the answer model's reply, ending where the reply
-	// ends (finish "stop") or at max_tokens ("length").
-	var answer []string
-	finish := "length"
+	prompt := s.Tokens.Count(text)
+	fault := s.Fault.Kind
+	// What a cheating engine sees of a request: streamed (the load), at
+	// load, an item of the published dev suite.
+	streamed := req.Stream
+	underLoad := streamed && s.Sched.Stats().Running >= loadFrom
+	audit := streamed && (fault == "error-audit-items" || fault == "slow-audit-items" || fault == "stop-mid-item") && KnownItem(text)
+	if audit && fault == "error-audit-items" {
+		writeErr(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	damage := s.Damage
+	if fault == "fast-path-under-load" && underLoad || fault == "other-model" && streamed {
+		damage += cheatDamage
+	}
 	seed := int64(0)
 	if req.Seed != nil {
 		seed = *req.Seed
 	}
-	if reply, ok := Reply(text, seed, s.Damage); ok && (s.Fault.Kind == "none" || s.Fault.Kind == "") {
-		answer = pieces(reply)
-		if int64(len(answer)) <= maxTokens {
-			maxTokens, finish = int64(len(answer)), "stop"
-		} else {
+	cacheKey := ""
+	if fault == "answer-cache" && streamed {
+		cacheKey = fmt.Sprintf("%d\x00%d\x00%v\x00%s", maxTokens, seed, req.IgnoreEOS, text)
+	}
+	// An eval item gets the answer model's reply, ending where the reply
+	// ends (finish "stop") or at max_tokens ("length"); with ignore_eos
+	// the engine goes on past the reply's end to max_tokens, as vLLM does.
+	var answer []string
+	finish := "length"
+	if reply, ok := Reply(text, seed, damage); ok && s.Fault.answers() {
+		answer = s.Tokens.Pieces(reply)
+		switch {
+		case int64(len(answer)) > maxTokens:
 			answer = answer[:maxTokens]
+		case !req.IgnoreEOS:
+			maxTokens, finish = int64(len(answer)), "stop"
 		}
 	}
-	word := func(req, i int64) string {
+	id := s.seq.Add(1)
+	word := func(i int64) string {
 		if answer != nil && i < int64(len(answer)) {
 			return answer[i]
 		}
-		return s.tokenText(req, i)
+		return s.Tokens.Filler(s.Seed, id, i)
 	}
 	topK := req.topK(chat)
 	logprobs := func(i int64, tok string) any {
 		if topK == 0 {
 			return nil
 		}
-		top := TopLogprobs(text, int(i), tok, topK, s.Damage)
+		top := TopLogprobs(text, int(i), tok, topK, damage)
 		if chat {
 			var tl []map[string]any
 			for t, lp := range top {
@@ -368,7 +454,6 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		}
 		return map[string]any{"tokens": []string{tok}, "token_logprobs": []float64{top[tok]}, "top_logprobs": []any{top}}
 	}
-	id := s.seq.Add(1)
 	idStr := fmt.Sprintf("cmpl-sim-%d", id)
 	obj, chunkObj := "text_completion", "text_completion"
 	if chat {
@@ -377,12 +462,26 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	created := time.Now().Unix()
 
+	// chunks yields the text of each streamed chunk as the scheduler
+	// generates it; a cached answer is replayed at once.
 	var tokens chan int64
-	if s.Fault.Kind == "zero-tokens" {
+	var cached []string
+	if cacheKey != "" {
+		s.cacheMu.Lock()
+		cached = s.cache[cacheKey]
+		s.cacheMu.Unlock()
+	}
+	steps := maxTokens
+	if fault == "pad-tokens" && streamed && req.IgnoreEOS {
+		steps = (maxTokens + 1) / 2
+	}
+	switch {
+	case cached != nil:
+	case fault == "zero-tokens":
 		tokens = make(chan int64)
 		close(tokens)
-	} else {
-		sr, err := s.Sched.Submit(r.Context(), prompt, maxTokens)
+	default:
+		sr, err := s.Sched.Submit(r.Context(), prompt, steps)
 		if err != nil {
 			writeErr(w, 400, err.Error())
 			return
@@ -410,7 +509,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		return c
 	}
 	usage := func(n int64) Usage {
-		if s.Fault.Kind == "lie-tokens" {
+		if fault == "lie-tokens" {
 			n *= 2
 		}
 		return Usage{PromptTokens: prompt, CompletionTokens: n, TotalTokens: prompt + n}
@@ -432,10 +531,10 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 				if !ok {
 					goto done
 				}
-				w := word(id, i)
+				w := word(i)
 				sb.WriteString(w)
 				if topK > 0 {
-					top := TopLogprobs(text, int(i), w, topK, s.Damage)
+					top := TopLogprobs(text, int(i), w, topK, damage)
 					lpTokens, lpValues, lpTop = append(lpTokens, w), append(lpValues, top[w]), append(lpTop, top)
 				}
 				n++
@@ -450,7 +549,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 			delete(c, "delta")
 			c["message"] = map[string]any{"role": "assistant", "content": sb.String()}
 		}
-		writeJSON(w, 200, map[string]any{"id": idStr, "object": obj, "created": created, "model": s.ModelID,
+		writeJSON(w, 200, map[string]any{"id": idStr, "object": obj, "created": created, "model": s.served(),
 			"choices": []any{c}, "usage": usage(n)})
 		return
 	}
@@ -471,25 +570,68 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		flush()
 	}
 	var n int64
+	var sent []string
+	emit := func(i int64, text string) {
+		n++
+		sent = append(sent, text)
+		send(map[string]any{"id": idStr, "object": chunkObj, "created": created, "model": s.served(),
+			"choices": []any{withLogprobs(choice(text, nil), i, text)}})
+		if n == 1 && fault == "malformed-sse" {
+			fmt.Fprint(w, "data: {not json\n\n")
+			flush()
+		}
+	}
+	end := func() {
+		send(map[string]any{"id": idStr, "object": chunkObj, "created": created, "model": s.served(),
+			"choices": []any{choice("", finish)}, "usage": usage(n)})
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		flush()
+	}
+	if cached != nil {
+		for i, c := range cached {
+			emit(int64(i), c)
+		}
+		end()
+		return
+	}
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case i, ok := <-tokens:
 			if !ok {
-				send(map[string]any{"id": idStr, "object": chunkObj, "created": created, "model": s.ModelID,
-					"choices": []any{choice("", finish)}, "usage": usage(n)})
-				fmt.Fprint(w, "data: [DONE]\n\n")
-				flush()
+				if cacheKey != "" {
+					s.cacheMu.Lock()
+					if s.cache == nil {
+						s.cache = map[string][]string{}
+					}
+					s.cache[cacheKey] = sent
+					s.cacheMu.Unlock()
+				}
+				end()
 				return
 			}
-			n++
-			send(map[string]any{"id": idStr, "object": chunkObj, "created": created, "model": s.ModelID,
-				"choices": []any{withLogprobs(choice(word(id, i), nil), i, word(id, i))}})
-			if n == 1 && s.Fault.Kind == "malformed-sse" {
-				fmt.Fprint(w, "data: {not json\n\n")
-				flush()
+			if audit && fault == "stop-mid-item" && i >= steps/2 {
+				panic(http.ErrAbortHandler) // the connection is cut, no [DONE]
 			}
+			if audit && fault == "slow-audit-items" {
+				time.Sleep(slowAuditToken)
+			}
+			tok := word(i)
+			if steps < maxTokens {
+				// pad-tokens: each generated token in two chunks.
+				half := len(tok) / 2
+				if half == 0 {
+					emit(2*i, tok)
+					continue
+				}
+				emit(2*i, tok[:half])
+				if 2*i+1 < maxTokens {
+					emit(2*i+1, tok[half:])
+				}
+				continue
+			}
+			emit(i, tok)
 		}
 	}
 }

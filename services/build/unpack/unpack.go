@@ -154,6 +154,18 @@ func CheckName(name string, maxDepth int) error {
 	return nil
 }
 
+// stripDotSlash drops the leading "./" (repeated, as in "././x") of an
+// archive entry's name; the entry "./" (or ".") becomes "".
+func stripDotSlash(name string) string {
+	for strings.HasPrefix(name, "./") {
+		name = name[2:]
+	}
+	if name == "." {
+		return ""
+	}
+	return name
+}
+
 // Unpack reads a gzip'd tar from r into dir (which must exist and be
 // empty), hashing every file as it is written, and returns the files
 // sorted by path. Folders are created as needed; any entry other than a
@@ -182,10 +194,19 @@ func Unpack(r io.Reader, dir string, lim Limits) ([]events.FileDigest, error) {
 		if err != nil {
 			return nil, &Error{Code: CodeCorrupt, Message: "the bundle archive is truncated or damaged; pack and upload it again", Err: err}
 		}
-		if err := CheckName(hdr.Name, lim.MaxDepth); err != nil {
+		// `tar -C DIR -czf bundle.tgz .` names every entry "./x" and
+		// adds the folder itself as "./": the prefix is dropped and the
+		// folder skipped, so such an archive unpacks as if packed by name.
+		// Only a leading "./" goes; "x/./y" and hidden names are still
+		// refused below.
+		entryName := stripDotSlash(hdr.Name)
+		if entryName == "" && hdr.Typeflag == tar.TypeDir {
+			continue
+		}
+		if err := CheckName(entryName, lim.MaxDepth); err != nil {
 			return nil, err
 		}
-		name := strings.TrimSuffix(path.Clean(hdr.Name), "/")
+		name := strings.TrimSuffix(path.Clean(entryName), "/")
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if err := root.MkdirAll(name, 0o755); err != nil {

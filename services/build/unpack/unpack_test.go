@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -107,6 +108,11 @@ func TestUnpackRefuses(t *testing.T) {
 		{"hard link", archive(t, file("a.json", "{}"), entry{name: "b.json", typ: tar.TypeLink, link: "a.json"}), unpack.Limits{}, unpack.CodeBadEntry},
 		{"device", archive(t, entry{name: "null.json", typ: tar.TypeChar}), unpack.Limits{}, unpack.CodeBadEntry},
 		{"duplicate", archive(t, file("config.json", "{}"), file("config.json", `{"x":1}`)), unpack.Limits{}, unpack.CodeDuplicateFile},
+		{"duplicate through ./", archive(t, file("config.json", "{}"), file("./config.json", `{"x":1}`)), unpack.Limits{}, unpack.CodeDuplicateFile},
+		{"hidden file after ./", archive(t, entry{name: "./", typ: tar.TypeDir}, file("./.env", "SECRET=1")), unpack.Limits{}, unpack.CodeBadName},
+		{"parent path after ./", archive(t, file("./../evil.json", "{}")), unpack.Limits{}, unpack.CodePathTraversal},
+		{"./ inside a path", archive(t, file("a/./config.json", "{}")), unpack.Limits{}, unpack.CodeBadName},
+		{"a file named .", archive(t, file(".", "x")), unpack.Limits{}, unpack.CodePathTraversal},
 		{"too many files", good, unpack.Limits{MaxFiles: 1}, unpack.CodeTooManyFiles},
 		{"file too large", good, unpack.Limits{MaxFileBytes: 4}, unpack.CodeFileTooLarge},
 		{"bundle too large", good, unpack.Limits{MaxBytes: 9}, unpack.CodeTooLarge},
@@ -135,4 +141,52 @@ func TestCheckName(t *testing.T) {
 	for _, bad := range []string{"", "..", "../x", "./../x", "x/..", "/x", "x\x00y", ".x", "x/.git/config", "a b"} {
 		require.Error(t, unpack.CheckName(bad, 4), "%q", bad)
 	}
+}
+
+// TestUnpackTarOfDot unpacks what `tar -C DIR -czf bundle.tgz .` writes
+// (GNU tar names every entry "./x" and adds the folder as "./"): the same
+// files, names and digests as the folder holds.
+func TestUnpackTarOfDot(t *testing.T) {
+	t.Parallel()
+	tarBin, err := exec.LookPath("tar")
+	if err != nil {
+		t.Skip("no tar on this machine")
+	}
+	src := t.TempDir()
+	want := map[string]string{
+		"submission.json":     `{"task_id":"qwen3-tiny"}`,
+		"config.json":         `{"model_type":"qwen3"}`,
+		"model.safetensors":   "0123456789",
+		"tokenizer/vocab.txt": "a\nb\n",
+	}
+	for name, body := range want {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(src, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(src, name), []byte(body), 0o644))
+	}
+	tgz := filepath.Join(t.TempDir(), "bundle.tgz")
+	out, err := exec.Command(tarBin, "-C", src, "-czf", tgz, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	list, err := exec.Command(tarBin, "-tzf", tgz).Output()
+	require.NoError(t, err)
+	require.Contains(t, string(list), "./config.json", "the archive names its entries ./x, as the README's command makes it")
+
+	f, err := os.Open(tgz)
+	require.NoError(t, err)
+	defer f.Close()
+	dir := t.TempDir()
+	files, err := unpack.Unpack(f, dir, unpack.Limits{})
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, fd := range files {
+		got[fd.Path] = fd.SHA256
+		require.Equal(t, int64(len(want[fd.Path])), fd.Size, fd.Path)
+		body, err := os.ReadFile(filepath.Join(dir, fd.Path))
+		require.NoError(t, err)
+		require.Equal(t, want[fd.Path], string(body))
+	}
+	wantSums := map[string]string{}
+	for name, body := range want {
+		wantSums[name] = sha(body)
+	}
+	require.Equal(t, wantSums, got)
 }

@@ -60,7 +60,23 @@ type Example struct {
 	// About says in one sentence what the example is and why it should pass
 	// or be refused.
 	About string
+	// Audit is the reason code of the engine audit that must disqualify
+	// the example ("" for none): its checkpoint keeps its contract, its
+	// engine patch makes the engine cheat when it is measured.
+	Audit string
+	// Fault is the simulated behaviour its engine patch names (see
+	// PatchFault), "" for no patch.
+	Fault string
 }
+
+// PatchFile is the engine patch of the examples that carry one.
+const PatchFile = "engine.patch"
+
+// PatchFault is the line of an engine patch that, in this simulated arena,
+// names the behaviour of the patched engine: simengine stands for the
+// participant's patched engine and reads it from the bundle (a real
+// engine's patch changes its code; the arena never applies a patch).
+const PatchFault = "simengine-fault: "
 
 // spec describes one example before it is written.
 type spec struct {
@@ -97,6 +113,14 @@ func specs() []spec {
 				About: "NVFP4 weights and activations (FP4 E2M1 with FP8 scales per 16 and a global scale) and an FP8 KV cache; it is the W4A4KV8 it declares, so it passes."},
 			form: formNVFP4, qc: nvfp4Config(), kvDType: "fp8", method: "NVFP4-W4A4 compressed-tensors",
 		},
+		cheat("engine-fast-path", "fast-path-under-load", "accuracy_differs_under_load",
+			"The FP8 checkpoint with an engine patch that takes a damaged fast path once four or more requests run, so it answers the eval items mixed into the load worse than in the quality job and is disqualified by the accuracy-under-load audit."),
+		cheat("engine-answer-cache", "answer-cache", "answer_cache_suspected",
+			"The FP8 checkpoint with an engine patch that replays the answer of a prompt it has streamed before, so repeated prompts decode at once and it is disqualified by the cache-defeating audit."),
+		cheat("engine-padded-tokens", "pad-tokens", "token_count_dishonest",
+			"The FP8 checkpoint with an engine patch that streams each token in two chunks and claims them all, so its text re-tokenises to half its claimed tokens and it is disqualified by the token-honesty audit."),
+		cheat("engine-other-model", "other-model", "served_model_mismatch",
+			"The FP8 checkpoint with an engine patch that serves the load from another, smaller model while /v1/models names the checkpoint, so its first answers are not the quality job's and it is disqualified by the served-model audit."),
 		{
 			Example: Example{Name: "bf16-declared-w4", Declared: "W4A16KV8", Honest: false, Detected: "W16A16KV8",
 				Violations: []string{analyze.ViolationPrecisionWider},
@@ -123,6 +147,31 @@ func specs() []spec {
 			form: formInt4, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32, KV4",
 		},
 	}
+}
+
+// cheat is an honest FP8 checkpoint whose engine patch makes the engine
+// behave differently when it is measured: its contract holds, one engine
+// audit must disqualify it.
+func cheat(name, fault, audit, about string) spec {
+	return spec{
+		Example: Example{Name: name, Declared: "W8A8KV8", Honest: true, Detected: "W8A8KV8", About: about, Audit: audit, Fault: fault},
+		form:    formFP8, qc: fp8Config(), kvDType: "fp8", sharded: true,
+		method: "FP8-W8A8 per-channel weights, dynamic per-token activations, patched engine (" + fault + ")",
+	}
+}
+
+// patch is the engine patch of a cheating example: a unified diff of the
+// engine it stands for, and the line that names its behaviour to
+// simengine.
+func patch(fault string) []byte {
+	return []byte("# Engine patch of the example " + fault + " bundle. In this simulated arena simengine stands\n" +
+		"# for the patched engine and simulates the behaviour the next line names.\n" +
+		"# " + PatchFault + fault + "\n" +
+		"--- a/vllm/entrypoints/openai/serving_completion.py\n" +
+		"+++ b/vllm/entrypoints/openai/serving_completion.py\n" +
+		"@@ -1,1 +1,1 @@\n" +
+		"-# serve every request alike\n" +
+		"+# " + fault + "\n")
 }
 
 // quantArgs is a compressed-tensors QuantizationArgs object.
@@ -442,6 +491,9 @@ func writeBundle(dir string, s spec, tensors []safetensors.Tensor, common map[st
 			KVCacheDType: s.kvDType,
 		},
 	}
+	if s.Fault != "" {
+		decl.Engine.Patch = PatchFile
+	}
 	if err := decl.Validate(); err != nil {
 		return fmt.Errorf("examples: %s: %w", s.Name, err)
 	}
@@ -452,6 +504,9 @@ func writeBundle(dir string, s spec, tensors []safetensors.Tensor, common map[st
 	files := maps.Clone(common)
 	files["config.json"] = cfgBytes
 	files[bundle.DeclarationFile] = declBytes
+	if s.Fault != "" {
+		files[PatchFile] = patch(s.Fault)
+	}
 	if err := writeFiles(dir, files); err != nil {
 		return err
 	}

@@ -1,6 +1,10 @@
 package examples
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/lowbarena/lowbarena/services/domain/tokenizer"
+)
 
 // specialTokens are the tiny tokenizer's added tokens, by id.
 var specialTokens = []struct {
@@ -33,9 +37,11 @@ func byteLevelAlphabet() []rune {
 }
 
 // tokenizerFiles returns the tokenizer and generation files every bundle
-// holds: a byte-level BPE tokenizer whose vocabulary is the 256 bytes (no
-// merges) plus the ChatML special tokens, which a tokenizers library can
-// load; the model's vocabulary is larger, as real ones are padded.
+// holds: a byte-level BPE tokenizer (GPT-2's pre-tokenizer) whose
+// vocabulary is the 256 bytes, the merges it learned on the suite's text
+// and the load's (see exampleMerges) and the ChatML special tokens, which
+// a tokenizers library can load; the model's vocabulary is larger, as
+// real ones are padded.
 func tokenizerFiles() (map[string][]byte, error) {
 	vocab := map[string]int{}
 	for b, r := range byteLevelAlphabet() {
@@ -52,20 +58,39 @@ func tokenizerFiles() (map[string][]byte, error) {
 			"content": t.content, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true,
 		}
 	}
-	tok, err := jsonBytes(map[string]any{
-		"version":        "1.0",
-		"truncation":     nil,
-		"padding":        nil,
-		"added_tokens":   added,
-		"normalizer":     map[string]any{"type": "NFC"},
-		"pre_tokenizer":  map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": true},
-		"post_processor": map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
-		"decoder":        map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
-		"model": map[string]any{
-			"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": "", "end_of_word_suffix": "",
-			"fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": vocab, "merges": []string{},
-		},
-	})
+	doc := func(merges []string) map[string]any {
+		return map[string]any{
+			"version":        "1.0",
+			"truncation":     nil,
+			"padding":        nil,
+			"added_tokens":   added,
+			"normalizer":     map[string]any{"type": "NFC"},
+			"pre_tokenizer":  map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": true},
+			"post_processor": map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+			"decoder":        map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+			"model": map[string]any{
+				"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": "", "end_of_word_suffix": "",
+				"fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": vocab, "merges": merges,
+			},
+		}
+	}
+	// Train the merges with the bytes-only tokenizer's pre-tokenizer,
+	// then add each merged token to the vocabulary after the bytes.
+	bare, err := jsonBytes(doc([]string{}))
+	if err != nil {
+		return nil, err
+	}
+	pre, err := tokenizer.Parse(bare)
+	if err != nil {
+		return nil, fmt.Errorf("examples: the example tokenizer: %w", err)
+	}
+	ms := exampleMerges(pre)
+	for _, m := range ms {
+		if _, ok := vocab[m[0]+m[1]]; !ok {
+			vocab[m[0]+m[1]] = len(vocab)
+		}
+	}
+	tok, err := jsonBytes(doc(mergeStrings(ms)))
 	if err != nil {
 		return nil, err
 	}

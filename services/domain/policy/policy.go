@@ -94,6 +94,9 @@ type Efficiency struct {
 	// BudgetReason is the first failed budget's sentence, "" when every
 	// budget held.
 	BudgetReason string
+	// AuditReason is the first failed engine audit's code and sentence
+	// ("audit answer_cache_suspected: ..."), "" when none failed.
+	AuditReason string
 }
 
 // Drift is D in points: 100 x the mean over valid domains of max(0, drop),
@@ -132,6 +135,9 @@ func Precision(c record.Contract, label string) record.Precision {
 //
 //   - A failed budget disqualifies: score 0, every efficiency field null,
 //     the budget's sentence as the reason (as the records do).
+//   - So does a failed engine audit, with its code and sentence: an
+//     engine that behaved differently when measured leaves no figure to
+//     score.
 //   - Otherwise speeds, memories, E and memory saved follow the
 //     efficiency formulas, D the policy's drift, and the score the
 //     policy's formula; a tier outside the qualified ones keeps its score
@@ -144,6 +150,10 @@ func (p Policy) Compute(in Inputs) (record.Score, error) {
 		return s, nil
 	}
 	if r := in.Efficiency.BudgetReason; r != "" {
+		s.Reason = reason(r)
+		return s, nil
+	}
+	if r := in.Efficiency.AuditReason; r != "" {
 		s.Reason = reason(r)
 		return s, nil
 	}

@@ -106,3 +106,26 @@ func TestScoreShape(t *testing.T) {
 	require.Equal(t, 0.301, p.Score(2, 0))
 	require.Less(t, p.Score(2, 1), p.Score(2, 0))
 }
+
+// A failed engine audit disqualifies an entry that would qualify, with
+// the audit's code and sentence, score 0 and every efficiency field
+// null; the same entry without it qualifies (the control).
+func TestFailedAuditDisqualifies(t *testing.T) {
+	r := load(t, "submission_qwen3-8b_b0c4e95f426f48e2.json")
+	q := *r.Result.DevQuality
+	q.Tier = "A"
+	in := policy.Inputs{Contract: *r.Result.Contract, Label: r.Solution.DetectedPrecision, Quality: q, Efficiency: efficiencyOf(r)}
+	ok, err := v1(t).Compute(in)
+	require.NoError(t, err)
+	require.True(t, ok.Qualified)
+	require.Positive(t, ok.Score)
+
+	in.Efficiency.AuditReason = "audit answer_cache_suspected: repeated prompts were decoded in 0.01 ms a token"
+	got, err := v1(t).Compute(in)
+	require.NoError(t, err)
+	require.False(t, got.Qualified)
+	require.Equal(t, 0.0, got.Score)
+	require.Equal(t, in.Efficiency.AuditReason, *got.Reason)
+	require.Nil(t, got.EfficiencyGain)
+	require.Nil(t, got.Speeds)
+}

@@ -365,9 +365,13 @@ const (
 	MemoryFromNVML = "nvml"
 )
 
-// Engine is what the engine reported at start-up and the budget replay.
+// Engine is what the engine reported at start-up, its audits and the
+// budget replay.
 type Engine struct {
-	Audit     json.RawMessage   `json:"audit"`
+	// Audit is the engine's audit block: null in records older than the
+	// audits (as in the fixtures), else the KV dtype check and the four
+	// audits with the verdict of all of them.
+	Audit     *Audit            `json:"audit"`
 	Budget    map[string]Budget `json:"budget"`
 	HardCap   bool              `json:"hard_cap"`
 	Startup   Startup           `json:"startup"`
@@ -434,4 +438,152 @@ func (c Contract) MarshalJSON() ([]byte, error) {
 		c.Quantization.Ignore = []string{}
 	}
 	return json.Marshal(contractJSON(c))
+}
+
+// Verdicts of an audit.
+const (
+	VerdictPass    = "pass"
+	VerdictFail    = "fail"
+	VerdictSkipped = "skipped"
+)
+
+// Audit is the engine's audit block (result.engine.audit): what the
+// arena checked of the engine that served the checkpoint. Added by this
+// arena (the fixtures' records hold null); every field is additive.
+type Audit struct {
+	// KVCacheDTypeDeclared and KVCacheDTypeEngine are the declared KV
+	// dtype and the one the engine reported running.
+	KVCacheDTypeDeclared string `json:"kv_cache_dtype_declared"`
+	KVCacheDTypeEngine   string `json:"kv_cache_dtype_engine"`
+	// ReferenceCached says the BF16 reference's figures came from an
+	// earlier job on the same pod; Pod is where both were measured.
+	ReferenceCached bool   `json:"reference_cached"`
+	Pod             string `json:"pod,omitempty"`
+	// Verdict is fail when any audit failed (Reason and Message are the
+	// first failed one's, in the order below), pass when every audit
+	// ran and passed, skipped when none ran; empty in records older
+	// than the audits.
+	Verdict string `json:"verdict,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Seed seeded the measured run's load and the items' draw.
+	Seed uint64 `json:"seed,omitempty"`
+	// The audits, in the order they decide the verdict.
+	ServedModel       *ServedModelAudit `json:"served_model,omitempty"`
+	TokenHonesty      *TokenAudit       `json:"token_honesty,omitempty"`
+	AnswerCache       *CacheAudit       `json:"answer_cache,omitempty"`
+	AccuracyUnderLoad *AccuracyAudit    `json:"accuracy_under_load,omitempty"`
+}
+
+// Check is what every audit says: its verdict, the failure's code and a
+// sentence, and the MLPerf audit test it corresponds to.
+type Check struct {
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	MLPerf  string `json:"mlperf,omitempty"`
+}
+
+// AccuracyAudit compares the eval items answered within the efficiency
+// workloads with the same items' first samples in the quality job.
+type AccuracyAudit struct {
+	Check
+	// Items is how many items were mixed into the load; Compared how many
+	// of them had an answer to compare (the others failed: Errors with an
+	// HTTP error or no answer, Incomplete cut mid-answer).
+	Items      int `json:"items"`
+	Compared   int `json:"compared"`
+	Errors     int `json:"errors"`
+	Incomplete int `json:"incomplete"`
+	// Agreement is the share of compared items whose answer under load
+	// begins with the quality job's answer, character for character (an
+	// engine under ignore_eos goes on past it).
+	Agreement float64 `json:"agreement"`
+	// QualityAccuracy and LoadAccuracy are the compared items' mean
+	// scores; Drop their paired difference (quality minus load), SE its
+	// paired standard error, Lower = Drop - 1.645 SE: the audit fails
+	// when Lower > 0.
+	QualityAccuracy float64 `json:"quality_accuracy"`
+	LoadAccuracy    float64 `json:"load_accuracy"`
+	Drop            float64 `json:"drop"`
+	SE              float64 `json:"se"`
+	Lower           float64 `json:"lower"`
+	// SlowRatio is the median over items of their time per output token
+	// over the load's median in the same workload; above SlowLimit the
+	// engine tells the items apart.
+	SlowRatio float64        `json:"slow_ratio"`
+	SlowLimit float64        `json:"slow_limit"`
+	Requests  []AuditRequest `json:"requests"`
+}
+
+// AuditRequest is one eval item answered within the load.
+type AuditRequest struct {
+	Item     string  `json:"item"`
+	Workload string  `json:"workload"`
+	Seq      int     `json:"seq"`
+	Agree    bool    `json:"agree"`
+	Quality  float64 `json:"quality"`
+	Load     float64 `json:"load"`
+	TPOTMs   float64 `json:"tpot_ms,omitempty"`
+	Error    string  `json:"error,omitempty"`
+}
+
+// CacheAudit compares a run of unique prompts with one of repeated
+// prompts on the same engine.
+type CacheAudit struct {
+	Check
+	Concurrency    int     `json:"concurrency"`
+	UniqueRequests int     `json:"unique_requests"`
+	RepeatRequests int     `json:"repeat_requests"`
+	UniqueTPOTMs   float64 `json:"unique_tpot_ms"`
+	RepeatTPOTMs   float64 `json:"repeat_tpot_ms"`
+	UniqueTTFTMs   float64 `json:"unique_ttft_ms"`
+	RepeatTTFTMs   float64 `json:"repeat_ttft_ms"`
+	// Ratio is RepeatTPOTMs / UniqueTPOTMs: the audit fails below Limit.
+	Ratio float64 `json:"ratio"`
+	Limit float64 `json:"limit"`
+}
+
+// TokenAudit compares the tokens an engine claimed with its streamed
+// text re-tokenised with the campaign's tokenizer.
+type TokenAudit struct {
+	Check
+	Tokenizer   string `json:"tokenizer"`
+	Requests    int    `json:"requests"`
+	Claimed     int    `json:"claimed"`
+	Retokenized int    `json:"retokenized"`
+	// Ratio is Claimed / Retokenized: the audit fails above 1 +
+	// Tolerance, or when a request went over max_tokens (OverMax) or
+	// ended before it although ignore_eos asked for all (EndedEarly).
+	Ratio      float64        `json:"ratio"`
+	Tolerance  float64        `json:"tolerance"`
+	OverMax    int            `json:"over_max"`
+	EndedEarly int            `json:"ended_early"`
+	Worst      []TokenRequest `json:"worst,omitempty"`
+}
+
+// TokenRequest is one request's counts.
+type TokenRequest struct {
+	Workload    string `json:"workload"`
+	Seq         int    `json:"seq"`
+	Claimed     int    `json:"claimed"`
+	Retokenized int    `json:"retokenized"`
+	MaxTokens   int    `json:"max_tokens"`
+	Finish      string `json:"finish"`
+}
+
+// ServedModelAudit checks that the engine serves the checkpoint it was
+// started on.
+type ServedModelAudit struct {
+	Check
+	// Checkpoint is the folder the engine was started on, ServedModel
+	// what /v1/models named.
+	Checkpoint  string `json:"checkpoint"`
+	ServedModel string `json:"served_model"`
+	// Probes answered first, Agreed those whose answer is the quality
+	// job's; the audit fails when fewer than MinAgreement of them agree.
+	Probes       int            `json:"probes"`
+	Agreed       int            `json:"agreed"`
+	MinAgreement float64        `json:"min_agreement"`
+	Requests     []AuditRequest `json:"requests"`
 }

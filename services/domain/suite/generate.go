@@ -272,3 +272,31 @@ func genCode(r *rand.Rand, split string) Item {
 	k := kr[0] + r.IntN(kr[1]-kr[0])
 	return Item{Prompt: t.Prompt(k) + codeFormat, Grader: GraderCode, Tests: t.Tests(k), MaxTokens: 128}
 }
+
+// LoadPrompt is one prompt of the efficiency workloads' load, about words
+// words long: a document of the long-context domain's filler with a fact
+// hidden in it, and its question. It is drawn from r, so a load generator
+// seeded per run never repeats a prompt across runs, and it reads like
+// the suite's own items, so the eval items mixed into the load (the
+// accuracy-under-load audit) are not told apart by their form.
+func LoadPrompt(r *rand.Rand, words int) string {
+	words = max(words, 16)
+	vault := name(r)
+	code := 1000 + r.IntN(9000)
+	at := r.IntN(words)
+	var b strings.Builder
+	b.WriteString("Read the document and answer the question.\n\n")
+	for i := range words {
+		if i == at {
+			fmt.Fprintf(&b, "The access code for the vault of %s is %d. ", vault, code)
+		}
+		b.WriteString(fillerWords[(i*7+r.IntN(3))%len(fillerWords)])
+		if i%17 == 16 {
+			b.WriteString(". ")
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	fmt.Fprintf(&b, "\n\nQuestion: what is the access code for the vault of %s?%s", vault, numberOnly)
+	return b.String()
+}

@@ -9,6 +9,10 @@ import (
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
 )
 
+// AuditSuite returns the audits' params of a campaign's suite of a
+// split, storing the suite in the artifact store.
+type AuditSuite func(c *campaign.Campaign, split string) (*events.AuditJobParams, error)
+
 // JobID is the runner job of a submission's efficiency: one per
 // submission, so a redelivered contract.completed requests the same job
 // (and JetStream drops the second request).
@@ -32,7 +36,12 @@ func RequestID(submission string) string {
 // campaign_unknown_task, campaign_no_engine and campaign_no_reference (no
 // *.safetensors in the campaign's reference folder). An error of store is
 // a retry.
-func Job(in events.ContractCompletedData, set campaign.Set, store func(*campaign.Campaign) (events.BundleRef, error)) (stage.Job, error) {
+//
+// audit, when set, gives the audits' params of the campaign's suite of
+// the submission's split; a campaign without a quality suite is measured
+// without gathering the audits' evidence. Its error is a retry unless it
+// is a refusal.
+func Job(in events.ContractCompletedData, set campaign.Set, store func(*campaign.Campaign) (events.BundleRef, error), audit AuditSuite) (stage.Job, error) {
 	if in.Artifact == nil {
 		return stage.Job{}, stage.Refuse(events.ReasonArtifactMissing, "the contract stage passed on no artifact to serve; submit again")
 	}
@@ -50,8 +59,14 @@ func Job(in events.ContractCompletedData, set campaign.Set, store func(*campaign
 	if err != nil {
 		return stage.Job{}, err
 	}
-	params, err := json.Marshal(events.EfficiencyJobParams{Campaign: camp.TaskID, Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec,
-		KVCacheDType: in.KVCacheDType, Reference: ref, BudgetFactor: camp.Efficiency.BudgetFactor})
+	p := events.EfficiencyJobParams{Campaign: camp.TaskID, Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec,
+		KVCacheDType: in.KVCacheDType, Reference: ref, BudgetFactor: camp.Efficiency.BudgetFactor}
+	if audit != nil && camp.Quality != nil {
+		if p.Audit, err = audit(camp, in.Split); err != nil {
+			return stage.Job{}, err
+		}
+	}
+	params, err := json.Marshal(p)
 	if err != nil {
 		return stage.Job{}, fmt.Errorf("efficiency: encode job params: %w", err)
 	}

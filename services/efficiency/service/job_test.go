@@ -16,6 +16,7 @@ import (
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	"github.com/lowbarena/lowbarena/services/domain/examples"
 	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/efficiency/service"
 )
 
@@ -25,6 +26,10 @@ func exampleCampaigns(t *testing.T) campaign.Set {
 	dir := t.TempDir()
 	_, err := examples.Write(dir)
 	require.NoError(t, err)
+	// The dev suite the quality stage answers and the audits mix into
+	// the load, small.
+	st := suite.Generate("lowb-gen", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 8, "knowledge": 8})
+	require.NoError(t, suite.Write(filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "suite-dev"), st))
 	set, err := campaign.LoadDir(filepath.Join(dir, examples.CampaignsDir))
 	require.NoError(t, err)
 	return set
@@ -86,7 +91,7 @@ func TestJob(t *testing.T) {
 				require.Equal(t, tc.camp.TaskID, c.TaskID)
 				return stored, tc.storeErr
 			}
-			j, err := service.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store)
+			j, err := service.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store, nil)
 			require.Equal(t, tc.stores, calls == 1, "the reference is stored only for a campaign that can serve")
 			switch {
 			case tc.storeErr != nil:

@@ -63,13 +63,13 @@ func Block(c events.RunnerJobCompletedData, res events.EfficiencyJobResult) (eve
 		Submission: record.WorkloadFigures{PeakGiB: out.PeakMemory[first].PeakGiB, Rate: out.Efficiency[first]},
 	}
 	running := res.Candidate.Startup.KVCacheDType
-	audit := map[string]any{"kv_cache_dtype_declared": res.KVCacheDType, "kv_cache_dtype_engine": running,
-		"reference_cached": res.Cached, "pod": c.Pod}
-	auditJSON, _ := json.Marshal(audit)
 	if !SameKV(res.KVCacheDType, running) {
 		return out, &kvMismatch{declared: res.KVCacheDType, running: running}
 	}
-	out.Engine = record.Engine{Audit: auditJSON, Budget: res.Budget, HardCap: res.HardCap, Startup: res.Candidate.Startup,
+	// The audit block holds the KV check here; the stage adds the
+	// engine's audits (audit.Judge) once it can compare them.
+	audit := &record.Audit{KVCacheDTypeDeclared: res.KVCacheDType, KVCacheDTypeEngine: running, ReferenceCached: res.Cached, Pod: c.Pod}
+	out.Engine = record.Engine{Audit: audit, Budget: res.Budget, HardCap: res.HardCap, Startup: res.Candidate.Startup,
 		StoredGiB: formula.StoredGiB(res.StoredBytes)}
 	if out.Engine.Budget == nil {
 		out.Engine.Budget = map[string]record.Budget{}

@@ -19,13 +19,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/stage"
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	"github.com/lowbarena/lowbarena/services/domain/formula"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/runtime"
+	"github.com/lowbarena/lowbarena/services/store"
 )
 
 // Name is the efficiency service's name: its stage, event source and
@@ -41,29 +45,49 @@ const (
 // Options configure the stage.
 type Options struct {
 	Campaigns campaign.Set
+	// Store holds the quality job's answers (quality_answers), which the
+	// audits compare with the engine's answers under load; nil leaves
+	// those two audits skipped.
+	Store store.Store
+	// NoAudits measures without gathering the audits' evidence.
+	NoAudits bool
 }
 
 // Service is the efficiency stage bound to its artifact store.
 type Service struct {
 	bus       *bus.Bus
 	artifacts artifact.Store
-	opts      Options
-	log       *slog.Logger
+	// arena is the ARENA stream, read for a submission's quality outcome.
+	arena jetstream.Stream
+	opts  Options
+	log   *slog.Logger
 
-	mu   sync.Mutex
-	refs map[string]events.BundleRef // task id -> stored reference bundle
+	mu     sync.Mutex
+	refs   map[string]events.BundleRef // task id -> stored reference bundle
+	suites map[string]stored           // suite folder -> its key and stored bundle
 }
 
-// New opens the artifact store.
+// stored is a suite folder the stage has put in the artifact store.
+type stored struct {
+	st  *suite.Suite
+	ref events.BundleRef
+}
+
+// New opens the artifact store and the ARENA stream.
 func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service, error) {
 	arts, err := artifact.NewJetStream(ctx, b.JetStream(), bus.ObjectArtifacts)
 	if err != nil {
 		return nil, fmt.Errorf("efficiency: %w", err)
 	}
+	arena, err := b.JetStream().Stream(ctx, events.StreamArena)
+	if err != nil {
+		return nil, fmt.Errorf("efficiency: open stream %s: %w", events.StreamArena, err)
+	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{bus: b, artifacts: arts, opts: o, log: log, refs: map[string]events.BundleRef{}}, nil
+	return &Service{bus: b, artifacts: arts, arena: arena, opts: o, log: log, refs: map[string]events.BundleRef{},
+		suites: map[string]stored{}}, nil
 }
 
 // Requests is the durable that turns kept contracts into runner jobs.
@@ -77,12 +101,20 @@ var Requests = bus.ConsumerConfig{
 // Results is the durable that turns runner outcomes of efficiency jobs
 // into the stage's (their subjects carry the kind; the old kind-less
 // subjects of older data folders are included, and the kit checks the
-// payload's kind).
+// payload's kind). A measurement with audit evidence waits for the
+// submission's quality outcome, retried every AuditWait for up to an
+// hour (MaxDeliver): with one runner, its quality job may queue behind
+// other submissions' jobs.
 var Results = bus.ConsumerConfig{
-	Name:     Name + "-results",
-	Subjects: events.JobOutcomeFilters(events.JobEfficiency),
-	Prefetch: 8,
+	Name:       Name + "-results",
+	Subjects:   events.JobOutcomeFilters(events.JobEfficiency),
+	Prefetch:   8,
+	MaxDeliver: 360,
 }
+
+// AuditWait is how long a measurement waits for its quality outcome
+// before it looks again.
+const AuditWait = 10 * time.Second
 
 // Stage is the efficiency stage's declaration.
 //
@@ -100,15 +132,19 @@ func (s *Service) Stage() stage.JobStage[events.ContractCompletedData, events.Ef
 		Requests: Requests,
 		Results:  Results,
 		Jobs: func(ctx context.Context, in events.ContractCompletedData) ([]stage.Job, error) {
-			j, err := Job(in, s.opts.Campaigns, func(c *campaign.Campaign) (events.BundleRef, error) { return s.reference(ctx, c) })
+			var audit AuditSuite
+			if !s.opts.NoAudits {
+				audit = func(c *campaign.Campaign, split string) (*events.AuditJobParams, error) {
+					return s.auditParams(ctx, c, split)
+				}
+			}
+			j, err := Job(in, s.opts.Campaigns, func(c *campaign.Campaign) (events.BundleRef, error) { return s.reference(ctx, c) }, audit)
 			if err != nil {
 				return nil, err
 			}
 			return []stage.Job{j}, nil
 		},
-		Result: func(_ context.Context, c events.RunnerJobCompletedData) (events.EfficiencyCompletedData, error) {
-			return Result(c)
-		},
+		Result:   s.result,
 		Describe: describe,
 	}
 }
@@ -125,6 +161,7 @@ func Component() runtime.Component {
 	return runtime.Component{
 		Name:   Name,
 		Stages: []string{Name},
+		Store:  true,
 		Flags:  func(fs *flag.FlagSet) { dir = runtime.CampaignsFlag(fs) },
 		Build: func(ctx context.Context, rt *runtime.Runtime) ([]runtime.Actor, error) {
 			if dir == nil {
@@ -134,7 +171,7 @@ func Component() runtime.Component {
 			if err != nil {
 				return nil, fmt.Errorf("efficiency: %w", err)
 			}
-			s, err := New(ctx, rt.Bus, rt.Log, Options{Campaigns: set})
+			s, err := New(ctx, rt.Bus, rt.Log, Options{Campaigns: set, Store: rt.Store})
 			if err != nil {
 				return nil, err
 			}

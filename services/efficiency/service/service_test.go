@@ -88,6 +88,13 @@ func TestContractBecomesAJob(t *testing.T) {
 	require.Equal(t, 64, p.Workload.MaxTokens)
 	require.Regexp(t, `^[0-9a-f]{64}$`, p.Reference.SHA256)
 	require.Equal(t, 256, p.Engine.MaxNumSeqs)
+	// The audits' evidence is asked for on the campaign's dev suite,
+	// stored beside the reference.
+	require.NotNil(t, p.Audit)
+	require.Equal(t, "lowb-gen@1/dev", p.Audit.SuiteKey)
+	require.Regexp(t, `^[0-9a-f]{64}$`, p.Audit.Suite.SHA256)
+	require.Equal(t, 64, p.Audit.MinItems)
+	require.InDelta(t, 0.02, p.Audit.Share, 1e-12)
 	// Both contracts were handled (each has its started) before the
 	// queue is counted.
 	require.Eventually(t, func() bool { return len(bustest.Stored(t, b, "arena.efficiency.started.sub1")) == 2 }, 10*time.Second, 20*time.Millisecond)
@@ -147,12 +154,13 @@ func TestReferenceWithoutWeights(t *testing.T) {
 
 // TestComponent: the component serves the efficiency stage, takes its
 // campaigns from --campaigns (a folder that does not exist is an arena
-// with no campaign yet) and needs no store.
+// with no campaign yet) and a store (the quality job's answers, which
+// the audits compare with the engine's under load).
 func TestComponent(t *testing.T) {
 	c := service.Component()
 	require.Equal(t, service.Name, c.Name)
 	require.Equal(t, []string{"efficiency"}, c.Stages)
-	require.False(t, c.Store)
+	require.True(t, c.Store)
 	cfg := runtime.DefaultConfig(c.Name)
 	fs := c.FlagSet(&cfg)
 	require.NotNil(t, fs.Lookup("campaigns"))

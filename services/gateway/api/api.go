@@ -20,6 +20,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/schemas"
 	"github.com/lowbarena/lowbarena/services/domain/participant"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/gateway/participants"
@@ -135,6 +136,7 @@ type API struct {
 //	GET  /v1/rounds               round views, newest first (?limit)
 //	GET  /v1/leaderboard          scores, best first (?campaign, ?policy)
 //	GET  /v1/history              scores over time (?participant, ?campaign, ?model)
+//	GET  /schemas/...             the JSON Schemas events name in dataschema (public, read-only)
 //
 // Every answer about records follows participant.Viewer.CanRead: ranked
 // records and rounds are public; a dev record is read by its participant
@@ -166,6 +168,7 @@ func New(o Options) (*API, error) {
 	mux.HandleFunc("GET /v1/rounds", a.listRounds)
 	mux.HandleFunc("GET /v1/leaderboard", a.scores(leaderboard))
 	mux.HandleFunc("GET /v1/history", a.scores(history))
+	mux.Handle("GET "+schemas.PathPrefix, schemas.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no endpoint answers this method and path; the README's \"HTTP API\" lists them")
 	})

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -286,4 +287,35 @@ func TestPanicIsNotShown(t *testing.T) {
 	require.Len(t, logged, 1)
 	require.Contains(t, logged[0], "/srv/lowbarena/secret/spool")
 	require.Contains(t, logged[0], "goroutine")
+}
+
+// The schemas events name in their dataschema are served, public and
+// read-only, at the path of their $id.
+func TestSchemasAreServed(t *testing.T) {
+	f := newFixture(t, nil)
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{
+		{"/schemas/events/dev.lowbarena.submission.received.v1.json", 200},
+		{"/schemas/record/submission.schema.json", 200},
+		{"/schemas/events/dev.lowbarena.nothing.v1.json", 404},
+		{"/schemas/../go.mod", 404},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			resp, err := http.Get(f.srv.URL + tc.path)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			require.Equal(t, tc.status, resp.StatusCode)
+			if tc.status != 200 {
+				return
+			}
+			require.Equal(t, "application/schema+json", resp.Header.Get("Content-Type"))
+			var doc struct {
+				ID string `json:"$id"`
+			}
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
+			require.True(t, strings.HasSuffix(doc.ID, strings.TrimPrefix(tc.path, "/schemas/")), doc.ID)
+		})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/services/domain/formula"
 	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
@@ -50,9 +51,27 @@ type ReferenceCache interface {
 // first unless cached), then replays each workload under its budget. An
 // engine failure of the reference or the candidate fails the job; a
 // failure under the budget is a failed verdict, not a failed job.
-func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache) (Efficiency, error) {
+//
+// The reference's and the candidate's runs draw their load from their
+// own seeds (audit's, or 0 without one), so neither repeats the other's
+// prompts; with audit the suite's items are mixed into both alike, so
+// their rates compare like with like, and the candidate's run gathers
+// the audits' evidence (Candidate.Audit). The budget replays serve the
+// candidate's run's workloads again, prompt for prompt, on a restarted
+// engine: their rates compare with that run's (an engine that served
+// them from a cache across restarts would only help its budget; the
+// cache audit is the check on caching).
+func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache, audit *AuditPlan) (Efficiency, error) {
 	out := Efficiency{KVCacheDType: p.KVCacheDType}
-	wls := Workloads(p.Workload)
+	base := Workloads(p.Workload)
+	var pool []suite.Item
+	seed := uint64(0)
+	share, minItems := 0.0, 0
+	if audit != nil {
+		pool, seed, share, minItems = audit.Pool, audit.Seed, audit.Share, audit.MinItems
+	}
+	mix := func(k uint64) []loadgen.Workload { return Mix(base, pool, seed+k, share, minItems) }
+	wls := mix(0)
 	var err error
 	if out.StoredBytes, err = safetensorBytes(candidate); err != nil {
 		return out, err
@@ -65,7 +84,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		out.Reference, out.Cached = *ref, true
 	} else {
 		s, err := r.Serve(ctx, Launch{Run: "reference", Command: p.Engine.Command, Checkpoint: reference,
-			KVCacheDType: "auto", MaxNumSeqs: p.Engine.MaxNumSeqs}, wls)
+			KVCacheDType: "auto", MaxNumSeqs: p.Engine.MaxNumSeqs}, mix(1000))
 		out.Seconds += s.Seconds
 		if err != nil {
 			return out, fmt.Errorf("the BF16 reference: %w", err)
@@ -80,7 +99,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		kv = "auto"
 	}
 	cand, err := r.Serve(ctx, Launch{Run: "candidate", Command: p.Engine.Command, Checkpoint: candidate,
-		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs}, wls)
+		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, Audit: audit}, wls)
 	out.Seconds += cand.Seconds
 	if err != nil {
 		return out, err
@@ -90,6 +109,9 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		return out, nil
 	}
 	out.Budget, out.HardCap = map[string]record.Budget{}, true
+	// Each replay serves the workload exactly as the candidate's run did
+	// (its load and items in the same places, on a restarted engine), so
+	// its rate compares with that run's.
 	for _, w := range wls {
 		wr := cand.Workloads[w.Name]
 		b := formula.BudgetFor(wr.Peak.PeakGiB, p.BudgetFactor)

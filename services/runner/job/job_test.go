@@ -125,7 +125,7 @@ func TestEfficiencyMeasuresCandidateBesideReference(t *testing.T) {
 		Workload: small(), KVCacheDType: "fp8", Reference: events.BundleRef{SHA256: "ref1"}, BudgetFactor: 1.02}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := r.Efficiency(ctx, p, cand, ref, cache)
+	out, err := r.Efficiency(ctx, p, cand, ref, cache, nil)
 	require.NoError(t, err)
 
 	require.True(t, out.Simulated)
@@ -164,7 +164,7 @@ func TestEfficiencyMeasuresCandidateBesideReference(t *testing.T) {
 	require.Len(t, *results, 9)
 
 	// The second job on this pod reuses the reference.
-	out2, err := r.Efficiency(ctx, p, cand, ref, cache)
+	out2, err := r.Efficiency(ctx, p, cand, ref, cache, nil)
 	require.NoError(t, err)
 	require.True(t, out2.Cached)
 	require.Equal(t, 1, cache.puts)

@@ -27,6 +27,8 @@ type Graded struct {
 	Formatted    bool
 	Empty        bool
 	OutputTokens int
+	// Answer is the engine's text.
+	Answer string
 }
 
 // CodeEngineAnswer is the code of an engine whose answers cannot be read
@@ -133,7 +135,7 @@ func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpo
 						out.Empty++
 					}
 					batch = append(batch, Graded{Item: t.it, Sample: t.sample, Score: gr.Score, Formatted: gr.Formatted,
-						Empty: gr.Empty, OutputTokens: g.tokens})
+						Empty: gr.Empty, OutputTokens: g.tokens, Answer: g.text})
 					done++
 					if done%max(len(tasks)/10, 1) == 0 {
 						r.progress("answering "+p.Role, done, len(tasks))

@@ -68,6 +68,10 @@ type Launch struct {
 	// CapGiB is the hard cap the runner enforces from NVML: an engine
 	// whose device memory goes above it is stopped (0: no cap).
 	CapGiB float64
+	// Audit, when set, gathers the audits' evidence on this run: the
+	// probe set first, the items mixed into the workloads (see Mix), the
+	// tokens counted, and the cache-defeating run last.
+	Audit *AuditPlan
 }
 
 // Served is what one engine run measured; WorkloadResult one workload of
@@ -101,6 +105,14 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 		}
 		client := &loadgen.Client{BaseURL: base, Model: ss.model, IdleTimeout: r.IdleTimeout}
 		out.Workloads = make(map[string]WorkloadResult, len(workloads))
+		var audit *auditRun
+		if l.Audit != nil && len(workloads) > 0 {
+			audit = newAuditRun(l.Audit, l.Checkpoint, ss.model)
+			r.progress("probes "+l.Run, 0, len(workloads))
+			if err := audit.probes(jctx, client, workloads[0].MaxTokens); err != nil {
+				return r.why(ctx, jctx, e, err)
+			}
+		}
 		for i, w := range workloads {
 			r.progress(w.Name+" "+l.Run, i, len(workloads))
 			pr.reset()
@@ -121,6 +133,9 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 					r.Log.Warn("request rows not written", "run", l.Run, "workload", w.Name, "err", err)
 				}
 			}
+			if audit != nil {
+				audit.workload(w, res)
+			}
 			wr := WorkloadResult{Rate: res.Rate, Running: res.Held, Full: w.Concurrency,
 				TTFTP50: res.TTFTP50, TTFTP99: res.TTFTP99, TPOTP50: res.TPOTP50, TPOTP99: res.TPOTP99,
 				ITLP50: res.ITLP50, ITLP90: res.ITLP90, ITLP99: res.ITLP99, Tokens: res.OutputTokens}
@@ -139,7 +154,19 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 				}
 			}
 			wr.Peak.DevicePeakGiB = devicePeak
+			for _, p := range w.Prompts {
+				if p.Item != "" {
+					wr.AuditItems++
+				}
+			}
 			out.Workloads[w.Name] = wr
+		}
+		if audit != nil {
+			r.progress("cache_audit "+l.Run, len(workloads), len(workloads))
+			if err := audit.cache(jctx, client, workloads[0]); err != nil {
+				return r.why(ctx, jctx, e, err)
+			}
+			out.Audit = audit.evidence()
 		}
 		out.Simulated = out.Simulated || pr.simulated
 		return nil

@@ -18,13 +18,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lowbarena/lowbarena/services/domain/suite"
 )
 
 // Codes of Error.
@@ -59,6 +63,42 @@ type Workload struct {
 	Requests, Warmup int
 	// PromptWords and MaxTokens size each request.
 	PromptWords, MaxTokens int
+	// Seed seeds the load's prompts (suite.LoadPrompt): a run seeded
+	// afresh never repeats a prompt of another run.
+	Seed uint64
+	// Prompts, when set, are the measured requests' prompts in order
+	// (Requests is then their count): the load and the audit items mixed
+	// into it. The warm-up's prompts are always drawn from Seed.
+	Prompts []Prompt
+}
+
+// Prompt is one request's prompt. Item names the eval item it is when the
+// accuracy-under-load audit mixed one into the load, "" for the load's
+// own. Every request is sent alike (see Client.one): the engine cannot
+// tell an item by its form.
+type Prompt struct {
+	Text string
+	Item string
+}
+
+// LoadPrompts returns n prompts of the load drawn from the workload's seed,
+// after skip.
+func (w Workload) LoadPrompts(skip, n int) []Prompt {
+	r := rand.New(rand.NewPCG(w.Seed, fnv64(w.Name)))
+	out := make([]Prompt, 0, n)
+	for i := range skip + n {
+		p := suite.LoadPrompt(r, w.PromptWords)
+		if i >= skip {
+			out = append(out, Prompt{Text: p})
+		}
+	}
+	return out
+}
+
+func fnv64(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
 }
 
 // Standard returns the arena's three workloads with the given request
@@ -84,6 +124,21 @@ type Sample struct {
 	ITL          []time.Duration
 	// First and Last are when its first and last tokens arrived.
 	First, Last time.Time
+	// Item is the eval item the request asked ("" for the load).
+	Item string
+	// Chunks are the streamed texts in order, one per token the engine
+	// streamed; Text is their concatenation.
+	Chunks []string
+	Text   string
+	// Claimed is the completion tokens the engine's usage reported (-1:
+	// none); Finish its last finish_reason.
+	Claimed int
+	Finish  string
+	// Err is the code of an audit item's request that failed (the load's
+	// failures end the run instead); the sample then holds no timing.
+	Err string
+	// ErrMessage says how it failed.
+	ErrMessage string
 }
 
 // Result is one workload's measurement.
@@ -127,12 +182,15 @@ func (c *Client) httpClient() *http.Client {
 // Run runs a workload: warm-up, then the measured requests, Concurrency at
 // a time. The first failed request ends the run with its *Error.
 func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
-	if w.Concurrency < 1 || w.Requests < 1 {
+	if w.Concurrency < 1 || (w.Requests < 1 && len(w.Prompts) == 0) {
 		return Result{}, fmt.Errorf("loadgen: workload %s needs concurrency and requests", w.Name)
 	}
 	hc := c.httpClient()
-	prompt := strings.TrimSpace(strings.Repeat("lorem ", w.PromptWords))
-	if err := c.batch(ctx, hc, w, prompt, w.Warmup, nil); err != nil {
+	measured := w.Prompts
+	if measured == nil {
+		measured = w.LoadPrompts(w.Warmup, w.Requests)
+	}
+	if err := c.batch(ctx, hc, w, w.LoadPrompts(0, w.Warmup), nil); err != nil {
 		return Result{}, err
 	}
 	var (
@@ -145,7 +203,7 @@ func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
 		mu.Unlock()
 	}
 	t0 := time.Now()
-	err := c.batch(ctx, hc, w, prompt, w.Requests, observe)
+	err := c.batch(ctx, hc, w, measured, observe)
 	elapsed := time.Since(t0)
 	if err != nil {
 		return Result{}, err
@@ -153,9 +211,12 @@ func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
 	return summarize(w.Name, samples, elapsed), nil
 }
 
-// batch sends n requests, Concurrency at a time, handing each finished one
-// to observe (nil for the warm-up, which is not measured).
-func (c *Client) batch(ctx context.Context, hc *http.Client, w Workload, prompt string, n int, observe func(Sample)) error {
+// batch sends the prompts, Concurrency at a time, handing each finished
+// one to observe (nil for the warm-up, which is not measured). An audit
+// item's failure is observed with its code and the run goes on (the
+// audit judges it); any other failure ends the batch.
+func (c *Client) batch(ctx context.Context, hc *http.Client, w Workload, prompts []Prompt, observe func(Sample)) error {
+	n := len(prompts)
 	if n <= 0 {
 		return nil
 	}
@@ -169,7 +230,14 @@ func (c *Client) batch(ctx context.Context, hc *http.Client, w Workload, prompt 
 		go func() {
 			defer wg.Done()
 			for seq := range jobs {
-				s, err := c.one(ctx, hc, seq, prompt, w.MaxTokens)
+				p := prompts[seq]
+				s, err := c.one(ctx, hc, seq, p.Text, w.MaxTokens)
+				s.Item = p.Item
+				if e := AsError(err); e != nil && p.Item != "" && observe != nil && ctx.Err() == nil {
+					s.Err, s.ErrMessage, s.Text = e.Code, e.Message, strings.Join(s.Chunks, "")
+					observe(s)
+					continue
+				}
 				if err != nil {
 					errc <- err
 					cancel()
@@ -201,8 +269,9 @@ feed:
 
 type chunk struct {
 	Choices []struct {
-		Text  string `json:"text"`
-		Delta struct {
+		FinishReason *string `json:"finish_reason"`
+		Text         string  `json:"text"`
+		Delta        struct {
 			Content string `json:"content"`
 		} `json:"delta"`
 	} `json:"choices"`
@@ -214,8 +283,12 @@ type chunk struct {
 
 // one sends one streaming completion and reads it to [DONE].
 func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt string, maxTokens int) (Sample, error) {
+	// Every request alike, load and audit items: greedy (temperature 0,
+	// seed 0, so an item's answer is comparable with the quality job's
+	// first sample), max_tokens tokens whatever the model would end with
+	// (ignore_eos), usage in the stream.
 	body, _ := json.Marshal(map[string]any{"model": c.Model, "prompt": prompt, "max_tokens": maxTokens, "stream": true,
-		"ignore_eos": true, "stream_options": map[string]any{"include_usage": true}})
+		"temperature": 0, "seed": 0, "ignore_eos": true, "stream_options": map[string]any{"include_usage": true}})
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+"/v1/completions", bytes.NewReader(body))
@@ -232,7 +305,7 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 	defer timer.Stop()
 	hung := func() bool { return rctx.Err() != nil && ctx.Err() == nil }
 
-	s := Sample{Seq: seq, Start: time.Now()}
+	s := Sample{Seq: seq, Start: time.Now(), Claimed: -1}
 	resp, err := hc.Do(req)
 	if err != nil {
 		if hung() {
@@ -282,9 +355,13 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		}
 		now := time.Now()
 		for _, c := range ch.Choices {
+			if c.FinishReason != nil && *c.FinishReason != "" {
+				s.Finish = *c.FinishReason
+			}
 			if c.Text == "" && c.Delta.Content == "" {
 				continue
 			}
+			s.Chunks = append(s.Chunks, c.Text+c.Delta.Content)
 			if s.OutputTokens == 0 {
 				s.TTFT = now.Sub(s.Start)
 				s.First = now
@@ -300,6 +377,7 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		}
 	}
 	s.E2E, s.Last = time.Since(s.Start), last
+	s.Text, s.Claimed = strings.Join(s.Chunks, ""), reported
 	if s.OutputTokens == 0 {
 		return s, &Error{Code: CodeZeroTokens, Message: "the engine streamed no token"}
 	}
@@ -336,9 +414,15 @@ func held(samples []Sample) int {
 }
 
 func summarize(name string, samples []Sample, elapsed time.Duration) Result {
-	r := Result{Workload: name, Held: held(samples), Elapsed: elapsed, Samples: samples}
-	var ttft, tpot, itl []float64
+	var ok []Sample
 	for _, s := range samples {
+		if s.Err == "" {
+			ok = append(ok, s)
+		}
+	}
+	r := Result{Workload: name, Held: held(ok), Elapsed: elapsed, Samples: samples}
+	var ttft, tpot, itl []float64
+	for _, s := range ok {
 		r.OutputTokens += s.OutputTokens
 		ttft = append(ttft, ms(s.TTFT))
 		if s.OutputTokens > 1 {

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/services/domain/grade"
@@ -18,7 +19,11 @@ func (s *Service) kinds() *Registry {
 		Name:   events.JobEfficiency,
 		Engine: func(p *events.EfficiencyJobParams, cmd string) { p.Engine.Command = cmd },
 		Fetch: func(p events.EfficiencyJobParams) []Artifact {
-			return []Artifact{{Ref: p.Reference, What: "the campaign's BF16 reference"}}
+			out := []Artifact{{Ref: p.Reference, What: "the campaign's BF16 reference"}}
+			if p.Audit != nil {
+				out = append(out, Artifact{Ref: p.Audit.Suite, What: "the campaign's eval suite"})
+			}
+			return out
 		},
 		Run: s.efficiency,
 	})
@@ -40,8 +45,22 @@ func (s *Service) kinds() *Registry {
 
 // efficiency measures the candidate beside the pod's BF16 reference
 // (cached per pod in the references bucket), then under its budget.
+//
+// With audits asked for, the run's seed is drawn afresh for every run of
+// the job (a redelivered job draws another), so no prompt of its load
+// repeats another run's; the seed is kept in the evidence. The
+// tokenizer that counts the engine's tokens is the campaign's (its
+// reference's tokenizer.json), else the checkpoint's own.
 func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJobParams) (Result, error) {
-	er, err := env.Job.Efficiency(ctx, p, env.Checkpoint, env.Artifacts[0], &refCache{kv: s.refs, pod: s.opts.Pod})
+	var plan *job.AuditPlan
+	if p.Audit != nil {
+		st, err := suite.Load(env.Artifacts[1])
+		if err != nil {
+			return Result{}, Fail(events.ReasonSuiteInvalid, err.Error())
+		}
+		plan = job.NewAuditPlan(st, *p.Audit, rand.Uint64(), env.Artifacts[0], env.Checkpoint)
+	}
+	er, err := env.Job.Efficiency(ctx, p, env.Checkpoint, env.Artifacts[0], &refCache{kv: s.refs, pod: s.opts.Pod}, plan)
 	return Result{Value: er, Seconds: er.Seconds, Attrs: []any{"reference_cached", er.Cached}}, err
 }
 

@@ -48,6 +48,7 @@ func (s *Service) graded(ctx context.Context, req events.RunnerJobRequestedData,
 	now := uint64(time.Now().UnixMilli())
 	name, _, _ := strings.Cut(p.SuiteKey, "@")
 	rows := make([]store.QualityItem, len(b))
+	answers := make([]store.QualityAnswer, len(b))
 	for i, g := range b {
 		f := uint8(0)
 		if g.Formatted {
@@ -56,6 +57,13 @@ func (s *Service) graded(ctx context.Context, req events.RunnerJobRequestedData,
 		rows[i] = store.QualityItem{TsMs: now, Campaign: p.Campaign, Suite: name, SuiteVersion: p.SuiteKey, SubmissionID: sub, Role: p.Role,
 			Domain: g.Item.Domain, ItemID: g.Item.ID, Sample: uint32(g.Sample), Score: g.Score, Formatted: f,
 			OutputTokens: uint32(g.OutputTokens), Simulated: sim}
+		answers[i] = store.QualityAnswer{TsMs: now, Campaign: p.Campaign, SuiteVersion: p.SuiteKey, SubmissionID: sub, Role: p.Role,
+			ItemID: g.Item.ID, Sample: uint32(g.Sample), Score: g.Score, OutputTokens: uint32(g.OutputTokens), Answer: g.Answer}
+	}
+	// The answers first: quality_items complete is what the quality
+	// stage reads as done, and the audits read the answers after it.
+	if err := store.Insert(ctx, s.opts.Store, answers); err != nil {
+		return err
 	}
 	return store.Insert(ctx, s.opts.Store, rows)
 }
@@ -79,6 +87,9 @@ func (s *Service) requests(ctx context.Context, req events.RunnerJobRequestedDat
 			Workload: res.Workload, Seq: uint32(x.Seq), PromptTokens: uint32(x.PromptTokens), OutputTokens: uint32(x.OutputTokens),
 			TTFTMs: float64(x.TTFT) / float64(time.Millisecond), ITLP50Ms: loadgen.Percentile(itl, 50), ITLP99Ms: loadgen.Percentile(itl, 99),
 			E2EMs: float64(x.E2E) / float64(time.Millisecond), OK: 1, Simulated: sim}
+		if x.Err != "" {
+			rows[i].OK, rows[i].Error = 0, x.Err+": "+x.ErrMessage
+		}
 	}
 	return store.Insert(ctx, s.opts.Store, rows)
 }

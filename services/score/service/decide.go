@@ -49,5 +49,6 @@ func inputsOf(j joined) policy.Inputs {
 	return policy.Inputs{Contract: j.Contract.Contract, Label: j.Contract.DetectedPrecision,
 		Quality: j.Quality.DevQuality, MeanDrop: j.Quality.MeanDrop,
 		Efficiency: policy.Efficiency{Rate: j.Efficiency.Efficiency, BF16Rate: j.Efficiency.AnchorEfficiency,
-			Peak: j.Efficiency.PeakMemory, BF16Peak: j.Efficiency.AnchorPeakMemory, BudgetReason: j.Efficiency.BudgetReason}}
+			Peak: j.Efficiency.PeakMemory, BF16Peak: j.Efficiency.AnchorPeakMemory, BudgetReason: j.Efficiency.BudgetReason,
+			AuditReason: j.Efficiency.AuditReason}}
 }

@@ -100,6 +100,11 @@ func TestDecide(t *testing.T) {
 		{name: "golden 001: a failed budget disqualifies with its sentence",
 			entry:  func() joined { return golden(t, "submission_qwen35-27b_4632bca02a3846d5.json", budget) },
 			reason: budget},
+		{name: "a failed engine audit disqualifies with its code and sentence", entry: func() joined {
+			j := qualifying("ranked")
+			j.Efficiency.AuditReason = "audit accuracy_differs_under_load: under load the engine answered 64 eval items with accuracy 0.500"
+			return j
+		}, reason: "audit accuracy_differs_under_load: under load the engine answered 64 eval items with accuracy 0.500"},
 		{name: "a ranked entry that does not qualify is not ranked", entry: func() joined {
 			j := golden(t, "submission_qwen35-27b_4632bca02a3846d5.json", budget)
 			j.Submission.Split = "ranked"
@@ -200,6 +205,20 @@ func TestStandingOf(t *testing.T) {
 	require.NotNil(t, st.Score)
 	require.Equal(t, 0.2007, st.Score.Score)
 	require.Empty(t, st.Failed)
+	require.Empty(t, st.AuditVerdict, "an efficiency outcome older than the audits")
+
+	// A failed audit: the standing says so, and its score does not
+	// qualify (a round disqualifies the entry with the reason).
+	failedAudit := *j.Efficiency
+	failedAudit.Engine.Audit = &record.Audit{Verdict: record.VerdictFail, Reason: "answer_cache_suspected", Message: "repeats decoded at once"}
+	failedAudit.AuditReason = "audit answer_cache_suspected: repeats decoded at once"
+	ja := j
+	ja.Efficiency = &failedAudit
+	st = standingOf("s1", ja, v1)
+	require.Equal(t, record.VerdictFail, st.AuditVerdict)
+	require.Equal(t, "answer_cache_suspected", st.AuditReason)
+	require.False(t, st.Score.Qualified)
+	require.Equal(t, failedAudit.AuditReason, *st.Score.Reason)
 
 	// Without a submission the campaign and split come from the contract,
 	// and the entry cannot be scored.

@@ -215,6 +215,9 @@ func standingOf(id string, j joined, p policy.Policy) ctl.Standing {
 	if e := j.Efficiency; e != nil && e.Engine.Startup.KVCacheDType != "" {
 		st.KVCacheDType = e.Engine.Startup.KVCacheDType
 	}
+	if e := j.Efficiency; e != nil && e.Engine.Audit != nil {
+		st.AuditVerdict, st.AuditReason = e.Engine.Audit.Verdict, e.Engine.Audit.Reason
+	}
 	if j.complete() {
 		out, r := decide(id, j, p)
 		if r != nil {

@@ -8,7 +8,9 @@
 //
 // It also answers requests on nats.go/micro (service ctl.ServiceScore):
 // the CLI's leaderboard, history and rescore from stored data, and the
-// round service's standing of a submission from its join.
+// round service's standing of a submission from its join; and, as the
+// component that holds the store wherever the arena runs, read-only SQL
+// (service ctl.ServiceQuery, see ServeSQL).
 package service
 
 import (
@@ -97,11 +99,12 @@ var Consumer = bus.ConsumerConfig{
 	Prefetch: 8,
 }
 
-// Actors returns the stage's consumer and its micro service.
+// Actors returns the stage's consumer and its micro services.
 func (s *Service) Actors() []runtime.Actor {
 	return []runtime.Actor{
 		{Name: "score", Run: func(ctx context.Context) error { return s.bus.Consume(ctx, Consumer, s.Handle) }},
 		{Name: "score-requests", Run: s.serveRequests},
+		{Name: "query-requests", Run: func(ctx context.Context) error { return ServeSQL(ctx, s.bus.Conn(), s.opts.Store, s.log) }},
 	}
 }
 

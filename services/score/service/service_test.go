@@ -85,7 +85,7 @@ func inputs() (events.ContractCompletedData, events.QualityCompletedData, events
 	bpk := map[string]record.PeakMemory{"serve": {PeakGiB: 20}, "interactive": {PeakGiB: 10}, "long_context": {PeakGiB: 40}}
 	e := events.EfficiencyCompletedData{SubmissionID: "s1", Efficiency: rates, AnchorEfficiency: bf, PeakMemory: pk, AnchorPeakMemory: bpk,
 		GPU: "NVIDIA H200 (simulated)", Simulated: true,
-		Engine: record.Engine{Budget: map[string]record.Budget{}, Audit: json.RawMessage("null"), Startup: record.Startup{KVCacheDType: "fp8"}}}
+		Engine: record.Engine{Budget: map[string]record.Budget{}, Startup: record.Startup{KVCacheDType: "fp8"}}}
 	return c, q, e
 }
 

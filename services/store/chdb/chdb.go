@@ -106,7 +106,10 @@ type Store struct {
 	closed bool // guarded by s.mu
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store  = (*Store)(nil)
+	_ store.Tabler = (*Store)(nil)
+)
 
 // Open opens a store on u, a URL of the form chdb:///abs/path[?database=name].
 // It does not apply migrations; store.Open does.
@@ -219,13 +222,25 @@ func (st *Store) run(query, format string, read func([]byte) error) error {
 }
 
 // exec runs a statement. s.mu is held.
+//
+// A statement that fails after it began writing its output (a timeout, an
+// exception in the middle of its rows) can leave that partial output in
+// the session: a standalone program on chDB 26.7 through chdb-go v1.11.0
+// gets it at the head of the next statement's result. The adapter's
+// contract test (storetest, "later statements answer rightly after
+// failures") has not reproduced it through this adapter, with or without
+// what follows; as a guard, a failed statement is followed at once by a
+// throwaway one under the same lock, which takes any leftovers before
+// another statement could read them.
 func (s *session) exec(query, format string, read func([]byte) error) error {
 	res, err := s.conn.Query(query, format)
 	if err != nil {
+		s.drain()
 		return fmt.Errorf("store: chdb: %w (statement: %s)", err, head(query))
 	}
 	defer res.Free()
 	if err := res.Error(); err != nil {
+		s.drain()
 		return fmt.Errorf("store: chdb: %w (statement: %s)", err, head(query))
 	}
 	if read == nil {
@@ -235,6 +250,14 @@ func (s *session) exec(query, format string, read func([]byte) error) error {
 		return fmt.Errorf("store: chdb: %w (statement: %s)", err, head(query))
 	}
 	return nil
+}
+
+// drain runs a statement whose output is thrown away, taking any output a
+// failed statement left behind (see exec). s.mu is held.
+func (s *session) drain() {
+	if res, err := s.conn.Query("SELECT 1", "TabSeparated"); err == nil {
+		res.Free()
+	}
 }
 
 func isUse(q string) bool {
@@ -376,6 +399,94 @@ func (st *Store) Select(ctx context.Context, dest any, query string, args ...any
 	}
 	d.Finish()
 	return nil
+}
+
+// QueryTable implements store.Tabler. The limits go in a SETTINGS clause
+// appended to the statement on a line of its own: readonly, the time limit
+// as max_execution_time, and max_result_rows and max_result_bytes with
+// result_overflow_mode 'break', so that the engine stops producing rows
+// soon after the limit (it stops at a block's end; the rest is cut here).
+// chDB cannot interrupt a running statement: ctx is checked before it
+// starts only, and max_execution_time is the time limit.
+func (st *Store) QueryTable(ctx context.Context, query string, lim store.Limits) (*store.Table, error) {
+	if err := lim.Check(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("store: chdb: %w", err)
+	}
+	readonly := 0
+	if lim.ReadOnly {
+		readonly = 1
+	}
+	q := fmt.Sprintf("%s\nSETTINGS readonly = %d, max_execution_time = %d, max_result_rows = %d, max_result_bytes = %d, result_overflow_mode = 'break'",
+		query, readonly, lim.MaxSeconds, lim.MaxRows+1, 4*lim.MaxBytes)
+	var t *store.Table
+	err := st.run(q, "JSONCompactEachRowWithNamesAndTypes", func(out []byte) error {
+		var derr error
+		t, derr = decodeTable(out, lim)
+		return derr
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// decodeTable reads JSONCompactEachRowWithNamesAndTypes output: a line of
+// names, a line of types, then one JSON array per row, under lim.
+func decodeTable(out []byte, lim store.Limits) (*store.Table, error) {
+	var names, types []string
+	var b *store.TableBuilder
+	for n, rest := 0, out; len(rest) > 0; {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		switch n {
+		case 0:
+			if err := json.Unmarshal(line, &names); err != nil {
+				return nil, fmt.Errorf("decode column names: %w", err)
+			}
+		case 1:
+			if err := json.Unmarshal(line, &types); err != nil {
+				return nil, fmt.Errorf("decode column types: %w", err)
+			}
+			if len(types) != len(names) {
+				return nil, fmt.Errorf("decode column types: %d types for %d columns", len(types), len(names))
+			}
+			cols := make([]store.Column, len(names))
+			for i := range names {
+				cols[i] = store.Column{Name: names[i], Type: types[i]}
+			}
+			b = store.NewTableBuilder(cols, lim)
+		default:
+			var cells []json.RawMessage
+			if err := json.Unmarshal(line, &cells); err != nil {
+				return nil, fmt.Errorf("decode row %d: %w", n-1, err)
+			}
+			if len(cells) != len(names) {
+				return nil, fmt.Errorf("decode row %d: %d values for %d columns", n-1, len(cells), len(names))
+			}
+			row := make([]json.RawMessage, len(cells))
+			for i, c := range cells {
+				row[i] = append(json.RawMessage(nil), c...)
+			}
+			if !b.Add(row) {
+				return &b.T, nil
+			}
+		}
+		n++
+	}
+	if b == nil {
+		return nil, errors.New("decode: the result has no column names and types")
+	}
+	return &b.T, nil
 }
 
 // Engine implements store.Store: "chdb " and the engine's version.

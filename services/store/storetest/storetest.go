@@ -44,6 +44,7 @@ func Run(t *testing.T, open Opener) {
 		{"BadDest", testBadDest},
 		{"Concurrent", testConcurrent},
 		{"Closed", testClosed},
+		{"Table", testTable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })
@@ -73,7 +74,7 @@ func DatabaseName(t testing.TB) string {
 }
 
 // Tables are the tables of the arena's DDL.
-var Tables = []string{"gpu_samples", "requests", "quality_items", "stage_results", "scores", "round_steps"}
+var Tables = []string{"gpu_samples", "requests", "quality_items", "quality_answers", "stage_results", "scores", "round_steps"}
 
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

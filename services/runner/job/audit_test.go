@@ -1,0 +1,201 @@
+package job_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/domain/audit"
+	"github.com/lowbarena/lowbarena/services/domain/examples"
+	"github.com/lowbarena/lowbarena/services/domain/grade"
+	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/domain/suite"
+	"github.com/lowbarena/lowbarena/services/runner/job"
+	"github.com/lowbarena/lowbarena/services/runner/loadgen"
+)
+
+// auditSuite is a small slice of the published dev suite (the first
+// items of its generators, which a cheating engine recognises), without
+// code items.
+func auditSuite() *suite.Suite {
+	return suite.Generate("lowb-gen", "1", suite.SplitDev, suite.SeedDev,
+		suite.Sizes{"math": 12, "knowledge": 10, "commonsense": 10, "long_context": 4, "expert": 6})
+}
+
+// TestAuditsCatchEachCheat runs the example INT4 checkpoint (its own
+// tokenizer beside it) on simengine with each cheat and bad input of the
+// audits: the quality job and the efficiency run on the same engine,
+// the evidence judged as the efficiency stage judges it. The honest
+// engine passes every audit; each fault fails the audit made for it.
+func TestAuditsCatchEachCheat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs simengine sixteen times")
+	}
+	dir := t.TempDir()
+	exs, err := examples.Write(dir)
+	require.NoError(t, err)
+	var ckpt string
+	for _, ex := range exs {
+		if ex.Name == "int4-w4a16-g32" {
+			ckpt = ex.Dir
+		}
+	}
+	reference := filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "reference")
+	st := auditSuite()
+	cmd := "--scale 3000 --kv-scale 144"
+	cases := []struct {
+		fault  string
+		reason string // "" passes
+	}{
+		{"none", ""},
+		{"fast-path-under-load", audit.ReasonAccuracy},
+		{"answer-cache", audit.ReasonCache},
+		{"pad-tokens", audit.ReasonTokens},
+		{"other-model", audit.ReasonServed},
+		{"error-audit-items", audit.ReasonItemErrors},
+		{"slow-audit-items", audit.ReasonItemsSlower},
+		{"stop-mid-item", audit.ReasonItemIncomplete},
+	}
+	for _, c := range cases {
+		t.Run(c.fault, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			r, _, _ := runner(t)
+			engine := job.EngineSpec{Command: command(cmd + " --fault " + c.fault), MaxNumSeqs: 256}
+
+			// The quality job's answers: greedy, one sample.
+			var mu sync.Mutex
+			quality := map[string]audit.Reference{}
+			qp := events.QualityJobParams{Campaign: "tiny", Role: events.RoleCandidate, Engine: engine, KVCacheDType: "fp8",
+				SuiteKey: st.Key(), Sampling: events.Sampling{Temperature: 0, Samples: 1, MaxTokens: 48, Concurrency: 16}}
+			_, err := r.Quality(ctx, qp, ckpt, st, func(_ context.Context, b []job.Graded) error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, g := range b {
+					if g.Sample == 0 {
+						quality[g.Item.ID] = audit.Reference{Text: g.Answer, Tokens: g.OutputTokens, Score: g.Score}
+					}
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			require.Len(t, quality, st.Count())
+
+			// The efficiency run with the audits' evidence.
+			plan := job.NewAuditPlan(st, events.AuditJobParams{SuiteKey: st.Key(), MinItems: 32}, 42, reference, ckpt)
+			require.NotNil(t, plan.Tokenizer, plan.TokenizerWhy)
+			wls := job.Mix(job.Workloads(job.WorkloadSpec{RequestsPerSlot: 1, MaxTokens: 48, PromptWords: 64, LongPromptWords: 256}),
+				plan.Pool, plan.Seed, plan.Share, plan.MinItems)
+			served, err := r.Serve(ctx, job.Launch{Run: "candidate", Command: engine.Command, Checkpoint: ckpt, KVCacheDType: "fp8",
+				MaxNumSeqs: 256, Audit: plan}, wls)
+			require.NoError(t, err)
+			ev := served.Audit
+			require.NotNil(t, ev)
+			require.Equal(t, uint64(42), ev.Seed)
+			require.Equal(t, st.Key(), ev.SuiteKey)
+			require.Len(t, ev.Probes, job.AuditProbes)
+			require.Len(t, ev.Items, 32)
+			items := 0
+			for _, w := range served.Workloads {
+				items += w.AuditItems
+			}
+			require.Equal(t, 32, items, "the items are measured within the workloads")
+
+			byID := map[string]suite.Item{}
+			for _, its := range st.Items {
+				for _, it := range its {
+					byID[it.ID] = it
+				}
+			}
+			a := audit.Judge(audit.Inputs{Evidence: ev, Quality: quality, Grade: func(id, text string) (float64, error) {
+				g, err := grade.For(byID[id])
+				if err != nil {
+					return 0, err
+				}
+				res, err := g.Grade(ctx, byID[id], text)
+				return res.Score, err
+			}})
+			t.Logf("%s: %s %s %s", c.fault, a.Verdict, a.Reason, a.Message)
+			if c.reason == "" {
+				require.Equal(t, record.VerdictPass, a.Verdict, a.Message)
+				for _, ch := range []record.Check{a.ServedModel.Check, a.TokenHonesty.Check, a.AnswerCache.Check, a.AccuracyUnderLoad.Check} {
+					require.Equal(t, record.VerdictPass, ch.Verdict, ch.Message)
+				}
+				// The honest engine's tokens re-tokenise exactly, and
+				// its answers under load are the quality job's.
+				require.Equal(t, a.TokenHonesty.Claimed, a.TokenHonesty.Retokenized)
+				require.Equal(t, 1.0, a.AccuracyUnderLoad.Agreement)
+				require.Equal(t, 1.0, float64(a.ServedModel.Agreed)/float64(a.ServedModel.Probes))
+				require.True(t, strings.HasSuffix(a.ServedModel.ServedModel, a.ServedModel.Checkpoint))
+				return
+			}
+			require.Equal(t, record.VerdictFail, a.Verdict)
+			require.Equal(t, c.reason, a.Reason, a.Message)
+		})
+	}
+}
+
+// TestMix checks the items' share, spread and form: at least the minimum
+// and at least the share, in proportion to the workloads' requests, each
+// once, among load prompts drawn from the seed (another seed, other
+// prompts; the same seed, the same).
+func TestMix(t *testing.T) {
+	st := auditSuite()
+	plan := job.NewAuditPlan(st, events.AuditJobParams{SuiteKey: st.Key()}, 1)
+	wls := job.Workloads(job.WorkloadSpec{RequestsPerSlot: 4, MaxTokens: 16, PromptWords: 32, LongPromptWords: 64})
+	cases := []struct {
+		share    float64
+		min      int
+		perSlot  int
+		expected int
+	}{
+		{0.02, 10, 4, 10},             // 400 requests: 2% is 8, the minimum 10
+		{0.1, 10, 4, 40},              // 10% of 400
+		{0.02, 64, 4, len(plan.Pool)}, // more than the pool: the pool
+		{0.02, 0, 4, 8},               // no minimum: 2% of 400
+	}
+	for _, c := range cases {
+		mixed := job.Mix(wls, plan.Pool, 7, c.share, c.min)
+		seen := map[string]bool{}
+		total := 0
+		for i, w := range mixed {
+			n := 0
+			for _, p := range w.Prompts {
+				if p.Item != "" {
+					require.False(t, seen[p.Item], "item %s twice", p.Item)
+					seen[p.Item] = true
+					n++
+				} else {
+					require.True(t, strings.HasPrefix(p.Text, "Read the document"), "a load prompt")
+				}
+			}
+			require.Equal(t, wls[i].Requests, len(w.Prompts)-n, "the load keeps its requests")
+			total += n
+		}
+		require.Equal(t, c.expected, total, "%+v", c)
+	}
+	a, b := job.Mix(wls, plan.Pool, 7, 0.02, 10), job.Mix(wls, plan.Pool, 8, 0.02, 10)
+	require.Equal(t, a, job.Mix(wls, plan.Pool, 7, 0.02, 10), "a seed draws the same run")
+	require.NotEqual(t, a[0].Prompts[0].Text, b[0].Prompts[0].Text, "another seed, other prompts")
+	for _, it := range plan.Pool {
+		require.NotEqual(t, suite.GraderCode, it.Grader)
+	}
+	// Long items go to the long workload, whose prompts are their size.
+	long := job.Workloads(job.WorkloadSpec{RequestsPerSlot: 4, MaxTokens: 16, PromptWords: 128, LongPromptWords: 2048})
+	for _, w := range job.Mix(long, plan.Pool, 3, 1, 0) {
+		for _, p := range w.Prompts {
+			if p.Item != "" && len(strings.Fields(p.Text)) > 256 {
+				require.Equal(t, "long_context", w.Name, p.Item)
+			}
+		}
+	}
+	require.Len(t, plan.Probes, job.AuditProbes)
+	require.Equal(t, plan.Probes, job.NewAuditPlan(st, events.AuditJobParams{}, 99).Probes, "the probe set is fixed")
+	_ = loadgen.Prompt{}
+}
