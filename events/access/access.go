@@ -116,10 +116,13 @@ type User struct {
 	ReadsEvents bool
 	// Operates grants what an operator does beyond the grants above: read
 	// every stream, bucket and object store of the arena through
-	// ephemeral consumers (arena watch, show), watch events as they flow
-	// (core subscriptions on arena.>), ask any service ($SRV.>,
-	// lowbarena.ctl.>) and provision the arena's streams, buckets and
-	// object stores.
+	// consumers of its own (arena watch, show, the nats CLI), list,
+	// inspect, ack and delete the streams' consumers, watch events as
+	// they flow (core subscriptions on arena.>), ask any service ($SRV.>,
+	// lowbarena.ctl.>), provision the arena's streams, buckets and object
+	// stores, and use any inbox (_INBOX.>: tools outside the arena, the
+	// nats CLI and the CloudEvents SDK, use nats.go's default inboxes).
+	// Operators are trusted; a service's user has none of this.
 	Operates bool
 }
 
@@ -188,14 +191,19 @@ var Users = []User{
 			{Stream: events.StreamArena, Name: "efficiency-results", Filters: events.JobOutcomeFilters(events.JobEfficiency)},
 		},
 		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Write}},
+		// The engine audits wait for the submission's quality outcome,
+		// read back from the stream.
+		ReadsEvents: true,
 	},
 	{
-		Name: Score, Role: "the score stage, leaderboard and history",
+		Name: Score, Role: "the score stage, leaderboard, history and read-only SQL",
 		Publishes: stageTypes("score"),
 		Consumers: []Consumer{{Stream: events.StreamArena, Name: "score", Filters: []string{events.Contract.Completed.Filter(),
 			events.Quality.Completed.Filter(), events.Efficiency.Completed.Filter(), events.Submission.Received.Filter()}}},
 		KV:          []Bucket{{Name: bus.BucketScoreInputs, Mode: Write}},
-		Serves:      []Service{{Name: ctl.ServiceScore, Subjects: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory, ctl.SubjectRescore, ctl.SubjectStanding}}},
+		Serves: []Service{{Name: ctl.ServiceScore, Subjects: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory, ctl.SubjectRescore, ctl.SubjectStanding}},
+			// It holds the store wherever the arena runs (`arena sql`).
+			{Name: ctl.ServiceQuery, Subjects: []string{ctl.SubjectSQL}}},
 		ReadsEvents: true,
 	},
 	{

@@ -50,8 +50,9 @@ const (
 //   - a call: the request subject;
 //   - reading events: the ARENA stream's message get;
 //   - operating: reading every arena stream, bucket and object store,
-//     the events as they flow, asking any service, and creating and
-//     updating the arena's streams (never deleting one).
+//     managing their consumers, the events as they flow, asking any
+//     service, any inbox, and creating and updating the arena's streams
+//     (never deleting or purging one).
 func (u User) Permissions() Permissions {
 	var p Permissions
 	pub := func(s ...string) { p.Publish = append(p.Publish, s...) }
@@ -109,11 +110,12 @@ func (u User) Permissions() Permissions {
 			pub(jsAPI+"STREAM.CREATE."+s, jsAPI+"STREAM.UPDATE."+s, jsAPI+"STREAM.INFO."+s,
 				jsAPI+"STREAM.MSG.GET."+s, jsAPI+"DIRECT.GET."+s, jsAPI+"DIRECT.GET."+s+".>",
 				jsAPI+"CONSUMER.CREATE."+s+".>", jsAPI+"CONSUMER.INFO."+s+".*", jsAPI+"CONSUMER.DELETE."+s+".*",
-				jsAPI+"CONSUMER.MSG.NEXT."+s+".*", jsFC+s+".>")
+				jsAPI+"CONSUMER.NAMES."+s, jsAPI+"CONSUMER.LIST."+s,
+				jsAPI+"CONSUMER.MSG.NEXT."+s+".*", jsAck+s+".>", jsFC+s+".>")
 		}
 		pub(jsAPI+"STREAM.NAMES", jsAPI+"STREAM.LIST", jsAPI+"INFO")
 		pub(ctlRoot+".>", "$SRV.>")
-		sub(events.SubjectRootArena + ".>")
+		sub(events.SubjectRootArena+".>", "_INBOX.>")
 	}
 	p.Publish = dedupe(p.Publish)
 	p.Subscribe = dedupe(p.Subscribe)
