@@ -60,6 +60,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "arena up: NATS %s · HTTP http://%s · logs %s\n", a.natsURL, a.httpAddr, logWhere)
 	f := newFollower(a.natsURL, a.stages, stdout)
+	f.connect = a.dial
 	go func() {
 		if err := f.run(runCtx); err != nil {
 			a.log.Warn("the terminal's follower stopped", "err", err)

@@ -176,10 +176,13 @@ func startUp(t *testing.T, data string, extra ...string) *upProc {
 
 // stop sends SIGTERM and requires a clean exit, and that the arena's
 // NATS refused none of its own clients anything: every service and the
-// CLI keep to their permissions (a refusal is logged as "NATS refused").
+// CLI keep to their permissions (a refusal is logged as "NATS refused",
+// in DATA/arena.log or, with --log-format json, on standard error).
 func (p *upProc) stop(t *testing.T) {
 	t.Helper()
-	require.NotContains(t, p.stderr.String(), "NATS refused", "a client of this arena did something its NATS user may not")
+	for where, text := range map[string]string{"standard error": p.stderr.String(), "the log": p.log(t)} {
+		require.NotContains(t, text, "NATS refused", "a client of this arena did something its NATS user may not (%s)", where)
+	}
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-p.exited:

@@ -104,7 +104,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "logs: %s · stages served: %s\n", logWhere, strings.Join(a.stages, ", "))
 	fmt.Fprintf(stdout, "in another terminal: arena watch · arena submit DIR · arena show ID --json · arena sql \"SHOW TABLES\" (Ctrl-C stops)\n")
 	go func() {
-		if err := newFollower(a.natsURL, a.stages, stdout).run(ctx); err != nil {
+		f := newFollower(a.natsURL, a.stages, stdout)
+		f.connect = a.dial
+		if err := f.run(ctx); err != nil {
 			a.log.Warn("the terminal's follower stopped", "err", err)
 		}
 	}()
