@@ -72,6 +72,7 @@ vet:
 # LOWBARENA_REQUIRE_SANDBOX=1 turn a missing server or sandbox into a failure.
 test: deps vet
 	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 go test -count=1 -timeout 15m ./...); done
+	@echo "go test -tags embedded tools/arena (arena up's own tests)"; cd tools/arena && go test -count=1 -timeout 15m -tags embedded -run '^TestUp' .
 
 bench: deps
 	@for m in events services/domain services/store services/build services/runner tools/simengine; do (cd $$m && go test -run '^$$' -bench . -benchmem ./...); done

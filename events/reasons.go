@@ -23,4 +23,14 @@ const (
 	// ReasonSuiteInvalid is a campaign's eval suite that does not load:
 	// given by quality and the runner.
 	ReasonSuiteInvalid = "suite_invalid"
+	// ReasonPermissionDenied is an operation the NATS server refused
+	// because the connection's user may not do it (a publish or a
+	// subscription outside its permissions; see events/access): given
+	// by every service through the bus.
+	ReasonPermissionDenied = "permission_denied"
+	// ReasonNATSAuthFailed is a connection the NATS server refused for its
+	// credentials (none, an unknown key, a wrong password): given by
+	// every client (services/runtime) and counted by the arena's server
+	// (events/access/enforce).
+	ReasonNATSAuthFailed = "nats_auth_failed"
 )

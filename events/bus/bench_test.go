@@ -55,3 +55,17 @@ func BenchmarkPublishConsumeOneHop(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
 }
+
+// BenchmarkGuard measures what watching for a refusal adds to every
+// publish (Publish runs under Guard): registering the waiter, a context
+// with a cause, and removing it.
+func BenchmarkGuard(b *testing.B) {
+	bs, _ := bustest.Bus(b)
+	ctx := context.Background()
+	noop := func(context.Context) error { return nil }
+	for b.Loop() {
+		if err := bs.Guard(ctx, noop, "arena.build.started."+bustest.SampleSubject); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

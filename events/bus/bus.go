@@ -39,6 +39,10 @@ type Bus struct {
 	consumed     metric.Int64Counter
 	deadLettered metric.Int64Counter
 	handlerTime  metric.Float64Histogram
+
+	// denials turns the server's refusals into errors of the operations
+	// that wait on them (see Guard).
+	denials *denials
 }
 
 // Option configures a Bus.
@@ -94,6 +98,12 @@ func New(nc *nats.Conn, opts ...Option) (*Bus, error) {
 		metric.WithDescription("Time handlers took, by consumer and outcome.")); err != nil {
 		return nil, err
 	}
+	denied, err := m.Int64Counter("lowbarena.nats.denied", metric.WithUnit("{refusal}"),
+		metric.WithDescription("Publishes and subscriptions the NATS server refused this connection, by op."))
+	if err != nil {
+		return nil, err
+	}
+	b.denials = watchDenials(nc, denied)
 	return b, nil
 }
 
@@ -173,7 +183,15 @@ func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, er
 	}
 	msg.Subject = subject
 	b.prop.Inject(ctx, observability.HeaderCarrier(msg.Header))
-	ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(spec.Stream))
+	// A subject this user may not publish to is refused by the server
+	// with an async error, never a reply: the guard ends the wait at
+	// once with a *DeniedError (code permission_denied).
+	var ack *jetstream.PubAck
+	err = b.Guard(ctx, func(ctx context.Context) error {
+		var err error
+		ack, err = b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(spec.Stream))
+		return err
+	}, subject)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		return nil, fmt.Errorf("bus: publish %s to %s: %w", e.Type(), subject, err)

@@ -210,7 +210,15 @@ func (b *Bus) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream
 	if cfg.Name == "" {
 		return nil, errors.New("bus: consumer needs a durable name")
 	}
-	c, err := b.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cfg.jsConfig())
+	// The create request's subject carries the durable's name (and its
+	// filter when it has one); a user not allowed to create it is told
+	// so at once (see Guard).
+	var c jetstream.Consumer
+	err := b.Guard(ctx, func(ctx context.Context) error {
+		var err error
+		c, err = b.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cfg.jsConfig())
+		return err
+	}, "$JS.API.CONSUMER.CREATE."+cfg.Stream+"."+cfg.Name, "$JS.API.CONSUMER.CREATE."+cfg.Stream+"."+cfg.Name+".>")
 	if err != nil {
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cfg.Name, cfg.Stream, err)
 	}
@@ -479,7 +487,10 @@ func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Ms
 	msg.Header.Set(HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
 	msg.Header.Set(ce.HeaderMsgID, "dlq:"+cfg.Name+":"+meta.Stream+":"+strconv.FormatUint(meta.Sequence.Stream, 10))
 	msg.Data = m.Data()
-	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(events.StreamDLQ)); err != nil {
+	if err := b.Guard(ctx, func(ctx context.Context) error {
+		_, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(events.StreamDLQ))
+		return err
+	}, msg.Subject); err != nil {
 		b.log.Error("dead-letter publish failed; message returned to the server", "consumer", cfg.Name, "reason", reason, "err", err)
 		_ = m.NakWithDelay(5 * time.Second)
 		return

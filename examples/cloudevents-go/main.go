@@ -40,20 +40,31 @@ import (
 
 func main() {
 	url := flag.String("nats", nats.DefaultURL, "the arena's NATS")
+	nkey := flag.String("nkey", os.Getenv("NATS_NKEY"), "the operator's nkey seed file (DATA/credentials/operator.nk of `arena up`; env NATS_NKEY, as the nats CLI)")
 	dir := flag.String("bundle", "", "the bundle folder (submission.json, config.json, *.safetensors, ...)")
 	mode := flag.String("mode", "binary", "binary (JetStream binding) or structured (plain NATS binding)")
 	wait := flag.Duration("wait", 2*time.Minute, "how long to wait for the contract stage")
 	flag.Parse()
-	if err := run(*url, *dir, *mode, *wait); err != nil {
+	if err := run(*url, *nkey, *dir, *mode, *wait); err != nil {
 		fmt.Fprintln(os.Stderr, "cloudevents-go:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, dir, mode string, wait time.Duration) error {
+func run(url, nkey, dir, mode string, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	nc, err := nats.Connect(url)
+	// The arena's NATS lets in its users only; submitting over NATS is
+	// the operator's (participants go through the gateway's HTTP API).
+	var opts []nats.Option
+	if nkey != "" {
+		opt, err := nats.NkeyOptionFromSeed(nkey)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, opt)
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,15 @@ type Config struct {
 	Replicas int
 	// ShutdownTimeout bounds the graceful drain at exit.
 	ShutdownTimeout time.Duration
+	// NATSAuth are the credentials the service connects with, and
+	// NATSTLS its TLS files; see nats.go in this package.
+	NATSAuth NATSAuth
+	NATSTLS  NATSTLS
+	// Provision says whether Start creates or updates the arena's
+	// streams, buckets and object stores: auto (the default) when the
+	// service connects without credentials, yes, or no. Without, Start
+	// checks that they exist.
+	Provision string
 }
 
 // DefaultConfig returns the configuration of service with defaults taken
@@ -79,6 +88,9 @@ func DefaultConfig(service string) Config {
 		LogFormat:       EnvOr(EnvLogFormat, "text"),
 		Replicas:        1,
 		ShutdownTimeout: 30 * time.Second,
+		NATSAuth:        AuthFromEnv(),
+		NATSTLS:         TLSFromEnv(),
+		Provision:       EnvOr(EnvProvision, ProvisionAuto),
 	}
 	if v := os.Getenv(EnvReplicas); v != "" {
 		// A malformed value is kept as -1 and reported by Validate, rather
@@ -102,6 +114,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json (env "+EnvLogFormat+")")
 	fs.IntVar(&c.Replicas, "replicas", c.Replicas, "stream replicas: 1 on one machine, 3 on a cluster (env "+EnvReplicas+")")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take")
+	c.registerNATSFlags(fs)
 }
 
 // ErrConfig marks a configuration error; the process exits with status 2.
@@ -158,6 +171,13 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, "shutdown timeout must be positive")
+	}
+	errs = append(errs, c.NATSAuth.problems()...)
+	errs = append(errs, c.NATSTLS.problems()...)
+	switch c.Provision {
+	case ProvisionAuto, ProvisionYes, ProvisionNo:
+	default:
+		errs = append(errs, fmt.Sprintf("provision %q is not auto, yes or no", c.Provision))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(errs, "; "))

@@ -93,7 +93,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 			return nil, fmt.Errorf("runtime: telemetry: %w", err)
 		}
 	}
-	if rt.NC, err = Connect(cfg.NATSURL, "lowbarena-"+cfg.Service, rt.Log); err != nil {
+	if rt.NC, err = ConnectNATS(cfg.NATSClient(), rt.Log); err != nil {
 		return nil, err
 	}
 	if rt.Bus, err = bus.New(rt.NC, bus.WithLogger(rt.Log)); err != nil {
@@ -101,8 +101,12 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err = bus.Provision(pctx, rt.Bus.JetStream(), bus.Topology{Replicas: cfg.Replicas}); err != nil {
-		return nil, fmt.Errorf("runtime: %w", err)
+	if cfg.provisions() {
+		if err = provision(pctx, rt.Bus, cfg.Replicas); err != nil {
+			return nil, err
+		}
+	} else if err = checkProvisioned(pctx, rt.Bus); err != nil {
+		return nil, err
 	}
 	if o.store != nil {
 		rt.Store = o.store
@@ -116,37 +120,44 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 	return rt, nil
 }
 
-// ErrNATSUnreachable is returned by Connect when no NATS server answers.
-var ErrNATSUnreachable = errors.New("no NATS server answers")
-
-// Connect opens a NATS connection that reconnects forever once it has been
-// up, and fails fast (with ErrNATSUnreachable) when no server answers at
-// first.
+// Connect opens an anonymous NATS connection named name (see
+// ConnectNATS, which takes credentials and TLS files).
 func Connect(urls, name string, log *slog.Logger) (*nats.Conn, error) {
-	opts := []nats.Option{
-		nats.Name(name),
-		nats.Timeout(3 * time.Second),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500 * time.Millisecond),
+	return ConnectNATS(NATSClient{URLs: urls, Name: name}, log)
+}
+
+// ErrNotProvisioned says the arena's streams are missing and this
+// service is not the one to create them.
+var ErrNotProvisioned = errors.New("the arena's streams are not provisioned")
+
+// provision creates or updates the arena's streams, buckets and object
+// stores (idempotent). A user the server does not allow to is told so at
+// once (code permission_denied).
+func provision(ctx context.Context, b *bus.Bus, replicas int) error {
+	err := b.Guard(ctx, func(ctx context.Context) error {
+		return bus.Provision(ctx, b.JetStream(), bus.Topology{Replicas: replicas})
+	}, "$JS.API.STREAM.>")
+	if errors.Is(err, bus.ErrDenied) {
+		return fmt.Errorf("runtime: provision the arena's streams: %w (provision as the operator: `arena up`, or any service binary's `provision` command with the operator's credentials; or start with --provision no)", err)
 	}
-	if log != nil {
-		opts = append(opts,
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-				if err != nil {
-					log.Warn("NATS disconnected", "err", err)
-				}
-			}),
-			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
-		)
-	}
-	nc, err := nats.Connect(urls, opts...)
 	if err != nil {
-		if errors.Is(err, nats.ErrNoServers) {
-			return nil, fmt.Errorf("%w at %s: %w", ErrNATSUnreachable, urls, err)
-		}
-		return nil, fmt.Errorf("runtime: connect to NATS at %s: %w", urls, err)
+		return fmt.Errorf("runtime: %w", err)
 	}
-	return nc, nil
+	return nil
+}
+
+// checkProvisioned requires the ARENA stream to exist: a service that
+// connects as a user of the permission table does not create it.
+func checkProvisioned(ctx context.Context, b *bus.Bus) error {
+	err := b.Guard(ctx, func(ctx context.Context) error { return bus.CheckProvisioned(ctx, b.JetStream()) },
+		"$JS.API.STREAM.INFO.>")
+	if errors.Is(err, bus.ErrNotProvisioned) {
+		return fmt.Errorf("%w: start the arena (`arena up`) or provision it as the operator (any service binary's `provision` command with the operator's credentials) first", ErrNotProvisioned)
+	}
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	return nil
 }
 
 // Close drains the NATS connection (pending publishes are flushed and
@@ -246,11 +257,24 @@ type Build func(ctx context.Context, rt *Runtime) ([]Actor, error)
 // cfg.RegisterFlags was called), validate, start the runtime, build and run
 // the actors until SIGINT or SIGTERM, then drain and close. It exits the
 // process: 0 after a clean stop, 2 for a configuration error, 1 otherwise.
+//
+// With "provision" as the first argument the process only creates or
+// updates the arena's streams, buckets and object stores and exits: run
+// it with the operator's credentials before services that connect as
+// their own users (docker-compose.yml does).
 func Main(cfg *Config, fs *flag.FlagSet, args []string, build Build) {
 	os.Exit(run(cfg, fs, args, build))
 }
 
+// CommandProvision is the first argument that makes Main provision and
+// exit.
+const CommandProvision = "provision"
+
 func run(cfg *Config, fs *flag.FlagSet, args []string, build Build) int {
+	provisionOnly := len(args) > 0 && args[0] == CommandProvision
+	if provisionOnly {
+		args = args[1:]
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -263,6 +287,21 @@ func run(cfg *Config, fs *flag.FlagSet, args []string, build Build) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if provisionOnly {
+		c := *cfg
+		c.Provision, c.Store = ProvisionYes, ""
+		rt, err := Start(ctx, c, WithoutTelemetry())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s provision: %v\n", cfg.Service, err)
+			if errors.Is(err, ErrConfig) {
+				return 2
+			}
+			return 1
+		}
+		rt.Log.Info("provisioned the arena's streams, buckets and object stores", "nats", rt.NC.ConnectedUrlRedacted(), "replicas", c.Replicas)
+		rt.Close()
+		return 0
+	}
 	rt, err := Start(ctx, *cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", cfg.Service, err)

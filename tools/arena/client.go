@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lowbarena/lowbarena/events/access"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/services/runtime"
 )
@@ -61,22 +62,45 @@ type client struct {
 	js jetstream.JetStream
 }
 
-// dial connects to the arena's NATS and checks that the arena's streams
-// exist, with errors that say what to do.
+// dial connects to the arena's NATS as the operator (see cliAuth for
+// where the credentials come from, runtime.TLSFromEnv for TLS) and checks
+// that the arena's streams exist, with errors that say what to do.
 func dial(ctx context.Context, url string) (*client, error) {
-	nc, err := nats.Connect(url, nats.Name("arena-cli"), nats.Timeout(3*time.Second), nats.RetryOnFailedConnect(false))
-	if err != nil {
+	auth, dir := cliAuth()
+	return dialWith(ctx, url, auth, runtime.TLSFromEnv(), dir)
+}
+
+// dialWith is dial with the given credentials; dir is where the
+// operator's seed was looked for, for the error that says so.
+func dialWith(ctx context.Context, url string, auth runtime.NATSAuth, tls runtime.NATSTLS, dir string) (*client, error) {
+	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: url, Name: "arena-cli", User: access.Operator, Auth: auth, TLS: tls}, nil)
+	switch {
+	case errors.Is(err, runtime.ErrNATSUnreachable):
 		return nil, fmt.Errorf("%w: nothing answers at %s (start it with `arena up`, or point --nats / %s at it): %v", ErrArenaDown, url, runtime.EnvNATSURL, err)
+	case errors.Is(err, runtime.ErrNATSAuth) && !auth.Set():
+		return nil, fmt.Errorf("%w (nats_auth_failed): NATS at %s wants credentials and none were found: run this where `arena up` keeps its data (%s=DIR, looked in %s), or set %s to the operator's seed file, or %s and %s", ErrArenaAuth,
+			url, EnvData, dir, runtime.EnvNATSCreds, runtime.EnvNATSUser, runtime.EnvNATSPassword)
+	case errors.Is(err, runtime.ErrNATSAuth):
+		return nil, fmt.Errorf("%w (nats_auth_failed): NATS at %s refused %s: use the operator's credentials of this arena (DIR/credentials/operator.nk of its data folder)", ErrArenaAuth, url, auth.Describe())
+	case err != nil:
+		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	b, err := bus.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("jetstream: %w", err)
+		return nil, err
 	}
+	js := b.JetStream()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := bus.CheckProvisioned(cctx, js); err != nil {
+	// A user other than the operator may not use the operator's inboxes
+	// or read the stream: the server refuses it at once, and so does this.
+	err = b.Guard(cctx, func(ctx context.Context) error { return bus.CheckProvisioned(ctx, js) }, "$JS.API.>", "_INBOX.>")
+	if err != nil {
 		nc.Close()
+		if errors.Is(err, bus.ErrDenied) {
+			return nil, fmt.Errorf("%w (%w): %s are not the operator's", ErrArenaAuth, err, auth.Describe())
+		}
 		if errors.Is(err, bus.ErrNotProvisioned) {
 			return nil, fmt.Errorf("%w: NATS answers at %s but the arena's streams are not there (start the arena with `arena up`)", ErrArenaDown, url)
 		}

@@ -13,15 +13,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/access"
 	"github.com/lowbarena/lowbarena/events/ce"
 	"github.com/lowbarena/lowbarena/schemas"
 	"github.com/lowbarena/lowbarena/services/domain/examples"
 	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
 // goGet builds what cmd builds with the Go module proxy (outside this
@@ -81,7 +82,12 @@ func TestOutsideClients(t *testing.T) {
 	}
 
 	// No runner: the stages up to the contract are what clients need here.
-	up := startUp(t, t.TempDir(), "--runners", "0")
+	// Every client connects as the arena's operator (a seed arena up
+	// writes): the CLI, the nats CLI and the SDK program.
+	data := t.TempDir()
+	operatorSeed := filepath.Join(credentialsDir(data), access.Operator+".nk")
+	t.Setenv(runtime.EnvNATSCreds, operatorSeed)
+	up := startUp(t, data, "--runners", "0")
 	bundle := bundleDir("fp8-w8a8")
 	shell := func(script string, env ...string) string {
 		t.Helper()
@@ -90,7 +96,7 @@ func TestOutsideClients(t *testing.T) {
 		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 		cmd.Dir = t.TempDir()
 		cmd.Env = append(os.Environ(), append([]string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
-			"NATS_URL=" + up.natsURL, "BUNDLE=" + bundle}, env...)...)
+			"NATS_URL=" + up.natsURL, "NATS_NKEY=" + operatorSeed, "BUNDLE=" + bundle}, env...)...)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s\n%s", script, out)
 		return string(out)
@@ -134,8 +140,7 @@ func TestOutsideClients(t *testing.T) {
 	require.Contains(t, steps, "arena.round.started."+round)
 
 	// The CloudEvents Go SDK, in both modes.
-	nc, err := nats.Connect(up.natsURL)
-	require.NoError(t, err)
+	nc := connectAs(t, up.natsURL, runtime.AuthFromEnv(), access.Operator)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -143,7 +148,7 @@ func TestOutsideClients(t *testing.T) {
 		t.Run("sdk "+mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, sdkProgram, "--nats", up.natsURL, "--bundle", bundle, "--mode", mode)
+			cmd := exec.CommandContext(ctx, sdkProgram, "--nats", up.natsURL, "--nkey", operatorSeed, "--bundle", bundle, "--mode", mode)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			require.NoError(t, cmd.Run(), "%s%s", stdout.String(), stderr.String())

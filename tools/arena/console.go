@@ -58,6 +58,9 @@ type follower struct {
 	t      *term
 	url    string
 	served []string
+	// connect reaches the arena: the CLI's dial by default; `arena up`
+	// and `arena demo` dial as their own arena's operator.
+	connect func(ctx context.Context) (*client, error)
 
 	mu      sync.Mutex
 	printed map[string]bool // records printed, by submission id
@@ -75,7 +78,11 @@ func newFollower(natsURL string, served []string, out io.Writer) *follower {
 // run follows the arena until ctx ends. Events and records that were
 // there before it started are not printed.
 func (f *follower) run(ctx context.Context) error {
-	c, err := dial(ctx, f.url)
+	connect := f.connect
+	if connect == nil {
+		connect = func(ctx context.Context) (*client, error) { return dial(ctx, f.url) }
+	}
+	c, err := connect(ctx)
 	if err != nil {
 		return err
 	}

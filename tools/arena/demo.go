@@ -60,6 +60,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "arena up: NATS %s · HTTP http://%s · logs %s\n", a.natsURL, a.httpAddr, logWhere)
 	f := newFollower(a.natsURL, a.stages, stdout)
+	f.connect = a.dial
 	go func() {
 		if err := f.run(runCtx); err != nil {
 			a.log.Warn("the terminal's follower stopped", "err", err)
@@ -74,7 +75,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	fmt.Fprintf(stdout, "\narena up: NATS %s · HTTP http://%s · data %s\n", a.natsURL, a.httpAddr, a.data)
-	if tok, err := demoOperatorToken(ctx, a.natsURL); err == nil {
+	if tok, err := a.demoOperatorToken(ctx); err == nil {
 		// The examples are dev submissions: the public page shows rounds
 		// only. The token rides in the fragment, which the browser never
 		// sends; the page keeps it in the tab's session storage.
@@ -92,7 +93,7 @@ func demo(ctx context.Context, a *arenaProc, f *follower, bundles []string, time
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("demo: the terminal's follower did not start (see %s)", LogFile)
 	}
-	c, err := dial(ctx, a.natsURL)
+	c, err := a.dial(ctx)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/access"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/ctl"
 	"github.com/lowbarena/lowbarena/schemas"
@@ -173,9 +174,15 @@ func startUp(t *testing.T, data string, extra ...string) *upProc {
 	}
 }
 
-// stop sends SIGTERM and requires a clean exit.
+// stop sends SIGTERM and requires a clean exit, and that the arena's
+// NATS refused none of its own clients anything: every service and the
+// CLI keep to their permissions (a refusal is logged as "NATS refused",
+// in DATA/arena.log or, with --log-format json, on standard error).
 func (p *upProc) stop(t *testing.T) {
 	t.Helper()
+	for where, text := range map[string]string{"standard error": p.stderr.String(), "the log": p.log(t)} {
+		require.NotContains(t, text, "NATS refused", "a client of this arena did something its NATS user may not (%s)", where)
+	}
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-p.exited:
@@ -238,6 +245,9 @@ func TestArenaEndToEnd(t *testing.T) {
 	t.Setenv(runtime.EnvRefTokens, repo.Host()+"="+token)
 
 	data := t.TempDir()
+	// The CLI connects as the arena's operator, with the seed `arena up`
+	// writes to its data folder.
+	t.Setenv(runtime.EnvNATSCreds, filepath.Join(credentialsDir(data), access.Operator+".nk"))
 	up := startUp(t, data)
 
 	// A second arena on the same folder is refused.
@@ -632,13 +642,17 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.Equal(t, exitFailed, r.code)
 	require.Contains(t, r.stderr, "no such submission: the arena has no submission 0000000000000000")
 
-	// A malformed event published straight to an arena subject is
-	// dead-lettered with its reason, not lost and not looping.
-	nc, err := nats.Connect(up.natsURL)
+	// A malformed event published straight to an arena subject (by a
+	// service on its own subject: no other user may) is dead-lettered
+	// with its reason, not lost and not looping.
+	buildNC := connectAs(t, up.natsURL, runtime.NATSAuth{CredsFile: filepath.Join(credentialsDir(data), access.Build+".nk")}, access.Build)
+	buildJS, err := jetstream.New(buildNC)
 	require.NoError(t, err)
+	_, err = buildJS.Publish(context.Background(), "arena.build.started.junk", []byte("not a cloudevent"))
+	require.NoError(t, err)
+	buildNC.Close()
+	nc := connectAs(t, up.natsURL, runtime.AuthFromEnv(), access.Operator)
 	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.Publish(context.Background(), "arena.build.started.junk", []byte("not a cloudevent"))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		st, err := js.Stream(context.Background(), events.StreamDLQ)
@@ -729,8 +743,7 @@ func TestArenaEndToEnd(t *testing.T) {
 // status (a bound on the wait, not a speed assertion).
 func awaitStep(t *testing.T, natsURL, roundID, phase, status string) {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	require.NoError(t, err)
+	nc := connectAs(t, natsURL, runtime.AuthFromEnv(), access.Operator)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -846,8 +859,7 @@ func watchUntil(t *testing.T, natsURL, pattern string) string {
 // line.
 func allEvents(t *testing.T, natsURL string) string {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	require.NoError(t, err)
+	nc := connectAs(t, natsURL, runtime.AuthFromEnv(), access.Operator)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -862,6 +874,14 @@ func allEvents(t *testing.T, natsURL string) string {
 		b.Write(m.Data())
 		b.WriteByte('\n')
 	}
+}
+
+// connectAs connects to the arena's NATS as user, with auth.
+func connectAs(t *testing.T, natsURL string, auth runtime.NATSAuth, user string) *nats.Conn {
+	t.Helper()
+	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: natsURL, Name: "e2e-" + user, User: user, Auth: auth}, nil)
+	require.NoError(t, err)
+	return nc
 }
 
 // readmeSQL returns every statement of the README's ```sql blocks.

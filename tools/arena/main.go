@@ -58,9 +58,14 @@ other verb asks a running arena and needs nothing else):
                recompute scores from stored outcomes under policy V (no GPU work)
   arena sql    "SELECT ..." [--json|--csv|--tsv] [--max-rows 1000] [--timeout 10s] [--nats URL]
                one read-only statement (SELECT, SHOW, DESCRIBE, EXPLAIN) on the arena's store
+  arena credentials DIR
+               write the NATS users' nkeys for a cluster (deploy/nats, docker-compose.yml)
 
 Commands that talk to a running arena read LOWBARENA_NATS_URL (default
-nats://127.0.0.1:4222) unless --nats is given.
+nats://127.0.0.1:4222) unless --nats is given, and connect as its operator:
+with LOWBARENA_NATS_CREDS (a seed or .creds file), else LOWBARENA_NATS_USER
+and LOWBARENA_NATS_PASSWORD, else DIR/credentials/operator.nk of the data
+folder (LOWBARENA_DATA, default .data/arena), which arena up writes.
 `
 
 // exitError carries a process exit status with its message.
@@ -138,6 +143,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdSQL(ctx, rest, stdout, stderr)
 	case "round":
 		return cmdRound(ctx, rest, stdout, stderr)
+	case "credentials":
+		return cmdCredentials(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -148,12 +148,7 @@ const demoOperator = "demo-operator"
 // it on the first demo of a data folder: the examples are dev
 // submissions, which the live page shows to an operator (or their
 // participant) only.
-func demoOperatorToken(ctx context.Context, natsURL string) (string, error) {
-	c, err := dial(ctx, natsURL)
-	if err != nil {
-		return "", err
-	}
-	defer c.close()
+func demoOperatorToken(ctx context.Context, c *client) (string, error) {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	rep, err := ctl.Call[ctl.NewToken](rctx, c.nc, ctl.SubjectParticipantAdd, ctl.AddParticipant{Name: demoOperator, Kind: participant.KindOperator})

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/access"
 	"github.com/lowbarena/lowbarena/schemas"
 	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
 // arenaEnv runs the CLI with env added to the test's environment.
@@ -64,7 +67,9 @@ func apiGet(t *testing.T, base, path, token string) (int, []byte) {
 // pipeline runs its bundle, and what another participant, the public and
 // a revoked token try is refused.
 func TestParticipantsEndToEnd(t *testing.T) {
-	up := startUp(t, t.TempDir())
+	data := t.TempDir()
+	t.Setenv(runtime.EnvNATSCreds, filepath.Join(credentialsDir(data), access.Operator+".nk"))
+	up := startUp(t, data)
 	api := "http://" + up.http
 
 	add := func(args ...string) string {
@@ -157,7 +162,10 @@ func TestParticipantsEndToEnd(t *testing.T) {
 	// The demo's operator: added on the first demo of a data folder, a
 	// fresh token on the next; both read as an operator.
 	for range 2 {
-		tok, err := demoOperatorToken(context.Background(), up.natsURL)
+		c, err := dial(context.Background(), up.natsURL)
+		require.NoError(t, err)
+		tok, err := demoOperatorToken(context.Background(), c)
+		c.close()
 		require.NoError(t, err)
 		status, body := apiGet(t, up.http, "/v1/me", tok)
 		require.Equal(t, http.StatusOK, status, string(body))

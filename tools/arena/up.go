@@ -19,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/lowbarena/lowbarena/events/access"
+	"github.com/lowbarena/lowbarena/events/access/enforce"
 	"github.com/lowbarena/lowbarena/observability"
 	build "github.com/lowbarena/lowbarena/services/build/service"
 	contract "github.com/lowbarena/lowbarena/services/contract/service"
@@ -56,6 +58,8 @@ type upOptions struct {
 	// refHosts are the repository hosts participants may name for
 	// checkpoints by reference (build, contract and the runners).
 	refHosts string
+	// tls are the embedded NATS server's TLS files (see natsauth.go).
+	tls serverTLS
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
@@ -73,6 +77,7 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ackWait, "runner-ack-wait", 30*time.Second, "a runner job's ack deadline (a dead runner's job moves on after about this long)")
 	fs.StringVar(&o.refHosts, "ref-hosts", runtime.EnvOr(runtime.EnvRefHosts, hub.DefaultHost),
 		"repository hosts participants may name for checkpoints by reference, comma-separated (env "+runtime.EnvRefHosts+"; tokens: "+runtime.EnvRefTokens+" or "+runtime.EnvHFToken+")")
+	o.tls.register(fs)
 }
 
 func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -99,7 +104,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "logs: %s · stages served: %s\n", logWhere, strings.Join(a.stages, ", "))
 	fmt.Fprintf(stdout, "in another terminal: arena watch · arena submit DIR · arena show ID --json · arena sql \"SHOW TABLES\" (Ctrl-C stops)\n")
 	go func() {
-		if err := newFollower(a.natsURL, a.stages, stdout).run(ctx); err != nil {
+		f := newFollower(a.natsURL, a.stages, stdout)
+		f.connect = a.dial
+		if err := f.run(ctx); err != nil {
 			a.log.Warn("the terminal's follower stopped", "err", err)
 		}
 	}()
@@ -116,6 +123,10 @@ type arenaProc struct {
 
 	store store.Store
 	ns    *server.Server
+	// creds are the NATS users' seeds in DIR/credentials; tls the
+	// embedded server's TLS files.
+	creds *access.Credentials
+	tls   serverTLS
 	rts   []*runtime.Runtime
 	done  chan error
 	lock  *os.File
@@ -187,10 +198,21 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	if a.prov, err = observability.Setup(ctx, observability.Config{Service: "arena", Version: "dev", Exporter: exp}); err != nil {
 		return nil, fmt.Errorf("up: telemetry: %w", err)
 	}
-	if a.ns, err = startNATS(filepath.Join(data, "nats"), o.natsListen); err != nil {
+	// Every client of the embedded NATS connects as a user of the
+	// permission table, with its seed from DIR/credentials (made on the
+	// first start, kept after): the services as themselves, the CLI and
+	// this process's provisioning as the operator.
+	if a.creds, err = access.LoadOrCreate(credentialsDir(data)); err != nil {
+		return nil, fmt.Errorf("up: NATS credentials: %w", err)
+	}
+	a.tls = o.tls
+	if a.ns, err = startNATS(filepath.Join(data, "nats"), o.natsListen, a.creds, o.tls, log.With("component", "nats")); err != nil {
 		return nil, err
 	}
 	a.natsURL = a.ns.ClientURL()
+	if err := a.provision(ctx); err != nil {
+		return nil, err
+	}
 	storeURL := o.store
 	if storeURL == "" {
 		storeURL = "chdb://" + filepath.Join(data, "chdb")
@@ -217,6 +239,7 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 			return err
 		}
 		cfg.NATSURL, cfg.OTel, cfg.LogLevel, cfg.Store = a.natsURL, o.otel, o.logLevel, ""
+		cfg.NATSAuth, cfg.NATSTLS, cfg.Provision = a.auth(c.Name), a.clientTLS(), runtime.ProvisionNo
 		opts := []runtime.Option{runtime.WithoutTelemetry()}
 		if c.Store {
 			cfg.Store = storeURL
@@ -300,8 +323,11 @@ func (a *arenaProc) shutdown() {
 }
 
 // startNATS runs nats-server with JetStream, its store in dir, listening on
-// listen (host:port; port 0 picks a free one).
-func startNATS(dir, listen string) (*server.Server, error) {
+// listen (host:port; port 0 picks a free one), with the permission table's
+// users (their public keys from creds) and TLS when tls names a
+// certificate. Its log goes to log; every violation it refuses is counted
+// (lowbarena.nats.violations).
+func startNATS(dir, listen string, creds *access.Credentials, tls serverTLS, log *slog.Logger) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, usageErr("--nats-listen %q: want host:port: %v", listen, err)
@@ -313,7 +339,7 @@ func startNATS(dir, listen string) (*server.Server, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	ns, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		ServerName: "arena",
 		Host:       host,
 		Port:       port,
@@ -322,10 +348,22 @@ func startNATS(dir, listen string) (*server.Server, error) {
 		NoLog:      true,
 		NoSigs:     true,
 		MaxPayload: 2 << 20,
-	})
+	}
+	if err := enforce.Configure(opts, creds); err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	if err := tls.configure(opts); err != nil {
+		return nil, err
+	}
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("up: nats-server: %w", err)
 	}
+	nlog, err := enforce.NewLog(log, creds, nil)
+	if err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	nlog.Install(ns)
 	go ns.Start()
 	if !ns.ReadyForConnections(15 * time.Second) {
 		ns.Shutdown()
