@@ -116,6 +116,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 			return nil, fmt.Errorf("runtime: open store: %w", err)
 		}
 		rt.Log.Info("store open", "engine", rt.Store.Engine())
+		// A server that is down for a while (a restart, a failover) is
+		// waited for inside each call, so that the service's handlers
+		// keep their messages instead of spending their deliveries.
+		rt.Store = store.Retrying(rt.Store, store.RetryOptions{Log: rt.Log})
 	}
 	return rt, nil
 }
