@@ -59,7 +59,11 @@ type RetryOptions struct {
 // (see the package doc), so a batch the server stored before the
 // connection broke collapses with its second copy.
 //
-// Methods the wrapper does not name pass to st as they are.
+// Methods the wrapper does not name pass to st as they are. A store that
+// answers tables (Tabler, the query service's) stays one behind the
+// wrapper, its QueryTable waited for like the rest: an interface that
+// embeds Store alone would hide it, and a service that serves queries
+// (the score service) would refuse to start.
 func Retrying(st Store, o RetryOptions) Store {
 	if o.MaxWait <= 0 {
 		o.MaxWait = 5 * time.Minute
@@ -67,7 +71,26 @@ func Retrying(st Store, o RetryOptions) Store {
 	if o.First <= 0 {
 		o.First = 250 * time.Millisecond
 	}
-	return &retrying{Store: st, o: o}
+	r := &retrying{Store: st, o: o}
+	if t, ok := st.(Tabler); ok {
+		return &retryingTabler{retrying: r, tab: t}
+	}
+	return r
+}
+
+// retryingTabler is retrying over a store that answers tables.
+type retryingTabler struct {
+	*retrying
+	tab Tabler
+}
+
+func (r *retryingTabler) QueryTable(ctx context.Context, query string, limits Limits) (t *Table, err error) {
+	err = r.retry(ctx, "query", func() error {
+		var qerr error
+		t, qerr = r.tab.QueryTable(ctx, query, limits)
+		return qerr
+	})
+	return t, err
 }
 
 type retrying struct {

@@ -103,6 +103,42 @@ func TestRetrying(t *testing.T) {
 	}
 }
 
+// tabling is a flaky store that answers tables.
+type tabling struct{ flaky }
+
+func (f *tabling) QueryTable(context.Context, string, store.Limits) (*store.Table, error) {
+	if err := f.next(); err != nil {
+		return nil, err
+	}
+	return &store.Table{}, nil
+}
+
+// TestRetryingKeepsTables: a store that answers tables still does behind
+// the wrapper (the score service's query service needs one), waited for
+// like the other calls; one that does not, does not.
+func TestRetryingKeepsTables(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   store.Store
+		want bool
+	}{
+		{"a store that answers tables", &tabling{flaky{fail: []error{refused(), refused()}}}, true},
+		{"a store that does not", &flaky{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab, ok := store.Retrying(tc.st, store.RetryOptions{First: 5 * time.Millisecond}).(store.Tabler)
+			require.Equal(t, tc.want, ok)
+			if !ok {
+				return
+			}
+			got, err := tab.QueryTable(context.Background(), "SELECT 1", store.Limits{})
+			require.NoError(t, err)
+			require.NotNil(t, got)
+			require.Equal(t, 3, tc.st.(*tabling).calls, "two refusals waited for, then the answer")
+		})
+	}
+}
+
 func TestRetryingStopsWithTheCaller(t *testing.T) {
 	f := &flaky{fail: []error{refused(), refused(), refused(), refused(), refused(), refused(), refused(), refused()}}
 	ctx, cancel := context.WithCancel(context.Background())
