@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,7 +52,20 @@ type Service struct {
 	User string
 	// Pod is a runner's pod.
 	Pod string
+	// held says another fault holds the service down (the runner killed
+	// mid-job): KillServices neither kills nor starts it meanwhile.
+	held atomic.Bool
 }
+
+// Hold marks the service as held down by a fault: KillServices leaves it
+// alone until Release.
+func (s *Service) Hold() { s.held.Store(true) }
+
+// Release ends Hold.
+func (s *Service) Release() { s.held.Store(false) }
+
+// Held says whether a fault holds the service down.
+func (s *Service) Held() bool { return s.held.Load() }
 
 // Cluster is a running cluster.
 type Cluster struct {

@@ -60,16 +60,11 @@ func (c *Cluster) ReadLedger(ctx context.Context) (l Ledger, err error) {
 func (c *Cluster) readLedger(ctx context.Context) (Ledger, error) {
 	var l Ledger
 	err := readStream(ctx, c.JS, events.StreamArena, events.SubjectRootArena+".>", func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
-		ev, err := ce.Decode(m.Headers(), m.Data())
+		e, err := decodeEvent(m)
 		if err != nil {
-			return fmt.Errorf("cluster: ARENA message %d is not a CloudEvent: %w", meta.Sequence.Stream, err)
+			return err
 		}
-		subject := ev.Subject()
-		if subject == "" {
-			subject, _ = events.SubjectFromData(events.Type(ev.Type()), ev.Data())
-		}
-		l.Events = append(l.Events, Event{Seq: meta.Sequence.Stream, ID: ev.ID(), Type: ev.Type(), Subject: subject,
-			Data: append(json.RawMessage(nil), ev.Data()...), StoredAt: meta.Timestamp})
+		l.Events = append(l.Events, e)
 		return nil
 	})
 	if err != nil {
@@ -106,16 +101,8 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 		return fmt.Errorf("cluster: read %s: %w", stream, err)
 	}
 	var seen uint64
-	quiet := 0
 	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if errors.Is(err, nats.ErrNoResponders) && quiet < 50 {
-			// The consumer was just made on another node, whose interest
-			// in its pull requests has not reached ours yet.
-			quiet++
-			time.Sleep(100 * time.Millisecond) // retry interval, not an assertion
-			continue
-		}
+		m, err := nextMsg(cons)
 		if err != nil {
 			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) {
 				return fmt.Errorf("cluster: read %s: nothing after sequence %d of %d", stream, seen, last)
@@ -134,6 +121,38 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream, filter stri
 			return nil
 		}
 	}
+}
+
+// nextMsg is the consumer's next message. A consumer just made on
+// another node may answer no responders until that node's interest in
+// its pull requests reaches ours: asked again then, for up to 5 s.
+func nextMsg(cons jetstream.Consumer) (jetstream.Msg, error) {
+	for quiet := 0; ; quiet++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if errors.Is(err, nats.ErrNoResponders) && quiet < 50 {
+			time.Sleep(100 * time.Millisecond) // retry interval, not an assertion
+			continue
+		}
+		return m, err
+	}
+}
+
+// decodeEvent reads an ARENA message as an Event.
+func decodeEvent(m jetstream.Msg) (Event, error) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return Event{}, fmt.Errorf("cluster: %w", err)
+	}
+	ev, err := ce.Decode(m.Headers(), m.Data())
+	if err != nil {
+		return Event{}, fmt.Errorf("cluster: message %d of %s is not a CloudEvent: %w", meta.Sequence.Stream, meta.Stream, err)
+	}
+	subject := ev.Subject()
+	if subject == "" {
+		subject, _ = events.SubjectFromData(events.Type(ev.Type()), ev.Data())
+	}
+	return Event{Seq: meta.Sequence.Stream, ID: ev.ID(), Type: ev.Type(), Subject: subject,
+		Data: append(json.RawMessage(nil), ev.Data()...), StoredAt: meta.Timestamp}, nil
 }
 
 // onceKey is what makes an event unique in a healthy arena, "" for
@@ -209,8 +228,14 @@ func (l Ledger) OfType(t events.Type) []Event {
 
 // Record reads a submission's record from the gateway's bucket and
 // validates it against the record schema.
+//
+// Every harness read of NATS is bounded: a request sent while a node
+// dies can lose its reply, and the jetstream client waits as long as its
+// context lets it (the test's whole budget, else).
 func (c *Cluster) Record(ctx context.Context, id string) (record.Submission, error) {
 	var rec record.Submission
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	kv, err := c.JS.KeyValue(ctx, bus.BucketSubmissions)
 	if err != nil {
 		return rec, fmt.Errorf("cluster: %w", err)
