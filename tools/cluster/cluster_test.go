@@ -116,7 +116,7 @@ func TestCluster(t *testing.T) {
 	nKills := int(envInt(t, EnvKills, 20))
 	seed := envInt(t, EnvSeed, time.Now().UnixNano())
 	t.Logf("%s=%d %s=%d", EnvKills, nKills, EnvSeed, seed)
-	budget := 9*time.Minute + time.Duration(nKills)*6*time.Second
+	budget := 9*time.Minute + time.Duration(nKills)*12*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 
