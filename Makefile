@@ -91,7 +91,7 @@ CHAOS_REPORT ?= $(CURDIR)/.data/chaos.md
 chaos: deps
 	mkdir -p $(dir $(CHAOS_REPORT))
 	cd tools/cluster && LOWBARENA_CLUSTER_KILLS=$(CHAOS_KILLS) LOWBARENA_CLUSTER_SEED=$(CHAOS_SEED) LOWBARENA_CLUSTER_REPORT=$(CHAOS_REPORT) \
-		go test -count=1 -timeout 120m -v -run '^TestCluster$$' . | grep -v '^=== \|kill [0-9]*/'
+		go test -count=1 -timeout 120m -v -run '^TestCluster$$' . | grep --line-buffered -v '^=== \|kill [0-9]*/'
 	@cat $(CHAOS_REPORT)
 
 bench: deps
