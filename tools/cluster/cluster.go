@@ -36,6 +36,9 @@ type Options struct {
 	// dead runner's job goes to another after about this long; default
 	// 10 s.
 	RunnerAckWait time.Duration
+	// RoundEntryTimeout bounds a round entry's SLA job (--entry-timeout);
+	// default the service's own.
+	RoundEntryTimeout time.Duration
 	// RoundLeaseTTL is the round service's pod lease (--lease-ttl);
 	// default the service's own.
 	RoundLeaseTTL time.Duration
@@ -229,6 +232,9 @@ func (c *Cluster) services() []*Service {
 	if c.RoundLeaseTTL > 0 {
 		roundArgs = append(roundArgs, "--lease-ttl", c.RoundLeaseTTL.String())
 	}
+	if c.RoundEntryTimeout > 0 {
+		roundArgs = append(roundArgs, "--entry-timeout", c.RoundEntryTimeout.String())
+	}
 	add("round", "round", []string{"LOWBARENA_POD=" + c.Pods[0]}, roundArgs...)
 	for _, pod := range c.Pods {
 		// A runner finds the campaign's engine (simengine, a bare
@@ -278,7 +284,13 @@ func (c *Cluster) Connect(name string) (*nats.Conn, error) {
 // Arena runs the light CLI against the cluster as the operator and
 // returns its standard output, or an error with its standard error.
 func (c *Cluster) Arena(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	return c.ArenaWithin(ctx, 2*time.Minute, args...)
+}
+
+// ArenaWithin is Arena bounded by wait instead of 2 min (a round with
+// --wait).
+func (c *Cluster) ArenaWithin(ctx context.Context, wait time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.Bin.Arena, args...)
 	cmd.Env = append(os.Environ(), "LOWBARENA_NATS_URL="+c.URLs, "LOWBARENA_NATS_CREDS="+filepath.Join(c.Secrets, "operator.nk"))

@@ -306,7 +306,7 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	out, err := c.Arena(ctx, "round", "start", "--campaign", "qwen3-tiny", "--candidates", fp8, "--pod", c.Pods[0], "--wait")
+	out, err := c.ArenaWithin(ctx, 10*time.Minute, "round", "start", "--campaign", "qwen3-tiny", "--candidates", fp8, "--pod", c.Pods[0], "--wait")
 	require.NoError(t, err, "round")
 	require.Contains(t, out, "round.completed")
 	require.Contains(t, out, "Releasing the pod · done")
@@ -430,6 +430,78 @@ func (f *natsFaults) run(ctx context.Context, t *testing.T, c *Cluster) {
 		t.Logf("NATS: %s rejoined, current on every stream", n.Name)
 		f.before = append(f.before, k)
 	}
+	f.err = f.stale(ctx, t, c)
+}
+
+// stale brings a node back with a stale store: a follower of ARENA is
+// killed and its JetStream folder copied, started again, killed once the
+// pipeline has gone on, and started from the old copy. It must catch up
+// (a current replica of every stream again) and nothing held before be
+// lost.
+func (f *natsFaults) stale(ctx context.Context, t *testing.T, c *Cluster) error {
+	leader, err := c.StreamLeader(ctx, events.StreamArena)
+	if err != nil {
+		return err
+	}
+	var n *Node
+	for _, m := range c.Nodes {
+		if m != leader {
+			n = m
+			break
+		}
+	}
+	snap := filepath.Join(c.Dir, n.Name+"-stale")
+	if err := n.Kill(); err != nil {
+		return err
+	}
+	if err := n.Snapshot(snap); err != nil {
+		return err
+	}
+	if err := n.Start(); err != nil {
+		return err
+	}
+	if err := n.WaitHealthy(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	if err := c.WaitCurrent(ctx, n, 3*time.Minute); err != nil {
+		return err
+	}
+	info, err := c.streamInfo(ctx, events.StreamArena)
+	if err != nil {
+		return err
+	}
+	from := info.State.LastSeq
+	grown, err := c.WaitGrowth(ctx, events.StreamArena, from, 3*time.Minute)
+	if err != nil {
+		return fmt.Errorf("the pipeline did not go on after %s's snapshot: %w", n.Name, err)
+	}
+	l, err := c.ReadLedger(ctx)
+	if err != nil {
+		return err
+	}
+	k := nodeKill{what: "a follower of ARENA, started from a stale copy of its store", node: n.Name, grew: grown - from}
+	for _, e := range l.Events {
+		k.ids = append(k.ids, e.ID)
+	}
+	t.Logf("NATS: %s restarted from a store %d+ events stale", n.Name, grown-from)
+	if err := n.Kill(); err != nil {
+		return err
+	}
+	if err := n.Restore(snap); err != nil {
+		return err
+	}
+	if err := n.Start(); err != nil {
+		return err
+	}
+	if err := n.WaitHealthy(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	if err := c.WaitCurrent(ctx, n, 3*time.Minute); err != nil {
+		return fmt.Errorf("stale store: %w", err)
+	}
+	t.Logf("NATS: %s caught up from its stale store, current on every stream", n.Name)
+	f.before = append(f.before, k)
+	return nil
 }
 
 // lost lists the events held before a kill that the log no longer holds.
@@ -460,6 +532,11 @@ func (f *natsFaults) table(t *Table, l Ledger) {
 			if !have[id] {
 				lost++
 			}
+		}
+		if strings.Contains(k.what, "stale") {
+			*t = append(*t, Fault{Fault: "NATS: " + k.what, Count: 1, Events: len(k.ids), Lost: lost,
+				Note: fmt.Sprintf("its store missed %d+ events; it caught up, current on every stream", k.grew)})
+			continue
 		}
 		*t = append(*t, Fault{Fault: "NATS: " + k.what + " killed with SIGKILL, started again", Count: 1, Events: len(k.ids), Lost: lost,
 			Note: fmt.Sprintf("%d events published on the other two nodes while it was down; it rejoined, current on every stream", k.grew)})

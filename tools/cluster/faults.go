@@ -49,7 +49,7 @@ func (c *Cluster) consumerInfo(ctx context.Context, stream, name string) (*jetst
 
 // JobRun is what the log says of one runner job.
 type JobRun struct {
-	ID, Kind, Submission string
+	ID, Kind, Submission, Round string
 	// Starts counts runner.job.started (one per delivery that got that
 	// far); Runners names who started it, in order.
 	Starts  int
@@ -69,6 +69,7 @@ func (c *Cluster) Jobs(ctx context.Context) (map[string]*JobRun, error) {
 			JobID        string  `json:"job_id"`
 			Kind         string  `json:"kind"`
 			SubmissionID string  `json:"submission_id"`
+			RoundID      string  `json:"round_id"`
 			Runner       string  `json:"runner"`
 			GPUHours     float64 `json:"gpu_hours"`
 		}
@@ -77,7 +78,7 @@ func (c *Cluster) Jobs(ctx context.Context) (map[string]*JobRun, error) {
 		}
 		j := jobs[d.JobID]
 		if j == nil {
-			j = &JobRun{ID: d.JobID, Kind: d.Kind, Submission: d.SubmissionID}
+			j = &JobRun{ID: d.JobID, Kind: d.Kind, Submission: d.SubmissionID, Round: d.RoundID}
 			jobs[d.JobID] = j
 		}
 		switch events.Type(e.Type) {

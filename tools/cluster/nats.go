@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -219,3 +221,56 @@ func readEnvFile(path string) ([]string, error) {
 
 // itoa is strconv.Itoa, for flag values.
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// Snapshot copies the node's JetStream folder to dst, as it is on disk
+// now: taken while the node is down, it is what a node restored from an
+// old backup, or a disk that lost its latest writes, comes back with.
+func (n *Node) Snapshot(dst string) error {
+	return copyDir(n.StoreDir, dst)
+}
+
+// Restore replaces the node's JetStream folder with the snapshot in src.
+// The node must be down.
+func (n *Node) Restore(src string) error {
+	if n.Running() {
+		return fmt.Errorf("cluster: restore %s while it runs", n.Name)
+	}
+	if err := os.RemoveAll(n.StoreDir); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	return copyDir(src, n.StoreDir)
+}
+
+// copyDir copies the regular files and folders under src to dst.
+func copyDir(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		in, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+}
