@@ -106,3 +106,27 @@ func FuzzParseChunk(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseChunk reads one vLLM completion chunk, beside
+// encoding/json reading it into the struct the load generator used before.
+func BenchmarkParseChunk(b *testing.B) {
+	data := []byte(chunkCases[0])
+	b.Run("parseChunk", func(b *testing.B) {
+		var c chunk
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if err := parseChunk(data, &c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			var c refChunk
+			if err := json.Unmarshal(data, &c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
