@@ -20,7 +20,7 @@ MODULES := $(shell sed -n 's|^[[:space:]]*\./||p' go.work)
 BIN     := $(CURDIR)/bin
 DATA    ?= $(CURDIR)/.data/arena
 
-.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox build vet test bench run clean
+.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox build vet test bench bench-all run clean
 
 all: build
 
@@ -74,7 +74,12 @@ test: deps vet
 	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 go test -count=1 -timeout 15m ./...); done
 	@echo "go test -tags embedded tools/arena (arena up's own tests)"; cd tools/arena && go test -count=1 -timeout 15m -tags embedded -run '^TestUp' .
 
+# One table: each path of the arena beside its raw floor, measured in the same
+# run (tools/bench/table.sh). bench-all runs every benchmark of the modules.
 bench: deps
+	tools/bench/table.sh
+
+bench-all: deps
 	@for m in events services/domain services/store services/build services/runner tools/simengine; do (cd $$m && go test -run '^$$' -bench . -benchmem ./...); done
 
 # The quality stage grades code answers in the sandbox.
