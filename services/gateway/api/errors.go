@@ -70,6 +70,9 @@ const (
 	CodeRecordHidden = "record_hidden"
 	// CodeRoundNotFound is a round the arena does not have.
 	CodeRoundNotFound = "round_not_found"
+	// CodeParticipantNotFound is a participant's page with no scores
+	// the viewer may read.
+	CodeParticipantNotFound = "participant_not_found"
 	// CodeInvalidID is an id that cannot be one.
 	CodeInvalidID = "invalid_id"
 	// CodeInvalidQuery is a query parameter out of its range.

@@ -559,7 +559,7 @@ func num(v float64) string {
 }
 
 // val writes a value in full, for data-* attributes.
-func val(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+func val(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
