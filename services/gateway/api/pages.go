@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,12 @@ func page(path string) bool {
 	return false
 }
 
+// HeaderPageStatus carries a fragment's page status: a fragment is
+// answered 200 whatever its page's status (the page drawn is what was
+// asked for, and a browser logs every 4xx of a script's fetch as a
+// console error), with the page's own status in this header.
+const HeaderPageStatus = "Lowbarena-Page-Status"
+
 // render writes a page. Pages depend on the viewer's token, so no cache
 // keeps them; with HeaderFragment only the inside of <main> is written.
 func (a *API) render(w http.ResponseWriter, r *http.Request, status int, kind string, p pages.Page) {
@@ -47,6 +54,10 @@ func (a *API) render(w http.ResponseWriter, r *http.Request, status int, kind st
 	h.Set("Cache-Control", "no-store")
 	h.Set("Vary", "Authorization, "+HeaderFragment)
 	fragment := r.Header.Get(HeaderFragment) == "main"
+	if fragment {
+		h.Set(HeaderPageStatus, strconv.Itoa(status))
+		status = http.StatusOK
+	}
 	var b strings.Builder
 	if err := a.pages.Render(&b, kind, p, fragment); err != nil {
 		a.fail(w, r, err)

@@ -104,6 +104,12 @@ func TestPages(t *testing.T) {
 	require.NotContains(t, a.body, "<main")
 	require.Contains(t, a.body, "Submission <code>a-dev</code>")
 	require.Contains(t, a.header.Get("Vary"), HeaderFragment)
+	require.Equal(t, "200", a.header.Get(HeaderPageStatus))
+	// A fragment of an error page is answered 200, its status beside it.
+	a = f.page(t, "/submissions/a-dev", "", map[string]string{HeaderFragment: "main"})
+	require.Equal(t, http.StatusOK, a.status)
+	require.Equal(t, "404", a.header.Get(HeaderPageStatus))
+	require.Contains(t, a.body, `data-code="`+CodeSubmissionNotFound+`"`)
 
 	// The leaderboard and a participant's history, from the score
 	// service's rows, each row only to who may read it.
@@ -199,8 +205,12 @@ func TestSubmissionPageFromTheStore(t *testing.T) {
 	require.Contains(t, a.body, "simulated: NVIDIA H200 (simulated)")
 	require.Equal(t, 2, strings.Count(a.body, `<svg xmlns="http://www.w3.org/2000/svg" id="memory-`))
 
-	// A record the store has nothing of says so.
-	f.putRecord(t, "s-none", "alice", "dev", time.Unix(200, 0))
+	// A measured record the store has nothing of says so.
+	rec.ID, rec.CreatedAt = "s-none", time.Unix(200, 0).UTC()
+	body, err = json.Marshal(rec)
+	require.NoError(t, err)
+	_, err = f.records.Put(ctx, rec.ID, body)
+	require.NoError(t, err)
 	a = f.page(t, "/submissions/s-none", f.alice, nil)
 	require.Contains(t, a.body, "the store holds no GPU samples of this submission")
 }

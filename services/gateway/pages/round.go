@@ -108,7 +108,9 @@ func NewRound(v rounds.View, owners map[string]Owner, now time.Time) *Round {
 			if prev != nil {
 				row.Since = Span(st.FinishedAt.Sub(*prev))
 			} else if v.StartedAt != nil {
-				row.Since = Span(st.FinishedAt.Sub(*v.StartedAt))
+				// round.started's time is taken as its event is
+				// published, a moment after the first step's own.
+				row.Since = Span(max(st.FinishedAt.Sub(*v.StartedAt), 0))
 			}
 			prev = st.FinishedAt
 			row.Took = Between(st.StartedAt, st.FinishedAt)

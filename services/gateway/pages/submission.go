@@ -185,6 +185,9 @@ func NewSubmission(rec record.Submission, tel Telemetry) *Submission {
 		s.Audit = auditView(*res.Engine.Audit)
 	}
 	s.Memory, s.MemoryNote = memoryFigures(res, tel, s.Simulated)
+	if len(s.Memory) == 0 && s.Efficiency == nil && tel.Err == "" {
+		s.MemoryNote = "no engine ran for it: " + s.Absent["efficiency"]
+	}
 	return s
 }
 

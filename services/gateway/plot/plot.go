@@ -102,6 +102,7 @@ const (
 	marginTop    = 30
 	marginBottom = 46
 	legendRow    = 16
+	noteRow      = 14
 )
 
 // SVG draws the chart. It returns ErrNoData when no series has a point
@@ -138,12 +139,17 @@ func (c Lines) SVG() (string, error) {
 			named++
 		}
 	}
+	// The legend under the plot, a series to a line: names can be long
+	// (a method's description).
 	legendH := 0
 	if named > 1 {
-		legendH = legendRow * ((named + 2) / 3)
+		legendH = legendRow*named + 4
 	}
 	plotL, plotR := float64(marginLeft), float64(w-marginRight)
 	plotT, plotB := float64(marginTop), float64(h-marginBottom-legendH)
+	if c.Note != "" {
+		plotT += noteRow // the note's line under the title
+	}
 	xd, xt := domain(xs, c.X, 6)
 	yd, yt := domain(ys, c.Y, 5)
 	sx := Scale{D0: xd[0], D1: xd[1], R0: plotL, R1: plotR}
@@ -197,7 +203,6 @@ func (c Lines) SVG() (string, error) {
 		}
 		b.WriteString(`</g>`)
 	}
-	// Legend under the plot, three to a row.
 	if named > 1 {
 		b.WriteString(`<g class="legend">`)
 		k := 0
@@ -205,8 +210,8 @@ func (c Lines) SVG() (string, error) {
 			if s.Name == "" {
 				continue
 			}
-			x := plotL + float64(k%3)*((plotR-plotL)/3)
-			y := float64(h-legendH-6) + float64(k/3)*legendRow + 8
+			x := plotL
+			y := float64(h-legendH) + float64(k)*legendRow + 4
 			fmt.Fprintf(&b, `<rect x="%s" y="%s" width="12" height="3" fill="%s"/><text x="%s" y="%s" dominant-baseline="middle" font-size="11" fill="#374151">%s</text>`,
 				num(x), num(y-1.5), Palette[i%len(Palette)], num(x+16), num(y), esc(s.Name))
 			k++
@@ -293,7 +298,11 @@ func (c Bars) SVG() (string, error) {
 		}
 		vals = append(vals, r.At)
 	}
-	const labelW, top = 120, 34
+	const labelW = 120
+	top := 34
+	if c.Note != "" {
+		top += noteRow
+	}
 	h := top + barRow*len(c.Bars) + marginBottom
 	plotL, plotR := float64(labelW), float64(w-40)
 	plotT, plotB := float64(top), float64(top+barRow*len(c.Bars))
@@ -377,9 +386,11 @@ func open(b *strings.Builder, id, class string, w, h int, title, desc string) {
 	}
 }
 
+// closeSVG writes the note on its own line under the title (a figure
+// from a simulation says so where it is seen) and ends the SVG.
 func closeSVG(b *strings.Builder, note string, w, h int) {
 	if note != "" {
-		fmt.Fprintf(b, `<text class="note" x="%d" y="18" text-anchor="end" font-size="11" fill="#a16207">%s</text>`, w-8, esc(note))
+		fmt.Fprintf(b, `<text class="note" x="8" y="32" font-size="11" fill="#a16207">%s</text>`, esc(note))
 	}
 	b.WriteString(`</svg>`)
 }
