@@ -287,3 +287,20 @@ func TestOnePoint(t *testing.T) {
 	require.Greater(t, dot[0].f(t, "cx"), float64(marginLeft))
 	require.Less(t, dot[0].f(t, "cx"), float64(640-marginRight))
 }
+
+// BenchmarkLines draws a memory plot of 400 points with a budget and a
+// hard cap, the largest figure a submission page draws.
+func BenchmarkLines(b *testing.B) {
+	pts := make([]Point, 400)
+	for i := range pts {
+		pts[i] = Point{X: float64(i) / 10, Y: 20 + math.Sin(float64(i)/20)}
+	}
+	c := Lines{Title: "Budget replay serve@1.02", X: Axis{Label: "s"}, Y: Axis{Label: "GiB", FromZero: true}, Series: []Series{{Name: "used", Points: pts}},
+		Rules: []Rule{{At: 22, Label: "budget", Kind: RuleBudget}, {At: 26, Label: "hard cap", Kind: RuleCap}}, Note: "simulated"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.SVG(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
