@@ -41,7 +41,9 @@ const (
 // block of any kind, else the whole answer; a fence left open (a truncated
 // answer) runs to the end. The program, followed by the item's Tests, is
 // run as main.py by python3 in a bubblewrap sandbox; it scores 1 when the
-// run exits 0, and 0 otherwise with a Detail such as "tests failed:
+// run reaches the end of main.py and exits 0 (a program that exits 0
+// before its tests have run scores 0: see harness), and 0 otherwise with
+// a Detail such as "tests failed:
 // AssertionError: ...", "timed out after 10s", "killed: memory limit (512
 // MiB address space)" or "killed: process limit (64 processes)".
 //
@@ -171,8 +173,11 @@ func (g *CodeGrader) judge(o outcome) Result {
 	if o.timedOut {
 		return Result{Detail: fmt.Sprintf("timed out after %v", g.timeout())}
 	}
-	if o.exit == 0 {
+	if o.exit == 0 && o.finished {
 		return Result{Score: 1}
+	}
+	if o.exit == 0 {
+		return Result{Detail: "tests did not run: the program left before the end of main.py (sys.exit, os._exit or a closed output) with exit status 0"}
 	}
 	line := failureLine(o.stderr)
 	if o.exit > 128 && o.exit < 128+65 {

@@ -72,6 +72,15 @@ func TestCode(t *testing.T) {
 		{name: "syntax error", answer: "```python\ndef add(a, b)\n    return a + b\n```", detail: "tests failed: SyntaxError"},
 		{name: "prose", answer: "I cannot write that function.", detail: "tests failed: SyntaxError"},
 		{name: "exit code", answer: "import sys\nsys.exit(3)", detail: "tests failed: exit status 3"},
+		// A program that leaves with status 0 before its tests have run
+		// passes nothing: only the harness's mark, written after the end of
+		// main.py, makes a run pass.
+		{name: "leaves with sys.exit(0) before its tests", answer: "import sys\ndef add(a, b): return a - b\nsys.exit(0)", detail: "tests did not run"},
+		{name: "leaves with os._exit(0) before its tests", answer: "import os\nos._exit(0)", detail: "tests did not run"},
+		{name: "raises SystemExit before its tests", answer: "raise SystemExit", detail: "tests did not run"},
+		{name: "forges a mark", answer: "import os\nprint('lowbarena-done-' + '0' * 32, flush=True)\nos._exit(0)", detail: "tests did not run"},
+		{name: "looks for the mark on stdin", answer: "import os, sys\nprint(sys.stdin.read(), flush=True)\nos._exit(0)", detail: "tests did not run"},
+		{name: "closes its output", answer: "import os\ndef add(a, b): return a + b\nos.close(1)", detail: "Bad file descriptor"},
 		{name: "infinite loop", answer: "```python\nwhile True: pass\n```", detail: "timed out after 2s"},
 		{name: "sleep", answer: "import time\ntime.sleep(60)", detail: "timed out after 2s"},
 		{name: "memory bomb", answer: "x = bytearray(10**10)", detail: "killed: memory limit (512 MiB address space)", slow: true},

@@ -3,6 +3,8 @@ package grade
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -274,7 +276,10 @@ type outcome struct {
 	timedOut bool
 	ctxErr   error
 	// runErr is what Wait returned, for a run that ended otherwise.
-	runErr         error
+	runErr error
+	// finished reports that main.py ran to its end: the harness wrote the
+	// run's mark after it (see harness); stdout is without the mark.
+	finished       bool
 	stdout, stderr string
 }
 
@@ -312,6 +317,11 @@ func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src string, timeout t
 	cmd.WaitDelay = time.Second
 	stdout, stderr := newTail(g.outputBytes()), newTail(g.outputBytes())
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// The run's mark, fresh for every run, reaches the harness on stdin
+	// and nowhere else; the harness writes it after main.py has run to its
+	// end (see harness).
+	mark := newMark()
+	cmd.Stdin = strings.NewReader(mark + "\n")
 
 	// --die-with-parent is the parent death signal of bwrap, which the
 	// kernel sends when the thread that started it exits: keep this
@@ -340,7 +350,8 @@ func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src string, timeout t
 	// Whatever happened, nothing of the run outlives it.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 
-	o := outcome{runErr: runErr, stdout: stdout.String(), stderr: stderr.String(), ctxErr: ctx.Err()}
+	o := outcome{runErr: runErr, stderr: stderr.String(), ctxErr: ctx.Err()}
+	o.stdout, o.finished = cutMark(stdout.String(), mark)
 	o.timedOut = o.ctxErr == nil && errors.Is(runCtx.Err(), context.DeadlineExceeded)
 	// bwrap has exited, so its status pipe is closed on its side; the
 	// deadline only guards against a writer we do not know of.
@@ -419,8 +430,46 @@ for k, soft, hard in ((r.RLIMIT_AS, %[1]d, %[1]d), (r.RLIMIT_CPU, %[2]d, %[3]d),
     if cap != r.RLIM_INFINITY:
         soft, hard = min(soft, cap), min(hard, cap)
     r.setrlimit(k, (soft, hard))
-os.execv(sys.argv[1], [sys.argv[1], "-I", "-B", "main.py"])
-`, g.memory(), cpu, cpu+1, g.procs(), g.fileSize())
+os.execv(sys.argv[1], [sys.argv[1], "-I", "-B", "-c", %[6]q])
+`, g.memory(), cpu, cpu+1, g.procs(), g.fileSize(), harness)
+}
+
+// harness runs main.py (the program, then the item's tests) as __main__
+// in the interpreter the prelude execs, then writes the run's mark, read
+// from stdin before the program starts, on a line of its own. A program
+// that leaves before its tests have run to the end (sys.exit(0),
+// os._exit(0), closing its output) exits without the mark, and its
+// answer scores 0 whatever its exit status: the status alone would let a
+// program pass by exiting 0 before its tests. The mark is in no file the
+// program can read; it is in the harness's memory while the program runs,
+// so a program that searches the interpreter for it could still forge it:
+// that is a deliberate attack, not a slip, and the mark does not claim to
+// stop it.
+const harness = `import os, runpy, sys
+_w, _mark = os.write, sys.stdin.readline().strip().encode()
+sys.argv = ["main.py"]
+runpy.run_path("main.py", run_name="__main__")
+sys.stdout.flush()
+sys.stderr.flush()
+_w(1, b"\n" + _mark + b"\n")
+`
+
+// newMark returns a fresh random mark of a run.
+func newMark() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "lowbarena-done-" + hex.EncodeToString(b[:])
+}
+
+// cutMark removes the run's mark from stdout and says whether it was
+// there: the last line, as the harness writes it.
+func cutMark(stdout, mark string) (string, bool) {
+	trimmed := strings.TrimRight(stdout, "\n")
+	rest, ok := strings.CutSuffix(trimmed, mark)
+	if !ok {
+		return stdout, false
+	}
+	return strings.TrimSuffix(rest, "\n"), true
 }
 
 // exitCode reads bwrap's JSON status: the program's exit code, and whether

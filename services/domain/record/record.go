@@ -399,6 +399,10 @@ type Budget struct {
 	Healthy     bool     `json:"healthy"`
 	Running     float64  `json:"running"`
 	Value       *float64 `json:"value"`
+	// Attempts is how many replays the verdict took: a replay that held
+	// its requests but lost rate is run once more, and the better one
+	// kept. Absent from the arena's own records; added by this arena.
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // Startup is the engine's start-up report.

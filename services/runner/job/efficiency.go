@@ -116,29 +116,66 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		wr := cand.Workloads[w.Name]
 		b := formula.BudgetFor(wr.Peak.PeakGiB, p.BudgetFactor)
 		key := fmt.Sprintf("%s@%g", w.Name, p.BudgetFactor)
-		rs, err := r.Serve(ctx, Launch{Run: key, Command: p.Engine.Command, Checkpoint: candidate,
-			KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: b.BudgetGiB, CapGiB: b.CapGiB}, []loadgen.Workload{w})
-		out.Seconds += rs.Seconds
-		v := record.Budget{BudgetGiB: b.BudgetGiB, CapGiB: b.CapGiB, Factor: b.Factor, FullRunning: float64(w.Concurrency)}
-		switch {
-		case ctx.Err() != nil:
-			return out, ctx.Err()
-		case err != nil && engine.AsFailure(err) == nil && loadgen.AsError(err) == nil:
-			return out, err // not the engine's doing: retry the job
-		case err == nil:
-			got := rs.Workloads[w.Name]
-			rate := got.Rate
-			v.Running, v.Value = float64(got.Running), &rate
-		default:
-			if r.Log != nil {
-				r.Log.Info("engine failed under its budget", "workload", w.Name, "budget_gib", b.BudgetGiB, "err", err)
+		replay := func() (record.Budget, error) {
+			rs, err := r.Serve(ctx, Launch{Run: key, Command: p.Engine.Command, Checkpoint: candidate,
+				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: b.BudgetGiB, CapGiB: b.CapGiB}, []loadgen.Workload{w})
+			out.Seconds += rs.Seconds
+			v := record.Budget{BudgetGiB: b.BudgetGiB, CapGiB: b.CapGiB, Factor: b.Factor, FullRunning: float64(w.Concurrency)}
+			switch {
+			case ctx.Err() != nil:
+				return v, ctx.Err()
+			case err != nil && engine.AsFailure(err) == nil && loadgen.AsError(err) == nil:
+				return v, err // not the engine's doing: retry the job
+			case err == nil:
+				got := rs.Workloads[w.Name]
+				rate := got.Rate
+				v.Running, v.Value = float64(got.Running), &rate
+			default:
+				if r.Log != nil {
+					r.Log.Info("engine failed under its budget", "workload", w.Name, "budget_gib", b.BudgetGiB, "err", err)
+				}
 			}
+			rp := formula.Replay{Running: v.Running, Full: v.FullRunning, Rate: v.Value}
+			v.Healthy = rp.Healthy(wr.Rate)
+			return v, nil
 		}
-		rp := formula.Replay{Running: v.Running, Full: v.FullRunning, Rate: v.Value}
-		v.Healthy = rp.Healthy(wr.Rate)
+		v, err := replayBudget(replay, wr.Rate)
+		if err != nil {
+			return out, err
+		}
 		out.Budget[key] = v
 	}
 	return out, nil
+}
+
+// replayBudget runs a workload's budget replay, and runs it once more
+// when the first held every request at once but fell below 90% of the
+// candidate's rate (rate): a moment of noise on the pod (another process
+// on its CPU, a slow clock) must not disqualify an engine, while one that
+// really slows under its cap does so twice. An engine that did not hold
+// its requests, or failed, is judged on its one replay: memory, unlike
+// speed, does not come and go with the pod's load. The verdict is the
+// better of the two; Attempts says how many ran.
+func replayBudget(replay func() (record.Budget, error), rate float64) (record.Budget, error) {
+	first, err := replay()
+	if err != nil {
+		return first, err
+	}
+	first.Attempts = 1
+	rp := formula.Replay{Running: first.Running, Full: first.FullRunning, Rate: first.Value}
+	if first.Healthy || !rp.Held() {
+		return first, nil
+	}
+	second, err := replay()
+	if err != nil {
+		return first, err
+	}
+	second.Attempts = 2
+	if second.Healthy || (second.Value != nil && (first.Value == nil || *second.Value > *first.Value)) {
+		return second, nil
+	}
+	first.Attempts = 2
+	return first, nil
 }
 
 // safetensorBytes is the size of the *.safetensors files of a checkpoint.
