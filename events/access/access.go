@@ -148,8 +148,9 @@ var Users = []User{
 		Objects: []Bucket{{Name: bus.ObjectUploads, Mode: Write}},
 		Serves: []Service{{Name: ctl.ServiceGateway, Subjects: []string{ctl.SubjectParticipantAdd, ctl.SubjectParticipantToken,
 			ctl.SubjectParticipantList, ctl.SubjectParticipantRevoke}}},
-		// The HTTP API's leaderboard and history.
-		Calls: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory},
+		// The HTTP API's leaderboard and history, and its operators'
+		// read-only SQL (POST /v1/sql, the query service's).
+		Calls: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory, ctl.SubjectSQL},
 	},
 	{
 		Name: Build, Role: "the build stage",
