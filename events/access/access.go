@@ -201,7 +201,7 @@ var Users = []User{
 		Publishes: stageTypes("score"),
 		Consumers: []Consumer{{Stream: events.StreamArena, Name: "score", Filters: []string{events.Contract.Completed.Filter(),
 			events.Quality.Completed.Filter(), events.Efficiency.Completed.Filter(), events.Submission.Received.Filter()}}},
-		KV:          []Bucket{{Name: bus.BucketScoreInputs, Mode: Write}},
+		KV: []Bucket{{Name: bus.BucketScoreInputs, Mode: Write}},
 		Serves: []Service{{Name: ctl.ServiceScore, Subjects: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory, ctl.SubjectRescore, ctl.SubjectStanding}},
 			// It holds the store wherever the arena runs (`arena sql`).
 			{Name: ctl.ServiceQuery, Subjects: []string{ctl.SubjectSQL}}},
