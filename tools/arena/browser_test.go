@@ -89,6 +89,21 @@ func (b *browser) open(path string) {
 	require.NoError(b.t, chromedp.Do(b.ctx, chromedp.Navigate(b.base+path)), path)
 }
 
+// click clicks the first element sel matches, as a person would (the
+// mouse at its middle). The live page redraws its rows as records change,
+// so a node found may be gone by the click ("Could not find node with
+// given id"): it is found again, a few times at most.
+func (b *browser) click(sel string) {
+	b.t.Helper()
+	var err error
+	for range 5 {
+		if err = chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(sel))); err == nil || !strings.Contains(err.Error(), "Could not find node") {
+			break
+		}
+	}
+	require.NoError(b.t, err, "click %s", sel)
+}
+
 // js evaluates an expression and returns its value as a string.
 func (b *browser) js(expr string) string {
 	b.t.Helper()
@@ -220,7 +235,7 @@ func TestPagesInABrowser(t *testing.T) {
 	// Its page, opened from the live list, moves through its stages
 	// without a reload: page.js draws the server's page again as the
 	// record changes. The tab keeps a mark a reload would wipe.
-	require.NoError(t, chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(row+` a`))))
+	b.click(row + ` a`)
 	b.waitFor(`location.pathname === "/submissions/`+id+`" && !!document.getElementById("record-status")`, 30*time.Second, "the submission's page")
 	b.js(`window.lowbarenaMark = "no reload"`)
 	stages := `Array.from(document.querySelectorAll("tr[data-stage]")).map(r => r.dataset.stage + ":" + r.dataset.status).join(" ")`
@@ -390,10 +405,16 @@ func TestPagesInABrowser(t *testing.T) {
 	b.open("/leaderboard?campaign=" + examples.TaskID)
 	b.waitFor(`!!document.querySelector('tr[data-submission="`+id+`"]')`, 30*time.Second, "the leaderboard's row")
 	require.Equal(t, fmt.Sprintf("%.4f", rec.Result.DevScore.Score), b.text(`tr[data-submission="`+id+`"] .score`))
+	// The examples ran on the simulated engine: the page says so, row by row.
+	require.True(t, rec.Result.Simulated, "the examples run on simengine")
+	require.Contains(t, b.text("#simulated"), "come from a simulated engine on ")
+	require.Contains(t, b.text("#simulated"), nonEmptyGPU(rec.Result.GPU))
+	require.Equal(t, "sim", b.text(`tr[data-submission="`+id+`"] .simtag`))
 	b.shot("leaderboard")
 	b.open("/participants/example-team")
 	b.waitFor(`!!document.querySelector('#history-figure svg g.series circle')`, 30*time.Second, "the history plot")
 	require.Equal(t, "true", b.js(fmt.Sprintf(`!!document.querySelector('g.series[data-name=%s]')`, quoteJS(rec.Solution.Method))), "a line for the method")
+	require.Contains(t, b.text("#simulated"), "come from a simulated engine")
 	b.shot("history")
 
 	// A page for an unknown id says what is not there.
@@ -418,4 +439,12 @@ func TestPagesInABrowser(t *testing.T) {
 	require.Empty(t, b.consoleErrors(unknown, "/submissions/"+id, "/submissions/"+broken, "/submissions/"+unbuilt, "/participants/example-team"),
 		"the console of every page")
 	up.stop(t)
+}
+
+// nonEmptyGPU is how a page of scores names a record's simulated GPU.
+func nonEmptyGPU(gpu string) string {
+	if gpu == "" {
+		return "a simulated GPU"
+	}
+	return gpu
 }

@@ -218,7 +218,7 @@ func (a *API) leaderboardPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	a.render(w, r, http.StatusOK, pages.KindLeaderboard, pages.Page{Title: "Leaderboard", Live: "records", Nav: "leaderboard", Body: pages.NewLeaderboard(rows, f)})
+	a.render(w, r, http.StatusOK, pages.KindLeaderboard, pages.Page{Title: "Leaderboard", Live: "records", Nav: "leaderboard", Body: pages.NewLeaderboard(rows, f, a.simulated(r.Context(), rows))})
 }
 
 // historyPage serves GET /participants/{name}?campaign=: a participant's
@@ -248,7 +248,7 @@ func (a *API) historyPage(w http.ResponseWriter, r *http.Request) {
 		a.problem(w, r, http.StatusNotFound, CodeParticipantNotFound, "No scores of "+name, msg, live)
 		return
 	}
-	a.render(w, r, http.StatusOK, pages.KindHistory, pages.Page{Title: name, Live: live, Body: pages.NewHistory(name, campaign, rows)})
+	a.render(w, r, http.StatusOK, pages.KindHistory, pages.Page{Title: name, Live: live, Body: pages.NewHistory(name, campaign, rows, a.simulated(r.Context(), rows))})
 }
 
 // scoreRows asks the score service and keeps the rows the viewer may
@@ -281,6 +281,40 @@ func (a *API) scoreRows(w http.ResponseWriter, r *http.Request, v participant.Vi
 		}
 	}
 	return rows, true
+}
+
+// maxSimLookups bounds the records one page of scores reads to say which
+// rows are simulated; rows past it are left unmarked (the page is still
+// drawn, and each submission's own page says so).
+const maxSimLookups = 500
+
+// simulated reads the records of rows' submissions and names those whose
+// figures came from a simulated engine, for the page to say so. A record
+// that is not there or does not decode is left out: the score service's
+// rows do not carry it.
+func (a *API) simulated(ctx context.Context, rows []ctl.Row) pages.Simulated {
+	sim := pages.Simulated{}
+	seen := map[string]bool{}
+	for _, row := range rows {
+		if seen[row.SubmissionID] || len(seen) >= maxSimLookups {
+			continue
+		}
+		seen[row.SubmissionID] = true
+		e, err := a.o.Records.Get(ctx, row.SubmissionID)
+		if err != nil {
+			continue
+		}
+		var rec struct {
+			Result struct {
+				Simulated bool   `json:"simulated"`
+				GPU       string `json:"gpu"`
+			} `json:"result"`
+		}
+		if json.Unmarshal(e.Value(), &rec) == nil && rec.Result.Simulated {
+			sim[row.SubmissionID] = rec.Result.GPU
+		}
+	}
+	return sim
 }
 
 // unknownPage answers a path under the pages' prefixes that no page

@@ -129,12 +129,23 @@ func TestPages(t *testing.T) {
 		t.Cleanup(func() { _ = sub.Unsubscribe() })
 	}
 	require.NoError(t, f.b.Conn().Flush())
+	// b1's record says its figures came from the simulated engine; the
+	// score service's rows do not, so the page reads it there.
+	simRec, err := json.Marshal(map[string]any{"id": "b1", "participant": "bob", "split": "ranked", "status": "done",
+		"result": map[string]any{"simulated": true, "gpu": "NVIDIA H200 (simulated)"}})
+	require.NoError(t, err)
+	_, err = f.records.Put(context.Background(), "b1", simRec)
+	require.NoError(t, err)
 	lb := f.page(t, "/leaderboard?ranked=only", "", nil)
 	require.Equal(t, http.StatusOK, lb.status)
 	require.Contains(t, lb.body, `<tr data-submission="b1"`)
 	require.NotContains(t, lb.body, "a-dev", "a dev row is not the public's")
+	require.Contains(t, lb.body, "Simulated: 1 of these 1 scores come from a simulated engine on NVIDIA H200 (simulated)")
 	lb = f.page(t, "/leaderboard", f.alice, nil)
 	require.Contains(t, lb.body, `<tr data-submission="a-dev"`)
+	require.Contains(t, lb.body, "Simulated: 1 of these 2 scores")
+	require.NotContains(t, lb.body[strings.Index(lb.body, `<tr data-submission="a-dev"`):strings.Index(lb.body, `<tr data-submission="b1"`)], "simtag",
+		"a-dev's record does not say simulated")
 	h := f.page(t, "/participants/alice", f.alice, nil)
 	require.Equal(t, http.StatusOK, h.status)
 	require.Contains(t, h.body, `<g class="series" data-name="FP8">`)

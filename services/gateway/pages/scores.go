@@ -1,7 +1,10 @@
 package pages
 
 import (
+	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/lowbarena/lowbarena/events/ctl"
@@ -17,12 +20,45 @@ type Filter struct {
 	RankedOnly       bool
 }
 
+// Simulated names the submissions whose figures came from a simulated
+// engine: submission id to the simulated GPU its record names ("" when
+// it names none). A submission not in it ran on a real GPU, or its
+// record is not there to say.
+type Simulated map[string]string
+
+// SimNote is what a page of scores says of its simulated rows: how many
+// of how many, and on which simulated GPUs. Count is 0 when none is.
+type SimNote struct {
+	Count, Of int
+	GPUs      string
+}
+
+func simNote(rows []ScoreRow, sim Simulated) SimNote {
+	n := SimNote{Of: len(rows)}
+	var gpus []string
+	for _, r := range rows {
+		if gpu, ok := sim[r.SubmissionID]; ok {
+			n.Count++
+			if gpu == "" {
+				gpu = "a simulated GPU"
+			}
+			if !slices.Contains(gpus, gpu) {
+				gpus = append(gpus, gpu)
+			}
+		}
+	}
+	n.GPUs = strings.Join(gpus, ", ")
+	return n
+}
+
 // Leaderboard is the leaderboard page.
 type Leaderboard struct {
 	Filter Filter
 	Rows   []ScoreRow
 	// Hidden counts the rows the filter left out.
 	Hidden int
+	// Sim says how many rows come from a simulated engine.
+	Sim SimNote
 }
 
 // ScoreRow is one row of scores.
@@ -30,11 +66,14 @@ type ScoreRow struct {
 	ctl.Row
 	Rank                          int
 	Score, Gain, Drift, When, Why string
+	// Simulated marks a score whose speeds came from a simulated engine.
+	Simulated bool
 }
 
 // NewLeaderboard orders rows best first (qualified before not) and keeps
-// those the filter asks for; the rank counts the qualified rows only.
-func NewLeaderboard(rows []ctl.Row, f Filter) *Leaderboard {
+// those the filter asks for; the rank counts the qualified rows only. The
+// rows of sim's submissions are marked simulated.
+func NewLeaderboard(rows []ctl.Row, f Filter, sim Simulated) *Leaderboard {
 	l := &Leaderboard{Filter: f}
 	sorted := append([]ctl.Row{}, rows...)
 	sort.SliceStable(sorted, func(i, j int) bool {
@@ -49,23 +88,25 @@ func NewLeaderboard(rows []ctl.Row, f Filter) *Leaderboard {
 			l.Hidden++
 			continue
 		}
-		row := scoreRow(r)
+		row := scoreRow(r, sim)
 		if r.Qualified == 1 {
 			rank++
 			row.Rank = rank
 		}
 		l.Rows = append(l.Rows, row)
 	}
+	l.Sim = simNote(l.Rows, sim)
 	return l
 }
 
-func scoreRow(r ctl.Row) ScoreRow {
+func scoreRow(r ctl.Row, sim Simulated) ScoreRow {
 	at := time.UnixMilli(int64(r.TsMs))
 	why := r.Reason
 	if why == "" && r.Qualified == 1 {
 		why = "qualified"
 	}
-	return ScoreRow{Row: r, Score: Fixed(r.Score, 4), Gain: Fixed(r.Gain, 4), Drift: Fixed(r.Drift, 4), When: When(&at), Why: why}
+	_, simulated := sim[r.SubmissionID]
+	return ScoreRow{Row: r, Score: Fixed(r.Score, 4), Gain: Fixed(r.Gain, 4), Drift: Fixed(r.Drift, 4), When: When(&at), Why: why, Simulated: simulated}
 }
 
 // History is a participant's page: its scores over time per method.
@@ -74,18 +115,21 @@ type History struct {
 	Campaign    string
 	Rows        []ScoreRow
 	Figure      Figure
+	// Sim says how many rows come from a simulated engine.
+	Sim SimNote
 }
 
 // NewHistory builds a participant's page from its score rows (oldest
-// first), with a plot of score over time, one line per method.
-func NewHistory(participant, campaign string, rows []ctl.Row) *History {
+// first), with a plot of score over time, one line per method. The rows
+// of sim's submissions are marked simulated, and the plot says so.
+func NewHistory(participant, campaign string, rows []ctl.Row, sim Simulated) *History {
 	h := &History{Participant: participant, Campaign: campaign}
 	sorted := append([]ctl.Row{}, rows...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].TsMs < sorted[j].TsMs })
 	var methods []string
 	points := map[string][]plot.Point{}
 	for _, r := range sorted {
-		h.Rows = append(h.Rows, scoreRow(r))
+		h.Rows = append(h.Rows, scoreRow(r, sim))
 		name := nonEmpty(r.Method, "(no method)")
 		if _, ok := points[name]; !ok {
 			methods = append(methods, name)
@@ -95,6 +139,9 @@ func NewHistory(participant, campaign string, rows []ctl.Row) *History {
 	c := plot.Lines{Title: "Score over time, per method", ID: "history-plot", Markers: true,
 		X: plot.Axis{Label: "scored at (UTC)", Time: true}, Y: plot.Axis{Label: "score"},
 		Rules: []plot.Rule{{At: 0, Label: "0: BF16's speed", Kind: plot.RuleZero}}, Width: 760, Height: 320}
+	if h.Sim = simNote(h.Rows, sim); h.Sim.Count > 0 {
+		c.Note = fmt.Sprintf("simulated: %d of %d scores from a simulated engine on %s", h.Sim.Count, h.Sim.Of, h.Sim.GPUs)
+	}
 	for _, m := range methods {
 		c.Series = append(c.Series, plot.Series{Name: m, Points: points[m]})
 	}

@@ -41,7 +41,7 @@ func TestLeaderboard(t *testing.T) {
 		{"both", Filter{QualifiedOnly: true, RankedOnly: true}, []string{"a3", "a1"}, []int{1, 2}, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			l := NewLeaderboard(scoreRows, tt.f)
+			l := NewLeaderboard(scoreRows, tt.f, nil)
 			var ids []string
 			var ranks []int
 			for _, r := range l.Rows {
@@ -59,15 +59,16 @@ func TestLeaderboard(t *testing.T) {
 			}
 		})
 	}
-	page := render(t, KindLeaderboard, Page{Title: "x", Body: NewLeaderboard(scoreRows[:1], Filter{Campaign: "qwen3-tiny"})})
+	page := render(t, KindLeaderboard, Page{Title: "x", Body: NewLeaderboard(scoreRows[:1], Filter{Campaign: "qwen3-tiny"}, nil)})
 	has(t, row(t, page, "data-submission", "a1"), `<td class="n score">0.1200</td>`)
+	require.NotContains(t, page, `id="simulated"`, "no row is simulated")
 	has(t, row(t, page, "data-submission", "a1"), `<a href="/participants/alice">alice</a>`)
-	empty := render(t, KindLeaderboard, Page{Title: "x", Body: NewLeaderboard(scoreRows[1:2], Filter{Campaign: "qwen3-tiny", QualifiedOnly: true})})
+	empty := render(t, KindLeaderboard, Page{Title: "x", Body: NewLeaderboard(scoreRows[1:2], Filter{Campaign: "qwen3-tiny", QualifiedOnly: true}, nil)})
 	has(t, empty, "No scores of campaign qwen3-tiny that this viewer may read (1 left out by the filter)")
 }
 
 func TestHistory(t *testing.T) {
-	h := NewHistory("alice", "", scoreRows[:3])
+	h := NewHistory("alice", "", scoreRows[:3], nil)
 	page := render(t, KindHistory, Page{Title: "alice", Body: h})
 	// One line per method, each point at its row's time and score.
 	has(t, page, `<g class="series" data-name="FP8">`)
@@ -81,4 +82,32 @@ func TestHistory(t *testing.T) {
 	// Oldest first in the table.
 	require.Less(t, strings.Index(page, `data-submission="a1"`), strings.Index(page, `data-submission="a2"`))
 	require.Less(t, strings.Index(page, `data-submission="a2"`), strings.Index(page, `data-submission="a3"`))
+	require.NotContains(t, page, "simulated")
+}
+
+// TestScoresSaySimulated: the rows whose records say their figures came
+// from a simulated engine are marked, the page counts them and names the
+// simulated GPUs (in the order of the rows), and the history's plot says so under it; the others
+// are not marked.
+func TestScoresSaySimulated(t *testing.T) {
+	sim := Simulated{"a1": "NVIDIA H200 (simulated)", "b1": ""}
+	l := NewLeaderboard(scoreRows, Filter{}, sim)
+	require.Equal(t, SimNote{Count: 2, Of: 4, GPUs: "a simulated GPU, NVIDIA H200 (simulated)"}, l.Sim)
+	page := render(t, KindLeaderboard, Page{Title: "x", Body: l})
+	has(t, page, `<p class="sim" id="simulated">Simulated: 2 of these 4 scores come from a simulated engine on a simulated GPU, NVIDIA H200 (simulated);`)
+	tag := `<span class="simtag" title="from a simulated engine">sim</span>`
+	has(t, row(t, page, "data-submission", "a1"), `>a1</a> `+tag+`</td>`)
+	has(t, row(t, page, "data-submission", "a1"), `<td class="n score">0.1200</td>`)
+	has(t, row(t, page, "data-submission", "b1"), tag)
+	require.NotContains(t, row(t, page, "data-submission", "a3"), tag)
+
+	// The filter leaves b1 out: the note counts the rows shown.
+	l = NewLeaderboard(scoreRows, Filter{RankedOnly: true}, sim)
+	require.Equal(t, SimNote{Count: 1, Of: 2, GPUs: "NVIDIA H200 (simulated)"}, l.Sim)
+
+	h := NewHistory("alice", "", scoreRows[:3], sim)
+	page = render(t, KindHistory, Page{Title: "alice", Body: h})
+	has(t, page, "Simulated: 1 of these 3 scores come from a simulated engine on NVIDIA H200 (simulated)")
+	has(t, string(h.Figure.SVG), "simulated: 1 of 3 scores from a simulated engine on NVIDIA H200 (simulated)")
+	require.NotContains(t, row(t, page, "data-submission", "a2"), tag)
 }
