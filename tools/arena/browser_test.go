@@ -228,6 +228,18 @@ func TestPagesInABrowser(t *testing.T) {
 	require.NoError(t, os.CopyFS(pickled, os.DirFS(bundleDir("int4-w4a16-g32"))))
 	require.NoError(t, os.WriteFile(filepath.Join(pickled, "pytorch_model.bin"), []byte("\x80\x04 a pickle"), 0o644))
 	unbuilt := submit(pickled)
+	// And one whose patched engine dies at start-up: its contract holds,
+	// so it enters the round, where its engine dies and the round page
+	// shows the disqualification with the engine's log tail, as the
+	// fixture's round page does.
+	crashing := t.TempDir()
+	require.NoError(t, os.CopyFS(crashing, os.DirFS(bundleDir("engine-fast-path"))))
+	patch, err := os.ReadFile(filepath.Join(crashing, examples.PatchFile))
+	require.NoError(t, err)
+	require.Contains(t, string(patch), examples.PatchFault+"fast-path-under-load")
+	require.NoError(t, os.WriteFile(filepath.Join(crashing, examples.PatchFile),
+		[]byte(strings.ReplaceAll(string(patch), examples.PatchFault+"fast-path-under-load", examples.PatchFault+"crash-on-start")), 0o644))
+	crasher := submit(crashing)
 	row := `tr[data-submission="` + id + `"]`
 	b.waitFor(`!!document.querySelector('`+row+`')`, 30*time.Second, "the submission appears on the live page")
 	b.shot("live")
@@ -305,7 +317,7 @@ func TestPagesInABrowser(t *testing.T) {
 	// A round of the three, once they are scored, started as the
 	// end-to-end test does and followed live on its page from its first
 	// steps to its end.
-	cands := []string{id, int4, cheat}
+	cands := []string{id, int4, cheat, crasher}
 	for _, c := range cands[1:] {
 		require.Eventually(t, func() bool {
 			r, _ := showJSON(t, up.natsURL, c)
@@ -385,6 +397,15 @@ func TestPagesInABrowser(t *testing.T) {
 			disq++
 			require.Contains(t, b.text(`article.disq[data-entry="`+entry+`"]`), strings.SplitN(e.Reason, "; container log tail: ", 2)[0], entry)
 		}
+		if e.EntryID == crasher {
+			// Its engine never answered: no speeds, and the log tail
+			// apart from the reason, as the engine wrote it.
+			require.Equal(t, "disqualified", e.Status, e.Reason)
+			require.Contains(t, e.Reason, "; container log tail: ")
+			require.Contains(t, b.text(`article.disq[data-entry="`+entry+`"] pre.logtail`), "simulated fault crash-on-start")
+			require.Equal(t, "—", b.text(tr+" .speeds"), entry)
+			continue
+		}
 		if entry != "baseline" {
 			require.Equal(t, "example-team", b.text(tr+` a[href^="/participants/"]`), entry)
 			require.Regexp(t, `^\d+\.\d\d× · \d+\.\d\d× · \d+\.\d\d×$`, b.text(tr+" .speeds"), "%s: in-round speeds against the baseline", entry)
@@ -400,6 +421,18 @@ func TestPagesInABrowser(t *testing.T) {
 	require.Contains(t, b.text("#run"), "Setup 4/4")
 	require.Contains(t, b.text("#run"), "Teardown 1/1")
 	b.shot("round")
+
+	// The submission whose engine died: its failure with the engine's log
+	// tail apart, as the record has it.
+	crashRec, _ := showJSON(t, up.natsURL, crasher)
+	require.Equal(t, record.StatusFailed, crashRec.Status)
+	require.NotNil(t, crashRec.Error)
+	b.open("/submissions/" + crasher)
+	b.waitFor(`!!document.querySelector("#failure pre.logtail")`, 30*time.Second, "the crashed engine's failure and log tail")
+	require.Contains(t, b.text("#failure"), "Failed at the "+crashRec.Error.Stage+" stage")
+	require.Contains(t, crashRec.Error.Message, "; container log tail: ")
+	require.Contains(t, b.text("#failure pre.logtail"), "simulated fault crash-on-start")
+	b.shot("engine-crashed")
 
 	// The leaderboard and the participant's history.
 	b.open("/leaderboard?campaign=" + examples.TaskID)
@@ -436,7 +469,7 @@ func TestPagesInABrowser(t *testing.T) {
 	require.Equal(t, counts, b.text("#entries-count"))
 	b.shot("round-without-script")
 
-	require.Empty(t, b.consoleErrors(unknown, "/submissions/"+id, "/submissions/"+broken, "/submissions/"+unbuilt, "/participants/example-team"),
+	require.Empty(t, b.consoleErrors(unknown, "/submissions/"+id, "/submissions/"+crasher, "/submissions/"+broken, "/submissions/"+unbuilt, "/participants/example-team"),
 		"the console of every page")
 	up.stop(t)
 }

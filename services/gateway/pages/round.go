@@ -65,10 +65,12 @@ type StepGroup struct {
 	Steps       []StepRow
 }
 
-// StepRow is one step with its real times.
+// StepRow is one step with its real times. Detail is the step's detail
+// without the engine's log tail, which LogTail holds apart.
 type StepRow struct {
 	rounds.Step
 	Description, Started, Recorded, Since, Took string
+	Detail, LogTail                             string
 }
 
 // descriptions say what each phase does in this arena.
@@ -87,6 +89,15 @@ var descriptions = map[string]string{
 // tail in a reason.
 const LogTailMarker = "; container log tail: "
 
+// splitLogTail separates a sentence from the engine's log tail it ends
+// with ("" when it has none).
+func splitLogTail(s string) (sentence, tail string) {
+	if i := strings.Index(s, LogTailMarker); i >= 0 {
+		return s[:i], s[i+len(LogTailMarker):]
+	}
+	return s, ""
+}
+
 // NewRound builds the page of a round view. owners maps the entries'
 // submission ids to what the viewer may read of them; now is the
 // drawing time.
@@ -104,6 +115,7 @@ func NewRound(v rounds.View, owners map[string]Owner, now time.Time) *Round {
 		}
 		p.Simulated = p.Simulated || st.Simulated
 		row := StepRow{Step: st, Description: descriptions[st.Phase], Started: When(st.StartedAt), Recorded: When(st.FinishedAt), Since: Dash, Took: Dash}
+		row.Detail, row.LogTail = splitLogTail(st.Detail)
 		if st.FinishedAt != nil {
 			if prev != nil {
 				row.Since = Span(st.FinishedAt.Sub(*prev))
@@ -248,9 +260,7 @@ func (p *Round) entries(owners map[string]Owner, now time.Time) {
 				row.Speeds = append(row.Speeds, s)
 			}
 		}
-		if i := strings.Index(row.Reason, LogTailMarker); i >= 0 {
-			row.Reason, row.LogTail = row.Reason[:i], row.Reason[i+len(LogTailMarker):]
-		}
+		row.Reason, row.LogTail = splitLogTail(row.Reason)
 		if id == "drift_baseline" {
 			row.Status = strings.Replace(row.Status, "waiting", "waiting for the others", 1)
 		}

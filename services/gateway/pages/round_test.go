@@ -179,6 +179,17 @@ func TestRoundComplete(t *testing.T) {
 	require.Equal(t, "10ms", p.Groups[0].Steps[0].Since, "since the round was seated")
 	require.Equal(t, "0ms", p.Groups[0].Steps[1].Since)
 	has(t, page, "Serving the three workloads under the campaign&#39;s latency objectives.")
+	// A failed step's engine log tail is apart from its sentence, folded.
+	failed := p.Groups[4].Steps[0]
+	require.Equal(t, "failed", failed.Status)
+	require.Equal(t, "engine_oom: engine died before becoming healthy (last error: [Errno 111] Connection refused)", failed.Detail)
+	require.Equal(t, tail, failed.LogTail)
+	step := page[strings.Index(page, `<li class="step" data-step="11"`):]
+	step = step[:strings.Index(step, "</li>")]
+	has(t, step, `<div class="detail">engine_oom: engine died before becoming healthy (last error: [Errno 111] Connection refused)</div>`)
+	has(t, step, `<details class="steptail"><summary>container log tail</summary><pre class="logtail">File &#34;/src/engine.py&#34;`)
+	require.Equal(t, "engine healthy", p.Groups[1].Steps[0].Detail, "a step without a log tail keeps its detail")
+	require.Empty(t, p.Groups[1].Steps[0].LogTail)
 }
 
 func TestRoundRunning(t *testing.T) {

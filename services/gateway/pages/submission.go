@@ -30,15 +30,18 @@ type Submission struct {
 	Simulated bool
 	GPU       string
 	Stages    []StageRow
-	// Failure is the stage that failed, with its code and sentence.
-	Failure    *record.Error
-	Contract   *ContractView
-	Efficiency *EfficiencyView
-	Quality    *QualityView
-	KL         *record.KL
-	Length     *record.Length
-	Score      *ScoreView
-	Audit      *AuditView
+	// Failure is the stage that failed, with its code and sentence (the
+	// sentence without the engine's log tail, which FailureLogTail holds
+	// apart).
+	Failure        *record.Error
+	FailureLogTail string
+	Contract       *ContractView
+	Efficiency     *EfficiencyView
+	Quality        *QualityView
+	KL             *record.KL
+	Length         *record.Length
+	Score          *ScoreView
+	Audit          *AuditView
 	// Memory holds a plot per engine run of the efficiency job.
 	Memory []Figure
 	// MemoryNote says why there is no memory plot, or what the plots
@@ -147,7 +150,12 @@ type AuditRow struct {
 // NewSubmission builds the page of a record and the telemetry of its
 // efficiency job.
 func NewSubmission(rec record.Submission, tel Telemetry) *Submission {
-	s := &Submission{Rec: rec, Simulated: rec.Result.Simulated, GPU: rec.Result.GPU, Failure: rec.Error, Absent: map[string]string{}}
+	s := &Submission{Rec: rec, Simulated: rec.Result.Simulated, GPU: rec.Result.GPU, Absent: map[string]string{}}
+	if rec.Error != nil {
+		f := *rec.Error
+		f.Message, s.FailureLogTail = splitLogTail(f.Message)
+		s.Failure = &f
+	}
 	for _, st := range rec.Stages {
 		s.Stages = append(s.Stages, StageRow{Name: st.Name, Status: st.Status, Reason: st.Reason, Started: Clock(st.StartedAt),
 			Finished: Clock(st.FinishedAt), Took: Between(st.StartedAt, st.FinishedAt)})
@@ -212,7 +220,9 @@ func absent(rec record.Submission, stage string) string {
 			return "the " + stage + " stage was skipped"
 		case record.StatusFailed:
 			if rec.Error != nil && rec.Error.Stage == stage {
-				return "the " + stage + " stage failed: " + rec.Error.Code + ": " + rec.Error.Message
+				// The engine's log tail is shown once, under the failure.
+				msg, _ := splitLogTail(rec.Error.Message)
+				return "the " + stage + " stage failed: " + rec.Error.Code + ": " + msg
 			}
 			return "the " + stage + " stage failed: " + st.Reason
 		case record.StatusDone:

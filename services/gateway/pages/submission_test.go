@@ -215,6 +215,29 @@ func TestSubmissionFailedAtEachStage(t *testing.T) {
 	}
 }
 
+// TestSubmissionFailureLogTail: an engine that died names its log tail
+// in the failure's sentence; the page shows the sentence, and the tail
+// apart as the engine wrote it.
+func TestSubmissionFailureLogTail(t *testing.T) {
+	rec := record.Submission{ID: "s1", Participant: "alice", Status: record.StatusFailed,
+		Stages: []record.Stage{{Name: "efficiency", Status: record.StatusFailed, Reason: "engine_crashed"}},
+		Error: &record.Error{Stage: "efficiency", Code: "engine_crashed",
+			Message: "engine died before becoming healthy (last error: HTTP 503 from /health); container log tail: INFO loading <weights>\nERROR EngineCore failed to start"}}
+	s := NewSubmission(rec, Telemetry{})
+	require.Equal(t, "engine died before becoming healthy (last error: HTTP 503 from /health)", s.Failure.Message)
+	require.Equal(t, "INFO loading <weights>\nERROR EngineCore failed to start", s.FailureLogTail)
+	require.Contains(t, rec.Error.Message, "container log tail", "the record is left whole")
+	page := render(t, KindSubmission, Page{Title: "x", Body: s})
+	has(t, page, `<code class="reason">engine_crashed</code>: engine died before becoming healthy (last error: HTTP 503 from /health)</p>`)
+	has(t, page, `<pre class="logtail">INFO loading &lt;weights&gt;`+"\n"+`ERROR EngineCore failed to start</pre>`)
+	has(t, page, "the efficiency stage failed: engine_crashed: engine died before becoming healthy (last error: HTTP 503 from /health)</p>")
+	require.Equal(t, 1, strings.Count(page, "EngineCore failed to start"), "the tail once, under the failure")
+
+	rec.Error.Message = "the bundle holds a pickle"
+	page = render(t, KindSubmission, Page{Title: "x", Body: NewSubmission(rec, Telemetry{})})
+	require.NotContains(t, page, "logtail", "no tail, no block")
+}
+
 // TestSubmissionTelemetry: the efficiency job's runs become one memory
 // plot each, the replays with their budget and hard cap drawn at the
 // record's values, and the candidate's latencies fill the table.
