@@ -33,7 +33,7 @@ type fixture struct {
 	srv            *httptest.Server
 }
 
-func newFixture(t *testing.T, edit func(*Options)) *fixture {
+func newFixture(t testing.TB, edit func(*Options)) *fixture {
 	t.Helper()
 	b, _ := bustest.Bus(t)
 	ctx := context.Background()

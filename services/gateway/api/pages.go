@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -285,33 +286,54 @@ func (a *API) scoreRows(w http.ResponseWriter, r *http.Request, v participant.Vi
 
 // maxSimLookups bounds the records one page of scores reads to say which
 // rows are simulated; rows past it are left unmarked (the page is still
-// drawn, and each submission's own page says so).
-const maxSimLookups = 500
+// drawn, and each submission's own page says so). simLookups is how many
+// are read at once: each is a round trip to NATS.
+const (
+	maxSimLookups = 500
+	simLookups    = 16
+)
 
 // simulated reads the records of rows' submissions and names those whose
 // figures came from a simulated engine, for the page to say so. A record
 // that is not there or does not decode is left out: the score service's
 // rows do not carry it.
 func (a *API) simulated(ctx context.Context, rows []ctl.Row) pages.Simulated {
-	sim := pages.Simulated{}
+	var ids []string
 	seen := map[string]bool{}
 	for _, row := range rows {
-		if seen[row.SubmissionID] || len(seen) >= maxSimLookups {
-			continue
+		if !seen[row.SubmissionID] && len(ids) < maxSimLookups {
+			seen[row.SubmissionID] = true
+			ids = append(ids, row.SubmissionID)
 		}
-		seen[row.SubmissionID] = true
-		e, err := a.o.Records.Get(ctx, row.SubmissionID)
-		if err != nil {
-			continue
-		}
-		var rec struct {
-			Result struct {
-				Simulated bool   `json:"simulated"`
-				GPU       string `json:"gpu"`
-			} `json:"result"`
-		}
-		if json.Unmarshal(e.Value(), &rec) == nil && rec.Result.Simulated {
-			sim[row.SubmissionID] = rec.Result.GPU
+	}
+	gpus := make([]*string, len(ids))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, simLookups)
+	for i, id := range ids {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			e, err := a.o.Records.Get(ctx, id)
+			if err != nil {
+				return
+			}
+			var rec struct {
+				Result struct {
+					Simulated bool   `json:"simulated"`
+					GPU       string `json:"gpu"`
+				} `json:"result"`
+			}
+			if json.Unmarshal(e.Value(), &rec) == nil && rec.Result.Simulated {
+				gpus[i] = &rec.Result.GPU
+			}
+		}()
+	}
+	wg.Wait()
+	sim := pages.Simulated{}
+	for i, gpu := range gpus {
+		if gpu != nil {
+			sim[ids[i]] = *gpu
 		}
 	}
 	return sim
