@@ -23,9 +23,11 @@ import (
 	"github.com/lowbarena/lowbarena/schemas"
 	"github.com/lowbarena/lowbarena/services/domain/participant"
 	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/gateway/pages"
 	"github.com/lowbarena/lowbarena/services/gateway/participants"
 	"github.com/lowbarena/lowbarena/services/gateway/rounds"
 	"github.com/lowbarena/lowbarena/services/gateway/usage"
+	"github.com/lowbarena/lowbarena/services/store"
 )
 
 // Options configure the API. Records, Registry and Ledger are required.
@@ -42,6 +44,9 @@ type Options struct {
 	Bus *bus.Bus
 	// NC asks the score service for the leaderboard (nil: unavailable).
 	NC *nats.Conn
+	// Store holds the figures behind a record (GPU samples, request
+	// latencies) that the submission page draws (nil: not shown).
+	Store store.Store
 	// Defaults are the quotas of a participant without overrides; every
 	// field positive.
 	Defaults participant.Limits
@@ -117,6 +122,7 @@ func (o *Options) defaults() {
 // API serves the gateway's HTTP API.
 type API struct {
 	o       Options
+	pages   *pages.Renderer
 	handler http.Handler
 	slots   *slots
 	uploads chan struct{}
@@ -127,6 +133,7 @@ type API struct {
 //
 //	GET  /healthz                 200 when the records bucket answers
 //	GET  /                        the live page (and /ui/*)
+//	GET  /submissions/{id}        a submission's page (HTML; /rounds/{id}, /leaderboard, /participants/{name} too)
 //	GET  /v1/live                 records and round views as they change (Server-Sent Events)
 //	GET  /v1/submissions/{id}     a record
 //	GET  /v1/submissions          records, newest first (?limit, ?participant)
@@ -136,6 +143,7 @@ type API struct {
 //	GET  /v1/rounds               round views, newest first (?limit)
 //	GET  /v1/leaderboard          scores, best first (?campaign, ?policy)
 //	GET  /v1/history              scores over time (?participant, ?campaign, ?model)
+//	POST /v1/sql                  read-only SQL on the store, as arena sql (an operator's token; ?format=json|csv|tsv)
 //	GET  /schemas/...             the JSON Schemas events name in dataschema (public, read-only)
 //
 // Every answer about records follows participant.Viewer.CanRead: ranked
@@ -150,7 +158,11 @@ func New(o Options) (*API, error) {
 		return nil, err
 	}
 	o.defaults()
-	a := &API{o: o, slots: newSlots(o.UploadsPerParticipant), uploads: make(chan struct{}, o.Uploads), live: make(chan struct{}, o.LiveStreams)}
+	rd, err := pages.NewRenderer()
+	if err != nil {
+		return nil, err
+	}
+	a := &API{o: o, pages: rd, slots: newSlots(o.UploadsPerParticipant), uploads: make(chan struct{}, o.Uploads), live: make(chan struct{}, o.LiveStreams)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { serveAsset(w, "index.html") })
 	mux.HandleFunc("GET /ui/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -158,6 +170,13 @@ func New(o Options) (*API, error) {
 			a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no such file")
 		}
 	})
+	mux.HandleFunc("GET /submissions/{id}", a.submissionPage)
+	mux.HandleFunc("GET /rounds/{id}", a.roundPage)
+	mux.HandleFunc("GET /leaderboard", a.leaderboardPage)
+	mux.HandleFunc("GET /participants/{name}", a.historyPage)
+	for _, p := range []string{"/submissions/", "/rounds/", "/participants/"} {
+		mux.HandleFunc("GET "+p, a.unknownPage)
+	}
 	mux.HandleFunc("GET /healthz", a.health)
 	mux.HandleFunc("GET /v1/live", a.liveStream)
 	mux.HandleFunc("GET /v1/submissions/{id}", a.getSubmission)
@@ -168,6 +187,7 @@ func New(o Options) (*API, error) {
 	mux.HandleFunc("GET /v1/rounds", a.listRounds)
 	mux.HandleFunc("GET /v1/leaderboard", a.scores(leaderboard))
 	mux.HandleFunc("GET /v1/history", a.scores(history))
+	mux.HandleFunc("POST /v1/sql", a.sql)
 	mux.Handle("GET "+schemas.PathPrefix, schemas.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no endpoint answers this method and path; the README's \"HTTP API\" lists them")
