@@ -2,8 +2,9 @@
 #
 # Everything the tests need is installed from here: Debian's clickhouse-server
 # (the contract suite runs the clickhouse-go adapter against a real server on
-# loopback), the chDB engine library from npm (the embedded default), and
-# Debian's bubblewrap and python3 (the code grader's sandbox and interpreter).
+# loopback), the chDB engine library from npm (the embedded default),
+# Debian's bubblewrap and python3 (the code grader's sandbox and interpreter),
+# and Debian's chromium-headless-shell (the pages are tested in a real browser).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -20,7 +21,7 @@ MODULES := $(shell sed -n 's|^[[:space:]]*\./||p' go.work)
 BIN     := $(CURDIR)/bin
 DATA    ?= $(CURDIR)/.data/arena
 
-.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox build vet test chaos bench run clean
+.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox deps-browser build vet test chaos bench bench-all run clean
 
 # deploy/check holds docker-compose.yml and deploy/kubernetes to the
 # binaries with compose-go and the Kubernetes API types. It is outside
@@ -30,7 +31,7 @@ DEPLOY_CHECK := deploy/check
 
 all: build
 
-deps: deps-chdb deps-clickhouse deps-sandbox
+deps: deps-chdb deps-clickhouse deps-sandbox deps-browser
 
 deps-chdb: $(CHDB_LIB_PATH)
 
@@ -61,6 +62,17 @@ deps-sandbox:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap python3 >/dev/null; \
 	fi
 
+# The browser test (tools/arena TestPagesInABrowser) drives Debian's headless
+# Chromium over the DevTools protocol; without it, it fails under make test.
+deps-browser:
+	@if command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1; then \
+		echo "chromium present"; \
+	else \
+		echo "installing Debian's chromium-headless-shell"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium-headless-shell fonts-dejavu-core >/dev/null; \
+	fi
+
 # bin/arena is the light CLI (no embedded engine: it starts without
 # libchdb.so); bin/arena-up is the same command with -tags embedded, which
 # holds `arena up` and `arena demo` (bin/arena runs it for those two).
@@ -74,11 +86,13 @@ vet:
 	@echo "go vet -tags embedded tools/arena"; cd tools/arena && go vet -tags embedded ./...
 	@echo "go vet $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off go vet ./...
 
-# The clickhouse-go adapter must be tested against a real server, and the code
-# sandbox for real, on every run: LOWBARENA_REQUIRE_CLICKHOUSE=1 and
-# LOWBARENA_REQUIRE_SANDBOX=1 turn a missing server or sandbox into a failure.
+# The clickhouse-go adapter must be tested against a real server, the code
+# sandbox and the pages in a browser for real, on every run:
+# LOWBARENA_REQUIRE_CLICKHOUSE=1, LOWBARENA_REQUIRE_SANDBOX=1 and
+# LOWBARENA_REQUIRE_BROWSER=1 turn a missing server, sandbox or Chromium into
+# a failure. The browser test saves its screenshots in .data/screenshots.
 test: deps vet
-	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 go test -count=1 -timeout 15m ./...); done
+	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 LOWBARENA_REQUIRE_BROWSER=1 LOWBARENA_SCREENSHOTS=$(CURDIR)/.data/screenshots go test -count=1 -timeout 15m ./...); done
 	@echo "go test -tags embedded tools/arena (arena up's own tests)"; cd tools/arena && go test -count=1 -timeout 15m -tags embedded -run '^TestUp' .
 	@echo "go test $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off go test -count=1 ./...
 
@@ -94,7 +108,12 @@ chaos: deps
 		go test -count=1 -timeout 120m -v -run '^TestCluster$$' . | grep --line-buffered -v '^=== \|kill [0-9]*/'
 	@cat $(CHAOS_REPORT)
 
+# One table: each path of the arena beside its raw floor, measured in the same
+# run (tools/bench/table.sh). bench-all runs every benchmark of the modules.
 bench: deps
+	tools/bench/table.sh
+
+bench-all: deps
 	@for m in events services/domain services/store services/build services/runner tools/simengine; do (cd $$m && go test -run '^$$' -bench . -benchmem ./...); done
 
 # The quality stage grades code answers in the sandbox.

@@ -106,6 +106,9 @@ type BuildCompletedData struct {
 	// reference: Files then lists its shards too, which stay in the
 	// repository (the artifact store holds the other files).
 	Reference *CheckpointReference `json:"reference,omitempty"`
+	// Patch is the engine patch the declaration names (engine.patch),
+	// as its file in the bundle; nil for a bundle without one.
+	Patch *FileDigest `json:"patch,omitempty"`
 }
 
 // ContractCompletedData is the payload of contract.completed.
@@ -275,6 +278,12 @@ type RoundStepData struct {
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	Detail     string     `json:"detail,omitempty"`
+	// Rates are the entry's output tokens per second by workload, on its
+	// running_sla step once measured (the round page divides them by the
+	// in-round baseline's); Simulated says they came from a simulated
+	// engine or GPU. Both are absent from steps of older arenas.
+	Rates     map[string]float64 `json:"rates,omitempty"`
+	Simulated bool               `json:"simulated,omitempty"`
 }
 
 // RoundEntry is one entry of a round's result.

@@ -38,6 +38,12 @@ var ErrInvalid = errors.New("schemas: data does not match its schema")
 type Validator struct {
 	events map[string]*jsonschema.Schema // by CloudEvents type
 	record *jsonschema.Schema
+	passed *passedCache
+
+	// The fast path (see fast.go), by CloudEvents type and for the
+	// record; a schema it does not cover has none.
+	fastEvents map[string]*fastNode
+	fastRecord *fastNode
 }
 
 var (
@@ -58,6 +64,7 @@ func NewValidator() (*Validator, error) {
 	c := jsonschema.NewCompiler()
 	c.AssertFormat()
 	var eventIDs []string
+	docs := map[string]any{}
 	err := fs.WalkDir(jsonFS, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -71,6 +78,7 @@ func NewValidator() (*Validator, error) {
 			return fmt.Errorf("schemas: %s: %w", p, err)
 		}
 		id := Base + p
+		docs[id] = doc
 		if err := c.AddResource(id, doc); err != nil {
 			return fmt.Errorf("schemas: add %s: %w", p, err)
 		}
@@ -82,16 +90,28 @@ func NewValidator() (*Validator, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &Validator{events: make(map[string]*jsonschema.Schema, len(eventIDs))}
+	v := &Validator{events: make(map[string]*jsonschema.Schema, len(eventIDs)), passed: newPassedCache(passedCacheBytes),
+		fastEvents: map[string]*fastNode{}}
+	fc := newFastCompiler(docs)
 	for _, id := range eventIDs {
 		sch, err := c.Compile(id)
 		if err != nil {
 			return nil, fmt.Errorf("schemas: compile %s: %w", id, err)
 		}
-		v.events[strings.TrimSuffix(path.Base(id), ".json")] = sch
+		typ := strings.TrimSuffix(path.Base(id), ".json")
+		v.events[typ] = sch
+		// A schema the fast path does not cover keeps the general
+		// validator alone; TestFastPathCoversEverySchema keeps that from
+		// happening unnoticed.
+		if n, err := fc.compile(id); err == nil {
+			v.fastEvents[typ] = n
+		}
 	}
 	if v.record, err = c.Compile(RecordSchema); err != nil {
 		return nil, fmt.Errorf("schemas: compile record schema: %w", err)
+	}
+	if n, err := fc.compile(RecordSchema); err == nil {
+		v.fastRecord = n
 	}
 	return v, nil
 }
@@ -106,16 +126,42 @@ func (v *Validator) EventTypes() []string {
 }
 
 // Validate checks the JSON data of an event of the given CloudEvents type.
+//
+// Data that passed once is not checked again: the validator remembers
+// the exact bytes of the payloads that passed (see passedCache), so an
+// event published and consumed in the same process, or consumed by
+// several consumers there, is validated once. A remembered payload is
+// recognised only by byte-for-byte equality with its type, never by a
+// hash alone, and validation is a pure function of the two, so what
+// passes from memory is exactly what would pass again.
 func (v *Validator) Validate(eventType string, data []byte) error {
 	sch, ok := v.events[eventType]
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownType, eventType)
 	}
-	return validate(sch, data)
+	if v.passed.has(eventType, data) {
+		return nil
+	}
+	if err := validateFast(v.fastEvents[eventType], sch, data); err != nil {
+		return err
+	}
+	v.passed.add(eventType, data)
+	return nil
 }
 
 // ValidateRecord checks the JSON of a submission record.
-func (v *Validator) ValidateRecord(data []byte) error { return validate(v.record, data) }
+func (v *Validator) ValidateRecord(data []byte) error {
+	return validateFast(v.fastRecord, v.record, data)
+}
+
+// validateFast accepts what the fast path accepts and leaves everything
+// else to the general validator, whose answer and message stand.
+func validateFast(fast *fastNode, sch *jsonschema.Schema, data []byte) error {
+	if fast != nil && fastValid(fast, data) {
+		return nil
+	}
+	return validate(sch, data)
+}
 
 func validate(sch *jsonschema.Schema, data []byte) error {
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))

@@ -148,8 +148,9 @@ var Users = []User{
 		Objects: []Bucket{{Name: bus.ObjectUploads, Mode: Write}},
 		Serves: []Service{{Name: ctl.ServiceGateway, Subjects: []string{ctl.SubjectParticipantAdd, ctl.SubjectParticipantToken,
 			ctl.SubjectParticipantList, ctl.SubjectParticipantRevoke}}},
-		// The HTTP API's leaderboard and history.
-		Calls: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory},
+		// The HTTP API's leaderboard and history, and its operators'
+		// read-only SQL (POST /v1/sql, the query service's).
+		Calls: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory, ctl.SubjectSQL},
 	},
 	{
 		Name: Build, Role: "the build stage",
@@ -200,7 +201,7 @@ var Users = []User{
 		Publishes: stageTypes("score"),
 		Consumers: []Consumer{{Stream: events.StreamArena, Name: "score", Filters: []string{events.Contract.Completed.Filter(),
 			events.Quality.Completed.Filter(), events.Efficiency.Completed.Filter(), events.Submission.Received.Filter()}}},
-		KV:          []Bucket{{Name: bus.BucketScoreInputs, Mode: Write}},
+		KV: []Bucket{{Name: bus.BucketScoreInputs, Mode: Write}},
 		Serves: []Service{{Name: ctl.ServiceScore, Subjects: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory, ctl.SubjectRescore, ctl.SubjectStanding}},
 			// It holds the store wherever the arena runs (`arena sql`).
 			{Name: ctl.ServiceQuery, Subjects: []string{ctl.SubjectSQL}}},

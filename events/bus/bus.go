@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"sync"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
@@ -43,6 +45,9 @@ type Bus struct {
 	// denials turns the server's refusals into errors of the operations
 	// that wait on them (see Guard).
 	denials *denials
+
+	// attrs caches metric attribute sets by attrKey (see consumedAttrs).
+	attrs sync.Map
 }
 
 // Option configures a Bus.
@@ -152,6 +157,10 @@ func SubjectOf(e event.Event) (string, error) {
 // (ce.WithMode; a handler's context carries the mode of its event). A publish of an id the stream has seen within
 // its duplicate window is acknowledged with Duplicate set and stores
 // nothing: that is what makes handler retries safe.
+//
+// Validation is done once per payload in the process: the validator
+// remembers the bytes that passed (schemas.Validator), so the consumers of
+// this process take the event without checking it again.
 func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, error) {
 	spec, ok := events.Lookup(events.Type(e.Type()))
 	if !ok {
@@ -167,19 +176,32 @@ func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, er
 	if err != nil {
 		return nil, err
 	}
-	ctx, span := b.tracer.Start(ctx, "publish "+e.Type(), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(subject),
-			semconv.MessagingMessageID(e.ID()), attribute.String("cloudevents.event_subject", e.Subject())))
+	ctx, span := b.tracer.Start(ctx, "publish "+e.Type(), trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(subject),
+			semconv.MessagingMessageID(e.ID()), attribute.String("cloudevents.event_subject", e.Subject()))
+	}
 	defer span.End()
 	// dataschema names the JSON Schema the data was just validated
-	// against; the gateway serves it at the same path (/schemas/...).
+	// against; the gateway serves it at the same path (/schemas/...). In
+	// binary mode it is written as its header, without parsing the URI
+	// into the event first.
+	mode := ce.ModeFrom(ctx)
+	schemaHeader := ""
 	if e.DataSchema() == "" {
-		e.SetDataSchema(schemas.EventSchemaURI(e.Type()))
+		if mode == ce.Binary {
+			schemaHeader = schemas.EventSchemaURI(e.Type())
+		} else {
+			e.SetDataSchema(schemas.EventSchemaURI(e.Type()))
+		}
 	}
-	msg, err := ce.EncodeMode(e, ce.ModeFrom(ctx))
+	msg, err := ce.EncodeMode(e, mode)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		return nil, err
+	}
+	if schemaHeader != "" {
+		ce.SetHeader(msg.Header, ce.HeaderDataSchema, schemaHeader)
 	}
 	msg.Subject = subject
 	b.prop.Inject(ctx, observability.HeaderCarrier(msg.Header))
@@ -196,8 +218,10 @@ func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, er
 		span.SetStatus(codes.Error, err.Error())
 		return nil, fmt.Errorf("bus: publish %s to %s: %w", e.Type(), subject, err)
 	}
-	span.SetAttributes(attribute.Bool("lowbarena.duplicate", ack.Duplicate), attribute.Int64("lowbarena.stream_seq", int64(ack.Sequence)))
-	b.published.Add(ctx, 1, metric.WithAttributes(attribute.String("type", e.Type()), attribute.Bool("duplicate", ack.Duplicate)))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool("lowbarena.duplicate", ack.Duplicate), attribute.Int64("lowbarena.stream_seq", int64(ack.Sequence)))
+	}
+	b.published.Add(ctx, 1, b.publishedAttrs(e.Type(), ack.Duplicate))
 	return ack, nil
 }
 
@@ -218,4 +242,16 @@ func (b *Bus) PublishNew(ctx context.Context, id string, t events.Type, source, 
 		return nil, err
 	}
 	return b.Publish(ctx, e)
+}
+
+// publishedAttrs returns the metric attributes of a published event, made
+// once per type and duplicate flag.
+func (b *Bus) publishedAttrs(typ string, duplicate bool) metric.MeasurementOption {
+	k := attrKey{"published", typ, strconv.FormatBool(duplicate), ""}
+	if a, ok := b.attrs.Load(k); ok {
+		return a.(metric.MeasurementOption)
+	}
+	a := metric.WithAttributeSet(attribute.NewSet(attribute.String("type", typ), attribute.Bool("duplicate", duplicate)))
+	b.attrs.Store(k, a)
+	return a
 }

@@ -131,7 +131,7 @@ func (t Topology) StreamConfigs() []jetstream.StreamConfig {
 func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 	t = t.withDefaults()
 	for _, sc := range t.StreamConfigs() {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		if err := placed(ctx, func() error { _, err := js.CreateOrUpdateStream(ctx, sc); return err }); err != nil {
 			return fmt.Errorf("bus: provision stream %s: %w", sc.Name, err)
 		}
 	}
@@ -146,7 +146,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		{Bucket: BucketParticipants, Description: "participants, operators and their API tokens (hashed)", History: 4, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketUsage, Description: "each participant's submissions and GPU-hours within its quota windows", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 	} {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
+		if err := placed(ctx, func() error { _, err := js.CreateOrUpdateKeyValue(ctx, kv); return err }); err != nil {
 			return fmt.Errorf("bus: provision KV bucket %s: %w", kv.Bucket, err)
 		}
 	}
@@ -154,7 +154,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		{Bucket: ObjectUploads, Description: "bundles as uploaded", Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: ObjectArtifacts, Description: "bundles the build stage accepted", Storage: jetstream.FileStorage, Replicas: t.Replicas},
 	} {
-		if _, err := js.CreateOrUpdateObjectStore(ctx, os); err != nil {
+		if err := placed(ctx, func() error { _, err := js.CreateOrUpdateObjectStore(ctx, os); return err }); err != nil {
 			return fmt.Errorf("bus: provision object store %s: %w", os.Bucket, err)
 		}
 	}
@@ -202,6 +202,35 @@ func CheckStream(ctx context.Context, js jetstream.JetStream, t Topology) error 
 		return fmt.Errorf("%w: %s has %s", ErrStreamMismatch, events.StreamArena, strings.Join(diff, "; "))
 	}
 	return nil
+}
+
+// errCodeNoPeers is JetStream's "no suitable peers for placement" (nats.go
+// names no constant for it).
+const errCodeNoPeers jetstream.ErrorCode = 10005
+
+// placementWait bounds how long Provision waits for a cluster to have
+// enough peers online for a stream's replicas.
+var placementWait = 30 * time.Second
+
+// placed runs create, and runs it again while the cluster answers that it
+// has no suitable peers for placement (API error 10005): a cluster that has
+// just started, or whose peer missed a heartbeat on a loaded machine, has
+// a peer offline for a moment, and an operator's provision must not fail
+// for it. Any other error, or one that lasts placementWait, is returned.
+func placed(ctx context.Context, create func() error) error {
+	deadline := time.Now().Add(placementWait)
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		err := create()
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeNoPeers || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
 }
 
 // ErrNotProvisioned is returned when the arena's streams are missing: the

@@ -152,48 +152,91 @@ func Encode(e event.Event) (*nats.Msg, error) {
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("ce: invalid event: %w", err)
 	}
-	h := nats.Header{}
-	h.Set(HeaderSpecVersion, escape(e.SpecVersion()))
-	h.Set(HeaderID, escape(e.ID()))
-	h.Set(HeaderSource, escape(e.Source()))
-	h.Set(HeaderType, escape(e.Type()))
+	exts := e.Extensions()
+	// One map and one backing array for every header's value.
+	h := make(nats.Header, 9+len(exts))
+	vals := make([]string, 0, 9+len(exts))
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	set(HeaderSpecVersion, escape(e.SpecVersion()))
+	set(HeaderID, escape(e.ID()))
+	set(HeaderSource, escape(e.Source()))
+	set(HeaderType, escape(e.Type()))
 	if s := e.Subject(); s != "" {
-		h.Set(HeaderSubject, escape(s))
+		set(HeaderSubject, escape(s))
 	}
 	if t := e.Time(); !t.IsZero() {
-		h.Set(HeaderTime, t.UTC().Format(time.RFC3339Nano))
+		set(HeaderTime, t.UTC().Format(time.RFC3339Nano))
 	}
 	if s := e.DataSchema(); s != "" {
-		h.Set(HeaderDataSchema, escape(s))
+		set(HeaderDataSchema, escape(s))
 	}
 	if ct := e.DataContentType(); ct != "" {
-		h.Set(HeaderContentType, escape(ct))
+		set(HeaderContentType, escape(ct))
 	}
-	for name, v := range e.Extensions() {
-		h.Set(HeaderPrefix+name, escape(fmt.Sprint(v)))
+	for name, v := range exts {
+		set(HeaderPrefix+name, escape(fmt.Sprint(v)))
 	}
 	// The id is escaped like ce-id, so that an id with a line break cannot
 	// forge a header; the same id always gives the same Nats-Msg-Id.
-	h.Set(HeaderMsgID, escape(e.ID()))
+	set(HeaderMsgID, h[HeaderID][0])
 	return &nats.Msg{Header: h, Data: e.Data()}, nil
 }
 
+// SetHeader sets a binary-mode attribute header on h, percent-encoded as
+// the binding requires (what Encode does for each attribute).
+func SetHeader(h nats.Header, name, value string) { h[name] = []string{escape(value)} }
+
 // Detect tells the content mode of a message (see the package comment).
 func Detect(h nats.Header, data []byte) Mode {
-	binary := false
+	var sc headerScan
+	sc.scan(h)
+	return sc.mode(data)
+}
+
+// headerScan is what one pass over a message's headers finds: its ce-*
+// headers (names lower-cased) and what its Content-Type says.
+type headerScan struct {
+	ce []headerAttr
+	// structured: a Content-Type header starts with structuredPrefix.
+	structured bool
+	// contentType is the message's own Content-Type, unquoted and
+	// trimmed, when exactly one value of it is there.
+	contentType string
+}
+
+type headerAttr struct {
+	name   string // lower case
+	values []string
+}
+
+func (sc *headerScan) scan(h nats.Header) {
 	for name, vs := range h {
-		lower := strings.ToLower(name)
-		if lower == "content-type" && len(vs) > 0 {
+		if strings.EqualFold(name, HeaderMessageContentType) && len(vs) > 0 {
 			ct, err := unquote(vs[0])
-			if err == nil && strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), structuredPrefix) {
-				return Structured
+			if err == nil && hasPrefixFold(strings.TrimSpace(ct), structuredPrefix) {
+				sc.structured = true
+			}
+			if err == nil && len(vs) == 1 {
+				sc.contentType = strings.TrimSpace(ct)
 			}
 		}
-		if strings.HasPrefix(lower, HeaderPrefix) {
-			binary = true
+		if hasPrefixFold(name, HeaderPrefix) {
+			if sc.ce == nil {
+				sc.ce = make([]headerAttr, 0, len(h))
+			}
+			sc.ce = append(sc.ce, headerAttr{name: strings.ToLower(name), values: vs})
 		}
 	}
-	if binary {
+}
+
+func (sc *headerScan) mode(data []byte) Mode {
+	if sc.structured {
+		return Structured
+	}
+	if len(sc.ce) > 0 {
 		return Binary
 	}
 	trimmed := bytes.TrimSpace(data)
@@ -206,6 +249,11 @@ func Detect(h nats.Header, data []byte) Mode {
 		}
 	}
 	return Binary
+}
+
+// hasPrefixFold is strings.HasPrefix without regard to ASCII case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // Decode reads a CloudEvent from a NATS message's headers and body, in
@@ -223,83 +271,122 @@ func Detect(h nats.Header, data []byte) Mode {
 // is not a URI reference) is malformed_event, as is a spec version other
 // than 1.0.
 func Decode(h nats.Header, data []byte) (event.Event, error) {
-	if Detect(h, data) == Structured {
-		return decodeStructured(data)
+	e, _, err := DecodeMode(h, data)
+	return e, err
+}
+
+// DecodeMode is Decode that also tells the mode the message came in
+// (Detect's answer), reading the headers once for both.
+func DecodeMode(h nats.Header, data []byte) (event.Event, Mode, error) {
+	var sc headerScan
+	sc.scan(h)
+	if sc.mode(data) == Structured {
+		e, err := decodeStructured(data)
+		return e, Structured, err
 	}
-	attrs := make(map[string]string, len(h))
-	for name, vs := range h {
-		lower := strings.ToLower(name)
-		if !strings.HasPrefix(lower, HeaderPrefix) || len(vs) == 0 {
+	e, err := decodeBinary(&sc, data)
+	return e, Binary, err
+}
+
+// binaryAttrs are the context attributes of binary mode, read from their
+// headers (unquoted and percent-decoded).
+type binaryAttrs struct {
+	specVersion, id, source, typ, subject, time, dataSchema, contentType string
+}
+
+func (a *binaryAttrs) slot(name string) *string {
+	switch name {
+	case HeaderSpecVersion:
+		return &a.specVersion
+	case HeaderID:
+		return &a.id
+	case HeaderSource:
+		return &a.source
+	case HeaderType:
+		return &a.typ
+	case HeaderSubject:
+		return &a.subject
+	case HeaderTime:
+		return &a.time
+	case HeaderDataSchema:
+		return &a.dataSchema
+	case HeaderContentType:
+		return &a.contentType
+	}
+	return nil
+}
+
+func decodeBinary(sc *headerScan, data []byte) (event.Event, error) {
+	var a binaryAttrs
+	type extension struct{ name, value string }
+	var exts []extension
+	for i, hv := range sc.ce {
+		if len(hv.values) == 0 {
 			continue
 		}
-		if _, dup := attrs[lower]; dup || len(vs) > 1 {
-			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s appears more than once", lower)}
+		dup := len(hv.values) > 1
+		for _, prev := range sc.ce[:i] {
+			dup = dup || (prev.name == hv.name && len(prev.values) > 0)
 		}
-		v, err := unquote(vs[0])
+		if dup {
+			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s appears more than once", hv.name)}
+		}
+		v, err := unquote(hv.values[0])
 		if err != nil {
-			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s: %w", lower, err)}
+			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s: %w", hv.name, err)}
 		}
 		if v, err = unescape(v); err != nil {
-			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s: %w", lower, err)}
+			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s: %w", hv.name, err)}
 		}
-		attrs[lower] = v
+		if p := a.slot(hv.name); p != nil {
+			*p = v
+		} else {
+			exts = append(exts, extension{strings.TrimPrefix(hv.name, HeaderPrefix), v})
+		}
 	}
-	sv := attrs[HeaderSpecVersion]
-	if sv == "" {
+	if a.specVersion == "" {
 		return event.Event{}, &DecodeError{ReasonMalformed, errors.New("no ce-specversion header and no structured event in the body: not a CloudEvent " +
 			"(send ce-specversion, ce-id, ce-source and ce-type headers, or the JSON event format with Content-Type: " + ContentTypeStructured + ")")}
 	}
-	if sv != event.CloudEventsVersionV1 {
-		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("spec version %q is not supported (want 1.0)", sv)}
+	if a.specVersion != event.CloudEventsVersionV1 {
+		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("spec version %q is not supported (want 1.0)", a.specVersion)}
 	}
 	var missing []string
-	for _, a := range []struct{ name, header string }{{"id", HeaderID}, {"source", HeaderSource}, {"type", HeaderType}} {
-		if attrs[a.header] == "" {
-			missing = append(missing, a.name)
+	for _, r := range []struct{ name, v string }{{"id", a.id}, {"source", a.source}, {"type", a.typ}} {
+		if r.v == "" {
+			missing = append(missing, r.name)
 		}
 	}
 	if len(missing) > 0 {
 		return event.Event{}, &DecodeError{ReasonMissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
 	}
 	e := event.New(event.CloudEventsVersionV1)
-	for _, a := range []struct {
-		header string
-		set    func(string)
-	}{
-		{HeaderID, e.SetID}, {HeaderSource, e.SetSource}, {HeaderType, e.SetType},
-		{HeaderSubject, e.SetSubject}, {HeaderDataSchema, e.SetDataSchema},
-	} {
-		if v := attrs[a.header]; v != "" {
-			a.set(v)
-		}
+	e.SetID(a.id)
+	setSource(&e, a.source)
+	e.SetType(a.typ)
+	if a.subject != "" {
+		e.SetSubject(a.subject)
 	}
-	if v := attrs[HeaderTime]; v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
+	if a.dataSchema != "" {
+		setDataSchema(&e, strings.TrimSpace(a.dataSchema))
+	}
+	if a.time != "" {
+		t, err := time.Parse(time.RFC3339Nano, a.time)
 		if err != nil {
-			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("ce-time %q: %w", v, err)}
+			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("ce-time %q: %w", a.time, err)}
 		}
 		e.SetTime(t)
 	}
-	ct := attrs[HeaderContentType]
+	ct := a.contentType
 	if ct == "" {
 		// A client that names the data's type in the message's own
 		// Content-Type (the SDK's JetStream binding reads it so).
-		for name, vs := range h {
-			if strings.EqualFold(name, HeaderMessageContentType) && len(vs) == 1 {
-				if v, err := unquote(vs[0]); err == nil {
-					ct = strings.TrimSpace(v)
-				}
-			}
-		}
+		ct = sc.contentType
 	}
-	for name, v := range attrs {
-		switch name {
-		case HeaderSpecVersion, HeaderID, HeaderSource, HeaderType, HeaderSubject, HeaderTime, HeaderDataSchema, HeaderContentType:
-			continue
-		}
+	for _, x := range exts {
 		// An invalid extension name is recorded by the SDK and reported
 		// by Validate below.
-		e.SetExtension(strings.TrimPrefix(name, HeaderPrefix), v)
+		e.SetExtension(x.name, x.value)
 	}
 	if len(data) > 0 || ct != "" {
 		if ct == "" {
@@ -377,7 +464,13 @@ func missingAttributes(data []byte) []string {
 // string that does not close, or that is followed by anything but
 // whitespace, is an error.
 func unquote(s string) (string, error) {
-	t := strings.Trim(s, " \t")
+	t := s
+	for len(t) > 0 && (t[0] == ' ' || t[0] == '\t') {
+		t = t[1:]
+	}
+	for len(t) > 0 && (t[len(t)-1] == ' ' || t[len(t)-1] == '\t') {
+		t = t[:len(t)-1]
+	}
 	if !strings.HasPrefix(t, `"`) {
 		return s, nil
 	}

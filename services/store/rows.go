@@ -157,12 +157,22 @@ type RoundStep struct {
 // TableName implements Row.
 func (RoundStep) TableName() string { return "round_steps" }
 
-// Insert appends typed rows to their table in one batch.
+// Insert appends typed rows to their table in one batch. To a store that
+// takes columns (ColumnAppender) the rows go as typed columns, read
+// without reflection (see ColumnsOf): a slice per column, no value boxed.
 func Insert[R Row](ctx context.Context, s Store, rows []R) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	var zero R
+	if ca, ok := s.(ColumnAppender); ok {
+		if c, ok := ColumnsOf(rows); ok {
+			if err := ca.AppendColumns(ctx, c); err != nil {
+				return fmt.Errorf("store: insert %d rows into %s: %w", len(rows), zero.TableName(), err)
+			}
+			return nil
+		}
+	}
 	cols, idx := columnsOf(reflect.TypeOf(zero))
 	values := make([][]any, len(rows))
 	for i := range rows {

@@ -66,7 +66,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			a.log.Warn("the terminal's follower stopped", "err", err)
 		}
 	}()
-	err = demo(runCtx, a, f, bundles, *timeout, stdout, stderr)
+	rid, err := demo(runCtx, a, f, bundles, *timeout, stdout, stderr)
 	if err != nil || *exit {
 		stop()
 		if werr := a.wait(); err == nil {
@@ -80,29 +80,36 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		// only. The token rides in the fragment, which the browser never
 		// sends; the page keeps it in the tab's session storage.
 		fmt.Fprintf(stdout, "live page with every submission, as this demo's operator: http://%s/#token=%s\n", a.httpAddr, tok)
+		if rid != "" {
+			fmt.Fprintf(stdout, "the round's page: http://%s/rounds/%s#token=%s\n", a.httpAddr, rid, tok)
+		}
+		fmt.Fprintf(stdout, "the leaderboard: http://%s/leaderboard#token=%s\n", a.httpAddr, tok)
 	}
 	fmt.Fprintf(stdout, "in another terminal: arena watch --all · arena show ID --json · arena sql \"SHOW TABLES\" (Ctrl-C stops)\n")
 	return a.wait()
 }
 
-func demo(ctx context.Context, a *arenaProc, f *follower, bundles []string, timeout time.Duration, stdout, stderr io.Writer) error {
+// demo submits the bundles, waits for their records, and runs a round on
+// those that kept their contracts; it returns the round's id ("" when
+// there was none).
+func demo(ctx context.Context, a *arenaProc, f *follower, bundles []string, timeout time.Duration, stdout, stderr io.Writer) (string, error) {
 	select {
 	case <-f.ready:
 	case <-ctx.Done():
-		return ctx.Err()
+		return "", ctx.Err()
 	case <-time.After(30 * time.Second):
-		return fmt.Errorf("demo: the terminal's follower did not start (see %s)", LogFile)
+		return "", fmt.Errorf("demo: the terminal's follower did not start (see %s)", LogFile)
 	}
 	c, err := a.dial(ctx)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer c.close()
 	fmt.Fprintf(stdout, "stages served by this arena: %s\n", servedLine(a.stages))
 	ids := make([]string, len(bundles))
 	for i, dir := range bundles {
 		if ids[i], err = submitDir(ctx, c, dir, stderr); err != nil {
-			return fmt.Errorf("submit %s: %w", dir, err)
+			return "", fmt.Errorf("submit %s: %w", dir, err)
 		}
 		f.t.Printf("submitted %s as %s", dir, ids[i])
 	}
@@ -110,7 +117,7 @@ func demo(ctx context.Context, a *arenaProc, f *follower, bundles []string, time
 	for i, id := range ids {
 		rec, err := waitFor(ctx, c, id, timeout, func(r *record.Submission) bool { return settled(r, a.stages) }, io.Discard)
 		if err != nil {
-			return err
+			return "", err
 		}
 		recs[i] = rec
 		f.record(rec) // printed here unless the follower already did
@@ -126,11 +133,11 @@ func demo(ctx context.Context, a *arenaProc, f *follower, bundles []string, time
 	}
 	if len(entrants) == 0 || !slices.Contains(a.stages, "score") {
 		f.leaderboard(ctx, "")
-		return nil
+		return "", nil
 	}
 	rid, err := startRound(ctx, a.natsURL, ctl.StartRequest{Campaign: camp, Candidates: entrants})
 	if err != nil {
-		return err
+		return "", err
 	}
 	f.t.Printf("\nround %s on %d candidates:", rid, len(entrants))
 	// The follower prints the steps, the result and the leaderboard.
@@ -139,12 +146,12 @@ func demo(ctx context.Context, a *arenaProc, f *follower, bundles []string, time
 		select {
 		case ended := <-f.roundEnded:
 			if ended == rid {
-				return nil
+				return rid, nil
 			}
 		case <-deadline:
-			return fmt.Errorf("round %s did not end within %s (arena watch --round %s follows it)", rid, timeout, rid)
+			return rid, fmt.Errorf("round %s did not end within %s (arena watch --round %s follows it)", rid, timeout, rid)
 		case <-ctx.Done():
-			return ctx.Err()
+			return rid, ctx.Err()
 		}
 	}
 }

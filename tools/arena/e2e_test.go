@@ -582,6 +582,36 @@ func TestArenaEndToEnd(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &viaHTTP))
 	require.Equal(t, rec.ID, viaHTTP.ID)
 
+	// The operator's read-only SQL at the gateway: the query service's
+	// answer as arena sql --csv writes it, and its refusals with their
+	// codes; a participant's token is refused (the gateway's NATS user
+	// may call the service: "nothing refused" below checks it).
+	sqlHTTP := func(token, query, stmt string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+up.http+"/v1/sql"+query, strings.NewReader(stmt))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	opToken := lastWord(opr.stdout)
+	st, got := sqlHTTP(opToken, "?format=csv", "SELECT submission_id FROM scores FINAL WHERE submission_id = '"+id+"'")
+	require.Equal(t, http.StatusOK, st, got)
+	require.Equal(t, "submission_id\n"+id+"\n", got)
+	cli := arena(t, "sql", "--csv", "SELECT submission_id FROM scores FINAL WHERE submission_id = '"+id+"'", "--nats", up.natsURL)
+	require.Equal(t, cli.stdout, got, "the gateway answers what arena sql prints")
+	st, got = sqlHTTP(opToken, "", "DROP TABLE scores")
+	require.Equal(t, http.StatusBadRequest, st, got)
+	require.Contains(t, got, `"code":"sql_not_read_only"`)
+	st, got = sqlHTTP(opToken, "?timeout=1", "SELECT count() FROM numbers(100000000000)")
+	require.Equal(t, http.StatusBadRequest, st, got)
+	require.Contains(t, got, `"code":"sql_timeout"`)
+	st, got = sqlHTTP("", "", "SELECT 1")
+	require.Equal(t, http.StatusUnauthorized, st, got)
+
 	// --wait follows the record; with no quality service running it gives
 	// up at its timeout and says where the submission stands. The same
 	// bundle a second time is recognised by its digest.

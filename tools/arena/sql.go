@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -81,11 +79,11 @@ func cmdSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 	case *asCSV:
-		if err := writeCSV(stdout, rep); err != nil {
+		if err := ctl.WriteCSV(stdout, rep); err != nil {
 			return err
 		}
 	case *asTSV:
-		if err := writeTSV(stdout, rep); err != nil {
+		if err := ctl.WriteTSV(stdout, rep); err != nil {
 			return err
 		}
 	default:
@@ -134,83 +132,6 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-// cellText is a value as text: a string without its quotes, a number as
-// written, NULL as null, an array or object as compact JSON.
-func cellText(raw json.RawMessage, null string) string {
-	if len(raw) == 0 {
-		return ""
-	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return s
-		}
-	case 'n':
-		return null
-	case '[', '{':
-		var b bytes.Buffer
-		if json.Compact(&b, raw) == nil {
-			return b.String()
-		}
-	}
-	return string(raw)
-}
-
-// writeCSV writes a header row and every row, RFC 4180.
-func writeCSV(w io.Writer, rep ctl.SQLReply) error {
-	cw := csv.NewWriter(w)
-	head := make([]string, len(rep.Columns))
-	for i, c := range rep.Columns {
-		head[i] = c.Name
-	}
-	if err := cw.Write(head); err != nil {
-		return err
-	}
-	for _, r := range rep.Rows {
-		rec := make([]string, len(r))
-		for i, v := range r {
-			rec[i] = cellText(v, "")
-		}
-		if err := cw.Write(rec); err != nil {
-			return err
-		}
-	}
-	cw.Flush()
-	return cw.Error()
-}
-
-// tsvEscaper escapes a TabSeparated value as ClickHouse does.
-var tsvEscaper = strings.NewReplacer("\\", "\\\\", "\t", "\\t", "\n", "\\n", "\r", "\\r", "\x00", "\\0")
-
-// writeTSV writes a header row and every row, TabSeparatedWithNames: NULL
-// is \N, tabs, newlines and backslashes are escaped.
-func writeTSV(w io.Writer, rep ctl.SQLReply) error {
-	var b strings.Builder
-	for i, c := range rep.Columns {
-		if i > 0 {
-			b.WriteByte('\t')
-		}
-		b.WriteString(tsvEscaper.Replace(c.Name))
-	}
-	b.WriteByte('\n')
-	for _, r := range rep.Rows {
-		for i, v := range r {
-			if i > 0 {
-				b.WriteByte('\t')
-			}
-			if string(v) == "null" {
-				b.WriteString(`\N`)
-				continue
-			}
-			b.WriteString(tsvEscaper.Replace(cellText(v, "")))
-		}
-		b.WriteByte('\n')
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
 // maxCell is the widest a cell is printed in the aligned table; the rest
 // of a longer value is cut with an ellipsis (--json, --csv and --tsv keep
 // it whole).
@@ -235,7 +156,7 @@ func writeAligned(w io.Writer, rep ctl.SQLReply) error {
 		row := make([]string, n)
 		for i := range row {
 			if i < len(r) {
-				row[i] = clip(strings.NewReplacer("\n", `\n`, "\t", `\t`, "\r", `\r`).Replace(cellText(r[i], "NULL")))
+				row[i] = clip(strings.NewReplacer("\n", `\n`, "\t", `\t`, "\r", `\r`).Replace(ctl.CellText(r[i], "NULL")))
 			}
 		}
 		cells = append(cells, row)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"debug/buildinfo"
-	"encoding/csv"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -51,26 +50,6 @@ func TestSQLOutput(t *testing.T) {
 			"é                                   0     nan  [\"z\"]\n"
 		require.Equal(t, want, b.String())
 	})
-	t.Run("csv", func(t *testing.T) {
-		var b bytes.Buffer
-		require.NoError(t, writeCSV(&b, reply()))
-		recs, err := csv.NewReader(&b).ReadAll()
-		require.NoError(t, err, "a CSV reader reads it back")
-		require.Equal(t, [][]string{
-			{"id", "n", "score", "tags"},
-			{`a,"b"`, "18446744073709551615", "0.1661", `["x","y"]`},
-			{"tab\there\nline", "7", "", "[]"},
-			{"é", "0", "nan", `["z"]`},
-		}, recs)
-	})
-	t.Run("tsv", func(t *testing.T) {
-		var b bytes.Buffer
-		require.NoError(t, writeTSV(&b, reply()))
-		require.Equal(t, "id\tn\tscore\ttags\n"+
-			"a,\"b\"\t18446744073709551615\t0.1661\t[\"x\",\"y\"]\n"+
-			"tab\\there\\nline\t7\t\\N\t[]\n"+
-			"é\t0\tnan\t[\"z\"]\n", b.String())
-	})
 	t.Run("a long value is cut in the table only", func(t *testing.T) {
 		long := strings.Repeat("x", 100)
 		rep := ctl.SQLReply{Columns: []ctl.SQLColumn{{Name: "s", Type: "String"}}, Rows: [][]json.RawMessage{{json.RawMessage(`"` + long + `"`)}}}
@@ -78,7 +57,7 @@ func TestSQLOutput(t *testing.T) {
 		require.NoError(t, writeAligned(&b, rep))
 		require.Contains(t, b.String(), strings.Repeat("x", maxCell-1)+"…\n")
 		b.Reset()
-		require.NoError(t, writeCSV(&b, rep))
+		require.NoError(t, ctl.WriteCSV(&b, rep))
 		require.Contains(t, b.String(), long)
 	})
 }

@@ -138,7 +138,8 @@ func (b *Builder) build(ctx context.Context, in events.SubmissionReceivedData) (
 	if err != nil {
 		return out, err
 	}
-	if _, err := unpack.Check(dir, files, in); err != nil {
+	decl, err := unpack.Check(dir, files, in)
+	if err != nil {
 		return out, err
 	}
 
@@ -165,6 +166,15 @@ func (b *Builder) build(ctx context.Context, in events.SubmissionReceivedData) (
 	out = events.BuildCompletedData{SubmissionID: in.SubmissionID, BundleDigest: m.Digest, Files: m.Files, Bytes: m.Bytes, Artifact: stored, Reference: ref}
 	if first != in.SubmissionID {
 		out.DuplicateOf = first
+	}
+	if decl != nil && decl.Engine != nil && decl.Engine.Patch != "" {
+		// Check has made sure the declared patch is among the files.
+		for _, f := range files {
+			if f.Path == decl.Engine.Patch {
+				p := f
+				out.Patch = &p
+			}
+		}
 	}
 	return out, nil
 }

@@ -142,6 +142,36 @@ func TestBuildDecides(t *testing.T) {
 	}
 }
 
+// TestBuildNamesThePatch: build.completed names the engine patch the
+// declaration points at, with its digest; a bundle without one names
+// none.
+func TestBuildNamesThePatch(t *testing.T) {
+	t.Parallel()
+	const diff = "--- a/engine.py\n+++ b/engine.py\n@@ -1 +1 @@\n-slow\n+fast\n"
+	withPatch := goodFiles()
+	withPatch["patches/fast.patch"] = diff
+	withPatch["submission.json"] = `{"task_id":"qwen3-tiny","split":"dev","participant":"team","solution":{"checkpoint":"ck","method":"m","precision":"W4A16KV8"},"engine":{"patch":"patches/fast.patch"}}`
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  *events.FileDigest
+	}{
+		{"with a patch", withPatch, &events.FileDigest{Path: "patches/fast.patch", Size: int64(len(diff)), SHA256: sha([]byte(diff))}},
+		{"without", goodFiles(), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			archive := pack(t, folder(t, tc.files))
+			in := received("sub", archive)
+			uploads := &memUploads{}
+			uploads.put(in.Bundle.Bucket, in.Bundle.Object, archive)
+			b := &service.Builder{Uploads: uploads, Artifacts: artifacttest.NewMemory(), Bundles: &memBundles{}, WorkDir: t.TempDir()}
+			out, err := b.Build(context.Background(), in)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, out.Patch)
+		})
+	}
+}
+
 // requireBuilt checks a built bundle against the files it was packed
 // from: each file digested, the manifest's digest, every file stored.
 func requireBuilt(t *testing.T, arts artifact.Store, files map[string]string, got events.BuildCompletedData) {

@@ -36,6 +36,9 @@ var Consumer = bus.ConsumerConfig{
 	Name:     Name,
 	Subjects: []string{events.SubjectRootArena + ".build.completed.>"},
 	AckWait:  30 * time.Second,
+	// A contract by reference reads headers over HTTP and may take
+	// seconds: a short buffer keeps inputs from waiting out AckWait in it.
+	Prefetch: 16,
 }
 
 // Stage is the contract stage on the kit: build.completed in,

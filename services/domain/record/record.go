@@ -62,6 +62,17 @@ type Bundle struct {
 	// Reference names the repository of a checkpoint submitted by
 	// reference; nil for a checkpoint uploaded in its bundle.
 	Reference *Reference `json:"reference,omitempty"`
+	// Patch is the engine patch the bundle names, nil for none. Not in
+	// the fixtures' records; added by this arena (the round page's
+	// patch column).
+	Patch *Patch `json:"patch,omitempty"`
+}
+
+// Patch is an engine patch: its path in the bundle, size and sha256.
+type Patch struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
 }
 
 // Reference is a checkpoint submitted by reference: the model repository

@@ -33,7 +33,7 @@ type fixture struct {
 	srv            *httptest.Server
 }
 
-func newFixture(t *testing.T, edit func(*Options)) *fixture {
+func newFixture(t testing.TB, edit func(*Options)) *fixture {
 	t.Helper()
 	b, _ := bustest.Bus(t)
 	ctx := context.Background()
@@ -232,6 +232,9 @@ func TestSecurityHeaders(t *testing.T) {
 		{"/", "text/html; charset=utf-8", pageCSP, `<script src="/ui/app.js" defer></script>`},
 		{"/ui/app.js", "text/javascript; charset=utf-8", pageCSP, `fetch("/v1/live"`},
 		{"/ui/app.css", "text/css; charset=utf-8", pageCSP, "progress"},
+		{"/ui/page.js", "text/javascript; charset=utf-8", pageCSP, `"Lowbarena-Fragment": "main"`},
+		{"/ui/pages.css", "text/css; charset=utf-8", pageCSP, "svg.plot"},
+		{"/ui/favicon.svg", "image/svg+xml", pageCSP, "<svg"},
 		{"/v1/submissions", "application/json", apiCSP, `"submissions"`},
 		{"/v1/nothing", "application/json", apiCSP, CodeNotFound},
 	} {
@@ -259,9 +262,12 @@ func TestSecurityHeaders(t *testing.T) {
 	page, err := ui.ReadFile("ui/index.html")
 	require.NoError(t, err)
 	require.NotRegexp(t, `<script>|<style|style=|onclick=|onload=`, string(page))
-	js, err := ui.ReadFile("ui/app.js")
-	require.NoError(t, err)
-	require.NotContains(t, string(js), "style=")
+	for _, name := range []string{"ui/app.js", "ui/page.js"} {
+		js, err := ui.ReadFile(name)
+		require.NoError(t, err)
+		require.NotContains(t, string(js), "style=", name)
+		require.NotContains(t, string(js), "eval(", name)
+	}
 }
 
 // TestPanicIsNotShown: a fault of the gateway's own answers 500 with the

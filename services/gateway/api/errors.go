@@ -37,6 +37,9 @@ const (
 	// CodeTokenNotParticipant is an operator's token on a participant's
 	// request (submitting).
 	CodeTokenNotParticipant = "token_not_participant"
+	// CodeTokenNotOperator is a participant's token on an operator's
+	// request (SQL on the store).
+	CodeTokenNotOperator = "token_not_operator"
 	// CodeParticipantMismatch is a bundle whose submission.json names
 	// another participant than the token's.
 	CodeParticipantMismatch = "participant_mismatch"
@@ -70,10 +73,18 @@ const (
 	CodeRecordHidden = "record_hidden"
 	// CodeRoundNotFound is a round the arena does not have.
 	CodeRoundNotFound = "round_not_found"
+	// CodeParticipantNotFound is a participant's page with no scores
+	// the viewer may read.
+	CodeParticipantNotFound = "participant_not_found"
 	// CodeInvalidID is an id that cannot be one.
 	CodeInvalidID = "invalid_id"
 	// CodeInvalidQuery is a query parameter out of its range.
 	CodeInvalidQuery = "invalid_query"
+	// CodeRequestMalformed is a body that cannot be the request (JSON
+	// that does not decode, or holds unknown fields).
+	CodeRequestMalformed = "request_malformed"
+	// CodeQueryUnavailable is no query service answering SQL.
+	CodeQueryUnavailable = "query_unavailable"
 	// CodeNotFound is a path no endpoint serves.
 	CodeNotFound = "not_found"
 	// CodeUnavailable is a store (NATS) that does not answer.

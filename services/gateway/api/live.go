@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lowbarena/lowbarena/events"
 )
 
 //go:embed ui
@@ -36,14 +38,59 @@ func serveAsset(w http.ResponseWriter, name string) bool {
 	return true
 }
 
+// liveFilter is what a live stream follows: ?submission=ID (that
+// record only), ?round=ID (that round only), ?participant=NAME (that
+// participant's records), ?only=records or rounds; nothing: every record
+// the viewer may read and every round.
+type liveFilter struct {
+	submission, round, participant string
+	records, rounds                bool
+}
+
+// parseLive reads the filter, or says what is wrong with it.
+func parseLive(r *http.Request) (liveFilter, string) {
+	q := r.URL.Query()
+	f := liveFilter{submission: q.Get("submission"), round: q.Get("round"), participant: q.Get("participant"), records: true, rounds: true}
+	for name, v := range map[string]string{"submission": f.submission, "round": f.round, "participant": f.participant} {
+		if v != "" && !events.ValidID(v) {
+			return f, name + " is 1 to 128 letters, digits, '-' or '_'"
+		}
+	}
+	switch q.Get("only") {
+	case "":
+	case "records":
+		f.rounds = false
+	case "rounds":
+		f.records = false
+	default:
+		return f, "only is records or rounds"
+	}
+	switch {
+	case f.submission != "":
+		f.rounds = false
+	case f.round != "":
+		f.records = false
+	case f.participant != "":
+		f.rounds = false
+	}
+	return f, ""
+}
+
 // liveStream streams every change of the records the viewer may read
 // (event "record") and of the round views (event "round") as Server-Sent
 // Events, starting with their current values, until the client goes
-// away. A record the viewer may not read is never sent, not even its id.
-// The web page at / draws them.
+// away; a filter narrows it to one record, one round or one
+// participant's records (the pages follow what they show). A record the
+// viewer may not read is never sent, not even its id. The web page at /
+// draws them.
 func (a *API) liveStream(w http.ResponseWriter, r *http.Request) {
 	v, ok := a.viewer(w, r)
 	if !ok {
+		return
+	}
+	f, bad := parseLive(r)
+	if bad != "" {
+		a.refuse(w, r, http.StatusBadRequest, CodeInvalidQuery, bad)
 		return
 	}
 	fl, ok := w.(http.Flusher)
@@ -65,8 +112,14 @@ func (a *API) liveStream(w http.ResponseWriter, r *http.Request) {
 		data []byte
 	}
 	ch := make(chan update, 64)
-	watch := func(b jetstream.KeyValue, kind string, visible func([]byte) bool) error {
-		wt, err := b.WatchAll(ctx)
+	watch := func(b jetstream.KeyValue, key, kind string, visible func([]byte) bool) error {
+		var wt jetstream.KeyWatcher
+		var err error
+		if key == "" {
+			wt, err = b.WatchAll(ctx)
+		} else {
+			wt, err = b.Watch(ctx, key)
+		}
 		if err != nil {
 			return err
 		}
@@ -87,14 +140,16 @@ func (a *API) liveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	readable := func(b []byte) bool {
 		var o owner
-		return json.Unmarshal(b, &o) == nil && v.CanRead(o.Participant, o.Split)
+		return json.Unmarshal(b, &o) == nil && v.CanRead(o.Participant, o.Split) && (f.participant == "" || o.Participant == f.participant)
 	}
-	if err := watch(a.o.Records, "record", readable); err != nil {
-		a.unavailable(w, r, err)
-		return
+	if f.records {
+		if err := watch(a.o.Records, f.submission, "record", readable); err != nil {
+			a.unavailable(w, r, err)
+			return
+		}
 	}
-	if a.o.Views != nil {
-		if err := watch(a.o.Views, "round", func([]byte) bool { return true }); err != nil {
+	if a.o.Views != nil && f.rounds {
+		if err := watch(a.o.Views, f.round, "round", func([]byte) bool { return true }); err != nil {
 			a.unavailable(w, r, err)
 			return
 		}

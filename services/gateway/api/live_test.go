@@ -16,7 +16,13 @@ import (
 // returns its events, kind and data, as they come.
 func liveEvents(t *testing.T, ctx context.Context, url, token string) <-chan [2]string {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/live", nil)
+	return liveAt(t, ctx, url+"/v1/live", token)
+}
+
+// liveAt opens the live stream at a full address (with a filter).
+func liveAt(t *testing.T, ctx context.Context, url, token string) <-chan [2]string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

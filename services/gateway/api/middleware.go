@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"time"
 )
 
@@ -60,5 +59,3 @@ func (a *API) harden(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
-
-func page(path string) bool { return path == "/" || strings.HasPrefix(path, "/ui/") }

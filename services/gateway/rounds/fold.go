@@ -8,6 +8,7 @@ package rounds
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"time"
@@ -68,6 +69,10 @@ type Step struct {
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	Detail     string     `json:"detail,omitempty"`
+	// Rates are the entry's output tokens per second by workload once
+	// its SLA was measured; Simulated says they came from a simulation.
+	Rates     map[string]float64 `json:"rates,omitempty"`
+	Simulated bool               `json:"simulated,omitempty"`
 }
 
 // ErrBadEvent is returned by Fold for an event that can never fold: not a
@@ -186,7 +191,8 @@ func step(v *View, d events.RoundStepData) error {
 		return nil
 	}
 	next := Step{Step: d.Step, Of: d.Of, Group: d.Group, Name: d.Name, Phase: d.Phase, Role: d.Role, EntryID: d.EntryID,
-		Status: d.Status, StartedAt: utc(d.StartedAt), FinishedAt: utc(d.FinishedAt), Detail: d.Detail}
+		Status: d.Status, StartedAt: utc(d.StartedAt), FinishedAt: utc(d.FinishedAt), Detail: d.Detail,
+		Rates: maps.Clone(d.Rates), Simulated: d.Simulated}
 	if next.StartedAt == nil {
 		next.StartedAt = s.StartedAt
 	}
@@ -225,6 +231,9 @@ func clone(v *View) *View {
 	c := *v
 	c.Candidates = slices.Clone(v.Candidates)
 	c.Steps = slices.Clone(v.Steps)
+	for i := range c.Steps {
+		c.Steps[i].Rates = maps.Clone(v.Steps[i].Rates)
+	}
 	if v.Result != nil {
 		r := *v.Result
 		r.Entries = slices.Clone(v.Result.Entries)

@@ -39,7 +39,15 @@ func startedEv(t *testing.T) event.Event {
 func stepEv(t *testing.T, n int, status string, start, end *time.Time) event.Event {
 	return mk(t, events.Round.Step, fmt.Sprintf("step-%d-%s", n, status), events.RoundStepData{RoundID: rid, Step: n, Of: 3,
 		Group: "sla", Name: fmt.Sprintf("serve entry %d", n), Phase: "serve", Role: "candidate", EntryID: fmt.Sprintf("candidate-%d", n),
-		Status: status, StartedAt: start, FinishedAt: end})
+		Status: status, StartedAt: start, FinishedAt: end, Rates: ratesOf(status), Simulated: status == StepDone})
+}
+
+// ratesOf is what a step of status carries: rates once done.
+func ratesOf(status string) map[string]float64 {
+	if status != StepDone {
+		return nil
+	}
+	return map[string]float64{"serve": 2800.5, "interactive": 293.7}
 }
 
 func completedEv(t *testing.T) event.Event {
@@ -54,7 +62,7 @@ func failedEv(t *testing.T) event.Event {
 // viewStep is the view of step n as stepEv reports it.
 func viewStep(n int, status string, start, end *time.Time) Step {
 	return Step{Step: n, Of: 3, Group: "sla", Name: fmt.Sprintf("serve entry %d", n), Phase: "serve", Role: "candidate",
-		EntryID: fmt.Sprintf("candidate-%d", n), Status: status, StartedAt: start, FinishedAt: end}
+		EntryID: fmt.Sprintf("candidate-%d", n), Status: status, StartedAt: start, FinishedAt: end, Rates: ratesOf(status), Simulated: status == StepDone}
 }
 
 func pending(n int) Step { return Step{Step: n, Of: 3, Status: StepPending} }

@@ -380,6 +380,13 @@ func measured(r *Round, e *Entry, run events.EngineRun, gpuHours float64, now ti
 		e.EngineUp = true
 		r.mark(i, "done", "engine healthy", now)
 	}
+	// The step's event carries the rates themselves, so that a reader
+	// (the round page) compares entries without parsing the detail.
+	rates := make(map[string]float64, len(run.Workloads))
+	for w, wr := range run.Workloads {
+		rates[w] = wr.Rate
+	}
+	r.Steps[i+1].Rates, r.Steps[i+1].Simulated = rates, run.Simulated
 	r.mark(i+1, "done", fmt.Sprintf("serve %.1f tok/s, interactive %.1f, long_context %.1f",
 		run.Workloads["serve"].Rate, run.Workloads["interactive"].Rate, run.Workloads["long_context"].Rate), now)
 	return true

@@ -163,6 +163,22 @@ func TestOutcomes(t *testing.T) {
 			require.Equal(t, c.status, base.Status)
 			require.Contains(t, base.Reason, c.reason)
 			require.Equal(t, c.steps, [2]string{r.Steps[4].Status, r.Steps[5].Status})
+			// A measured entry's running_sla step carries its rates, in the
+			// state and in the step event published; another carries none.
+			var published *Step
+			for _, ef := range r.Outbox {
+				if ef.Step != nil && ef.Step.Step == 6 && ef.Step.Status != "running" {
+					published = ef.Step
+				}
+			}
+			require.NotNil(t, published)
+			if c.status == entryMeasured {
+				want := map[string]float64{"serve": 100, "interactive": 100, "long_context": 100}
+				require.Equal(t, want, r.Steps[5].Rates)
+				require.Equal(t, want, published.Rates)
+			} else {
+				require.Nil(t, published.Rates)
+			}
 			// Either way the round goes on: the first candidate's job is
 			// requested (the missing incumbent's steps are skipped).
 			require.Equal(t, []string{"skipped", "skipped", "running", "pending"}, statuses(r)[6:10])

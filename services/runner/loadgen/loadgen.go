@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lowbarena/lowbarena/services/domain/suite"
@@ -234,7 +235,7 @@ func (c *Client) batch(ctx context.Context, hc *http.Client, w Workload, prompts
 				s, err := c.one(ctx, hc, seq, p.Text, w.MaxTokens)
 				s.Item = p.Item
 				if e := AsError(err); e != nil && p.Item != "" && observe != nil && ctx.Err() == nil {
-					s.Err, s.ErrMessage, s.Text = e.Code, e.Message, strings.Join(s.Chunks, "")
+					s.Err, s.ErrMessage = e.Code, e.Message
 					observe(s)
 					continue
 				}
@@ -267,28 +268,34 @@ feed:
 	}
 }
 
-type chunk struct {
-	Choices []struct {
-		FinishReason *string `json:"finish_reason"`
-		Text         string  `json:"text"`
-		Delta        struct {
-			Content string `json:"content"`
-		} `json:"delta"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
+// readers are the streams' buffered readers, reused from request to
+// request (64 KiB each: an event with logprobs can be long).
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
+// completionRequest is the body of every request.
+type completionRequest struct {
+	Model         string        `json:"model"`
+	Prompt        string        `json:"prompt"`
+	MaxTokens     int           `json:"max_tokens"`
+	Stream        bool          `json:"stream"`
+	Temperature   int           `json:"temperature"`
+	Seed          int           `json:"seed"`
+	IgnoreEOS     bool          `json:"ignore_eos"`
+	StreamOptions streamOptions `json:"stream_options"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
 }
 
 // one sends one streaming completion and reads it to [DONE].
-func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt string, maxTokens int) (Sample, error) {
+func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt string, maxTokens int) (s Sample, err error) {
 	// Every request alike, load and audit items: greedy (temperature 0,
 	// seed 0, so an item's answer is comparable with the quality job's
 	// first sample), max_tokens tokens whatever the model would end with
 	// (ignore_eos), usage in the stream.
-	body, _ := json.Marshal(map[string]any{"model": c.Model, "prompt": prompt, "max_tokens": maxTokens, "stream": true,
-		"temperature": 0, "seed": 0, "ignore_eos": true, "stream_options": map[string]any{"include_usage": true}})
+	body, _ := json.Marshal(completionRequest{Model: c.Model, Prompt: prompt, MaxTokens: maxTokens, Stream: true,
+		IgnoreEOS: true, StreamOptions: streamOptions{IncludeUsage: true}})
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+"/v1/completions", bytes.NewReader(body))
@@ -300,12 +307,37 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 	if idle <= 0 {
 		idle = 30 * time.Second
 	}
-	// The idle timer cancels the request when no byte arrives in time.
-	timer := time.AfterFunc(idle, cancel)
+	// The idle watch cancels the request when no byte arrived for idle:
+	// each line read notes its time, and the timer, when it fires, ends
+	// the request or waits out the rest of the idle time from the last
+	// line (no timer reset per token).
+	var lastByte atomic.Int64
+	lastByte.Store(time.Now().UnixNano())
+	var timer *time.Timer
+	timer = time.AfterFunc(idle, func() {
+		if quiet := time.Since(time.Unix(0, lastByte.Load())); quiet < idle {
+			timer.Reset(idle - quiet)
+			return
+		}
+		cancel()
+	})
 	defer timer.Stop()
 	hung := func() bool { return rctx.Err() != nil && ctx.Err() == nil }
 
-	s := Sample{Seq: seq, Start: time.Now(), Claimed: -1}
+	s = Sample{Seq: seq, Start: time.Now(), Claimed: -1}
+	// The streamed texts go into one buffer, each chunk's end noted:
+	// Text and Chunks are made from it once the stream ends, however it
+	// ends.
+	var text []byte
+	var ends []int
+	defer func() {
+		s.Text = string(text)
+		s.Chunks = make([]string, len(ends))
+		from := 0
+		for i, e := range ends {
+			s.Chunks[i], from = s.Text[from:e], e
+		}
+	}()
 	resp, err := hc.Do(req)
 	if err != nil {
 		if hung() {
@@ -321,18 +353,30 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return s, &Error{Code: CodeHTTP, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))}
 	}
-	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	rd := readers.Get().(*bufio.Reader)
+	rd.Reset(resp.Body)
+	defer func() {
+		rd.Reset(nil)
+		readers.Put(rd)
+	}()
+	s.ITL = make([]time.Duration, 0, maxTokens)
+	text = make([]byte, 0, 8*maxTokens)
+	ends = make([]int, 0, maxTokens)
 	var last time.Time
 	reported := -1
+	var ch chunk
 	for {
 		line, err := rd.ReadSlice('\n')
-		timer.Reset(idle)
+		now := time.Now()
+		lastByte.Store(now.UnixNano())
 		if err != nil {
 			switch {
 			case hung():
 				return s, &Error{Code: CodeHang, Message: fmt.Sprintf("the stream stalled for %s after %d tokens", idle, s.OutputTokens), Err: err}
 			case ctx.Err() != nil:
 				return s, ctx.Err()
+			case errors.Is(err, bufio.ErrBufferFull):
+				return s, &Error{Code: CodeBadStream, Message: fmt.Sprintf("a server-sent event line is longer than %d bytes", rd.Size()), Err: err}
 			default:
 				return s, &Error{Code: CodeDisconnected, Message: fmt.Sprintf("the stream ended after %d tokens without [DONE]", s.OutputTokens), Err: err}
 			}
@@ -349,19 +393,18 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		if string(data) == "[DONE]" {
 			break
 		}
-		var ch chunk
-		if err := json.Unmarshal(data, &ch); err != nil {
+		if err := parseChunk(data, &ch); err != nil {
 			return s, &Error{Code: CodeBadStream, Message: fmt.Sprintf("a server-sent event is not JSON: %.80q", data), Err: err}
 		}
-		now := time.Now()
-		for _, c := range ch.Choices {
-			if c.FinishReason != nil && *c.FinishReason != "" {
-				s.Finish = *c.FinishReason
+		for i, t := range ch.texts {
+			if f := ch.finishes[i]; f != "" {
+				s.Finish = f
 			}
-			if c.Text == "" && c.Delta.Content == "" {
+			if len(t) == 0 {
 				continue
 			}
-			s.Chunks = append(s.Chunks, c.Text+c.Delta.Content)
+			text = append(text, t...)
+			ends = append(ends, len(text))
 			if s.OutputTokens == 0 {
 				s.TTFT = now.Sub(s.Start)
 				s.First = now
@@ -371,13 +414,13 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 			last = now
 			s.OutputTokens++
 		}
-		if ch.Usage != nil {
-			reported = ch.Usage.CompletionTokens
-			s.PromptTokens = ch.Usage.PromptTokens
+		if ch.hasUsage {
+			reported = ch.completionTokens
+			s.PromptTokens = ch.promptTokens
 		}
 	}
 	s.E2E, s.Last = time.Since(s.Start), last
-	s.Text, s.Claimed = strings.Join(s.Chunks, ""), reported
+	s.Claimed = reported
 	if s.OutputTokens == 0 {
 		return s, &Error{Code: CodeZeroTokens, Message: "the engine streamed no token"}
 	}

@@ -113,6 +113,9 @@ func TestRunMeasures(t *testing.T) {
 		require.Equal(t, 7, s.PromptTokens)
 		require.Len(t, s.ITL, 4)
 		require.Greater(t, s.E2E, s.TTFT)
+		require.Equal(t, []string{" tok0", " tok1", " tok2", " tok3", " tok4"}, s.Chunks, "one chunk per token, as streamed")
+		require.Equal(t, " tok0 tok1 tok2 tok3 tok4", s.Text)
+		require.Equal(t, 5, s.Claimed)
 	}
 	require.Greater(t, r.Rate, 0.0)
 	require.InDelta(t, float64(r.OutputTokens)/r.Elapsed.Seconds(), r.Rate, 1e-9)

@@ -25,6 +25,7 @@ import (
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/bustest"
+	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/service"
@@ -148,15 +149,40 @@ func TestRunnerRunsJobsAndCachesTheReference(t *testing.T) {
 	require.Len(t, r.Budget, 3)
 
 	// Rows: 10 Hz (here 50 Hz) samples of the simulated device, and one
-	// row per measured request: 9 workload runs of 32+4+64 requests in all.
+	// row per measured request: each workload (one request per slot, so
+	// as many as its concurrency) is run by the candidate, the reference
+	// and each budget replay (a second one when the first held but lost
+	// rate on a loaded machine): 9 workload runs of 32+4+64 requests on a
+	// quiet one.
 	type n struct {
 		N uint64 `ch:"n"`
 	}
 	var rows []n
 	require.NoError(t, st.Select(ctx, &rows, "SELECT count() AS n FROM gpu_samples WHERE job_id = ? AND simulated = 1", "j1"))
 	require.Greater(t, rows[0].N, uint64(10))
-	require.NoError(t, st.Select(ctx, &rows, "SELECT count() AS n FROM requests WHERE job_id = ? AND output_tokens = 16", "j1"))
-	require.Equal(t, uint64(3*(32+4+64)), rows[0].N)
+	type perWorkload struct {
+		Workload  string `ch:"workload"`
+		Candidate uint64 `ch:"candidate"`
+		N         uint64 `ch:"n"`
+	}
+	var per []perWorkload
+	require.NoError(t, st.Select(ctx, &per, "SELECT workload, countIf(endsWith(run_id, '/candidate')) AS candidate, count() AS n FROM requests WHERE job_id = ? AND output_tokens = 16 GROUP BY workload ORDER BY workload", "j1"))
+	require.Len(t, per, len(r.Budget))
+	var total, candidate uint64
+	for _, w := range per {
+		// A replay's key (and run id) is the workload at its factor.
+		var v record.Budget
+		for key, b := range r.Budget {
+			if strings.HasPrefix(key, w.Workload+"@") {
+				v = b
+			}
+		}
+		require.GreaterOrEqual(t, v.Attempts, 1, w.Workload)
+		require.Equal(t, w.Candidate*uint64(2+v.Attempts), w.N, w.Workload)
+		total, candidate = total+w.N, candidate+w.Candidate
+	}
+	require.Equal(t, uint64(32+4+64), candidate)
+	require.GreaterOrEqual(t, total, uint64(3*(32+4+64)))
 
 	// The second job on the pod reuses the reference.
 	request(t, ctx, b, "j2", cand, ref, command(""), small())

@@ -18,14 +18,7 @@ const BatchRows = 10_000
 // nothing collapses.
 func BenchInsertGPUSamples(b *testing.B, st store.Store) {
 	ctx := context.Background()
-	rows := make([]store.GPUSample, BatchRows)
-	for i := range rows {
-		rows[i] = store.GPUSample{
-			TsMs: uint64(time.Now().UnixMilli()), Pod: "pod-0", GPU: uint32(i % 8), GPUUUID: "GPU-8c1f0d3e",
-			RunID: "run-1", JobID: "job-1", MemUsed: 40 << 30, MemTotal: 141 << 30, ProcMem: 39 << 30,
-			Util: 0.93, Power: 612.5, Simulated: 1,
-		}
-	}
+	rows := GPUSampleRows(BatchRows)
 	var seq uint64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -38,4 +31,19 @@ func BenchInsertGPUSamples(b *testing.B, st store.Store) {
 		require.NoError(b, store.Insert(ctx, st, rows))
 	}
 	b.ReportMetric(float64(seq)/time.Since(start).Seconds(), "rows/s")
+}
+
+// GPUSampleRows returns n gpu_samples rows of one job, as a runner writes
+// them (8 GPUs, 10 Hz), their Seq left for the caller to number.
+func GPUSampleRows(n int) []store.GPUSample {
+	rows := make([]store.GPUSample, n)
+	t0 := uint64(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC).UnixMilli())
+	for i := range rows {
+		rows[i] = store.GPUSample{
+			TsMs: t0 + uint64(i/8)*100, Pod: "pod-0", GPU: uint32(i % 8), GPUUUID: "GPU-8c1f0d3e",
+			RunID: "run-1", JobID: "job-1", MemUsed: 40<<30 + uint64(i)*4096, MemTotal: 141 << 30, ProcMem: 39<<30 + uint64(i)*4096,
+			Util: 0.5 + float64(i%50)/100, Power: 612.5 + float64(i%7), Simulated: 1,
+		}
+	}
+	return rows
 }

@@ -40,6 +40,7 @@ func Run(t *testing.T, open Opener) {
 		{"Bind", testBind},
 		{"Dedup", testDedup},
 		{"BadAppend", testBadAppend},
+		{"Columns", testColumns},
 		{"BadQuery", testBadQuery},
 		{"BadDest", testBadDest},
 		{"Concurrent", testConcurrent},
@@ -344,6 +345,57 @@ func testBadAppend(t *testing.T, open Opener) {
 	require.NoError(t, st.Append(ctx, "gpu_samples", gpuCols, [][]any{good}))
 	require.Equal(t, uint64(1), count(t, st, "SELECT count() AS n FROM gpu_samples"))
 	require.NoError(t, st.Append(ctx, "gpu_samples", gpuCols, nil), "no rows is not an error")
+}
+
+// testColumns holds AppendColumns, the path store.Insert takes, to what
+// Append does: typed columns round-trip, a column whose table type is
+// another (gpu is UInt32) is converted as Append converts it and refused
+// when it does not fit, and bad batches are refused whole with
+// ErrBadRows before anything is written.
+func testColumns(t *testing.T, open Opener) {
+	st := open(t)
+	ctx := ctxFor(t)
+	ca, ok := st.(store.ColumnAppender)
+	require.True(t, ok, "the back-end takes columns")
+	gpu := func(tsMs uint64, gpus any) *store.Columns {
+		n := 2
+		return &store.Columns{Table: "gpu_samples", Names: []string{"ts_ms", "pod", "job_id", "gpu", "seq", "util"}, Len: n,
+			Data: []any{[]uint64{tsMs, tsMs}, []string{"p\t\"x\"", "p\n2"}, []string{"j", "j"}, gpus, []uint64{1, 2}, []float64{0.25, 1e-9}}}
+	}
+	require.NoError(t, ca.AppendColumns(ctx, gpu(tsMs, []uint32{3, 4294967295})))
+	require.NoError(t, ca.AppendColumns(ctx, gpu(tsMs+1, []uint64{5, 6})), "uint64 values that fit a UInt32 column")
+	var got []struct {
+		Pod  string  `ch:"pod"`
+		GPU  uint32  `ch:"gpu"`
+		Util float64 `ch:"util"`
+	}
+	require.NoError(t, st.Select(ctx, &got, "SELECT pod, gpu, util FROM gpu_samples ORDER BY ts_ms, seq"))
+	require.Len(t, got, 4)
+	require.Equal(t, "p\t\"x\"", got[0].Pod, "strings come back byte for byte")
+	require.Equal(t, "p\n2", got[1].Pod)
+	require.Equal(t, []uint32{3, 4294967295, 5, 6}, []uint32{got[0].GPU, got[1].GPU, got[2].GPU, got[3].GPU})
+	require.InDelta(t, 1e-9, got[1].Util, 1e-18)
+
+	bad := []struct {
+		name string
+		c    *store.Columns
+	}{
+		{"a value past its column", gpu(tsMs+2, []uint64{7, 1 << 40})},
+		{"NaN", &store.Columns{Table: "gpu_samples", Names: []string{"ts_ms", "util"}, Len: 1, Data: []any{[]uint64{tsMs}, []float64{math.NaN()}}}},
+		{"a short column", &store.Columns{Table: "gpu_samples", Names: []string{"ts_ms", "seq"}, Len: 2, Data: []any{[]uint64{tsMs, tsMs}, []uint64{1}}}},
+		{"a column of another type", &store.Columns{Table: "gpu_samples", Names: []string{"ts_ms"}, Len: 1, Data: []any{[]int{1}}}},
+		{"data for fewer columns than named", &store.Columns{Table: "gpu_samples", Names: []string{"ts_ms", "seq"}, Len: 1, Data: []any{[]uint64{1}}}},
+		{"a table name that is no identifier", &store.Columns{Table: "gpu_samples; DROP TABLE scores", Names: []string{"ts_ms"}, Len: 1, Data: []any{[]uint64{1}}}},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ca.AppendColumns(ctx, tc.c)
+			require.ErrorIs(t, err, store.ErrBadRows)
+		})
+	}
+	require.Error(t, ca.AppendColumns(ctx, &store.Columns{Table: "gpu_samples", Names: []string{"no_such_column"}, Len: 1, Data: []any{[]uint64{1}}}))
+	require.Equal(t, uint64(4), count(t, st, "SELECT count() AS n FROM gpu_samples"), "no bad batch wrote a row")
+	require.Len(t, tablesOf(t, st), len(Tables)+1, "no table was dropped")
 }
 
 func tablesOf(t *testing.T, st store.Store) []string {

@@ -22,7 +22,7 @@ function drawSubs() {
     const score = ds ? Number(ds.score).toFixed(4) + (ds.qualified ? "" : " (not qualified)") : "";
     const why = r.error ? `${esc(r.error.code)}: ${esc(r.error.message)}` : (ds && ds.reason ? esc(ds.reason) : "");
     const sim = (r.result || {}).simulated ? ` <span class="sim">simulated</span>` : "";
-    return `<tr><td><code>${esc(r.id)}</code></td><td>${esc(r.participant)}</td><td>${esc(r.split)}</td><td>${esc(r.solution && r.solution.checkpoint)}</td>` +
+    return `<tr data-submission="${esc(r.id)}"><td><a href="/submissions/${encodeURIComponent(r.id)}"><code>${esc(r.id)}</code></a></td><td>${esc(r.participant)}</td><td>${esc(r.split)}</td><td>${esc(r.solution && r.solution.checkpoint)}</td>` +
       `<td>${esc(r.solution && r.solution.detected_precision)}</td><td>${st}</td><td>${score}${sim}</td><td>${why}</td></tr>`;
   }).join("");
 }
@@ -33,8 +33,8 @@ function drawRounds() {
     const steps = r.steps || [], ended = steps.filter(s => s.status && s.status !== "pending" && s.status !== "running").length;
     const now = steps.find(s => s.status === "running") || {};
     const res = r.result || {};
-    const leader = res.leader ? `${esc(res.leader)}${res.leader_changed ? " (changed)" : ""}` : "";
-    return `<tr><td><code>${esc(r.round_id)}</code></td><td>${esc(r.campaign)}</td>` +
+    const leader = res.leader ? `<a href="/submissions/${encodeURIComponent(res.leader)}">${esc(res.leader)}</a>${res.leader_changed ? " (changed)" : ""}` : "";
+    return `<tr data-round="${esc(r.round_id)}"><td><a href="/rounds/${encodeURIComponent(r.round_id)}"><code>${esc(r.round_id)}</code></a></td><td>${esc(r.campaign)}</td>` +
       `<td><progress max="${steps.length || 1}" value="${ended}"></progress> ${ended}/${steps.length}</td>` +
       `<td title="${esc(r.message)}">${esc(now.name || (r.reason ? `${r.status}: ${r.reason}` : r.status))}</td><td>${leader}</td></tr>`;
   }).join("");

@@ -188,3 +188,23 @@ func absInt(x int64) uint64 {
 	}
 	return uint64(x)
 }
+
+// Exact reports whether col, a typed column of store.Columns, holds the
+// Go type a column of ClickHouse type typ takes as it is ([]uint64 for
+// UInt64, []uint32 for UInt32, []uint8 for UInt8, []float64 for Float64,
+// []string for String): then it needs no conversion, and every value fits.
+func Exact(typ string, col any) bool {
+	switch col.(type) {
+	case []uint64:
+		return typ == "UInt64"
+	case []uint32:
+		return typ == "UInt32"
+	case []uint8:
+		return typ == "UInt8"
+	case []float64:
+		return typ == "Float64"
+	case []string:
+		return typ == "String"
+	}
+	return false
+}

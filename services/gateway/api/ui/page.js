@@ -1,0 +1,98 @@
+// The pages' live part. Each page is drawn whole by the server, so it
+// reads without this script; this script only follows the live stream
+// (GET /v1/live, filtered to what the page shows) and, when what the
+// page shows changes, asks the server for the page's <main> again
+// (header Lowbarena-Fragment: main) and swaps it in: no reload, and the
+// page is drawn by one renderer, the server's. A token (from the live
+// page, or the address's #token=... fragment, which never reaches the
+// server) is kept in this tab's sessionStorage and sent as
+// Authorization, so a participant's dev submissions show too.
+"use strict";
+(() => {
+  const KEY = "lowbarena-token";
+  const main = document.getElementById("main");
+  const status = document.getElementById("live-status");
+  const m = location.hash.match(/token=([A-Za-z0-9_]+)/);
+  if (m) {
+    sessionStorage.setItem(KEY, m[1]);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  const token = () => sessionStorage.getItem(KEY) || "";
+  const auth = () => (token() ? {Authorization: "Bearer " + token()} : {});
+  const follow = main && main.dataset.live;
+  if (!follow) {
+    if (status) status.textContent = "";
+    return;
+  }
+  const [kind, id] = follow.split(/:(.*)/s);
+  const filter = {record: "submission", round: "round", participant: "participant"}[kind];
+  const stream = "/v1/live?" + (filter ? filter + "=" + encodeURIComponent(id) : "only=records");
+  // Many records change at once on a list: draw a list at most every
+  // 1.5 s, a single record or round within 0.25 s.
+  const wait = filter === "submission" || filter === "round" ? 250 : 1500;
+  let timer = 0, drawing = false, again = false, draws = 0;
+  const say = text => { if (status) status.textContent = text; };
+
+  async function draw() {
+    if (drawing) { again = true; return; }
+    drawing = true;
+    try {
+      const resp = await fetch(location.pathname + location.search,
+        {headers: Object.assign({"Lowbarena-Fragment": "main"}, auth()), cache: "no-store"});
+      // An error page is a page too (a record not there yet, a token
+      // refused): it says what is not there.
+      const html = await resp.text();
+      if (html.trim() !== "") {
+        main.innerHTML = html;
+        draws++;
+        main.dataset.draws = String(draws);
+      }
+    } catch (e) {
+      say("reconnecting…");
+    } finally {
+      drawing = false;
+      if (again) { again = false; schedule(); }
+    }
+  }
+  function schedule() {
+    if (!timer) timer = setTimeout(() => { timer = 0; draw(); }, wait);
+  }
+
+  async function listen() {
+    for (;;) {
+      try {
+        const resp = await fetch(stream, {headers: auth(), cache: "no-store"});
+        if (!resp.ok) {
+          const body = await resp.json().catch(() => ({}));
+          say("not live: " + ((body.error || {}).message || resp.status));
+          if (resp.status === 401) sessionStorage.removeItem(KEY);
+          await new Promise(ok => setTimeout(ok, 5000));
+          continue;
+        }
+        say("live");
+        const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        for (;;) {
+          const {value, done} = await reader.read();
+          if (done) break;
+          buf += value;
+          let i;
+          while ((i = buf.indexOf("\n\n")) >= 0) {
+            const block = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            if (/^event: (record|round)$/m.test(block)) schedule();
+          }
+        }
+      } catch (e) {
+        // The stream broke (the gateway restarted, the network went):
+        // follow again.
+      }
+      say("reconnecting…");
+      await new Promise(ok => setTimeout(ok, 2000));
+    }
+  }
+  // With a token the server's first paint was the public's: draw again
+  // as the token's holder at once.
+  if (token()) draw();
+  listen();
+})();
