@@ -21,7 +21,13 @@ MODULES := $(shell sed -n 's|^[[:space:]]*\./||p' go.work)
 BIN     := $(CURDIR)/bin
 DATA    ?= $(CURDIR)/.data/arena
 
-.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox deps-browser build vet test bench bench-all run clean
+.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox deps-browser build vet test chaos bench bench-all run clean
+
+# deploy/check holds docker-compose.yml and deploy/kubernetes to the
+# binaries with compose-go and the Kubernetes API types. It is outside
+# go.work, built on its own (GOWORK=off), so that those libraries' many
+# dependencies never change the versions the services build with.
+DEPLOY_CHECK := deploy/check
 
 all: build
 
@@ -78,6 +84,7 @@ build: deps-chdb
 vet:
 	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go vet $$m"; (cd $$m && go vet ./...); done
 	@echo "go vet -tags embedded tools/arena"; cd tools/arena && go vet -tags embedded ./...
+	@echo "go vet $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off go vet ./...
 
 # The clickhouse-go adapter must be tested against a real server, the code
 # sandbox and the pages in a browser for real, on every run:
@@ -87,6 +94,19 @@ vet:
 test: deps vet
 	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 LOWBARENA_REQUIRE_BROWSER=1 LOWBARENA_SCREENSHOTS=$(CURDIR)/.data/screenshots go test -count=1 -timeout 15m ./...); done
 	@echo "go test -tags embedded tools/arena (arena up's own tests)"; cd tools/arena && go test -count=1 -timeout 15m -tags embedded -run '^TestUp' .
+	@echo "go test $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off go test -count=1 ./...
+
+# The cluster under many faults (tools/cluster's TestCluster with 200
+# kills; `make test` runs it with 20): it prints the fault table, and
+# writes it to $(CHAOS_REPORT). CHAOS_SEED replays a run.
+CHAOS_KILLS  ?= 200
+CHAOS_SEED   ?=
+CHAOS_REPORT ?= $(CURDIR)/.data/chaos.md
+chaos: deps
+	mkdir -p $(dir $(CHAOS_REPORT))
+	cd tools/cluster && LOWBARENA_CLUSTER_KILLS=$(CHAOS_KILLS) LOWBARENA_CLUSTER_SEED=$(CHAOS_SEED) LOWBARENA_CLUSTER_REPORT=$(CHAOS_REPORT) \
+		go test -count=1 -timeout 120m -v -run '^TestCluster$$' . | grep --line-buffered -v '^=== \|kill [0-9]*/'
+	@cat $(CHAOS_REPORT)
 
 # One table: each path of the arena beside its raw floor, measured in the same
 # run (tools/bench/table.sh). bench-all runs every benchmark of the modules.

@@ -148,6 +148,52 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	require.Equal(t, 24*time.Hour, before[events.StreamArena].Duplicates)
 }
 
+// TestCheckStream: a service set for another cluster than the one it
+// reaches (another replica count, an ARENA stream made by something
+// else) is refused with stream_config_mismatch, and the stream is left
+// as it was.
+func TestCheckStream(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// made is the ARENA stream found; nil: the arena's own, R1.
+		made    *jetstream.StreamConfig
+		service bus.Topology
+		want    error
+		detail  string
+	}{
+		{"the arena's stream", nil, bus.Topology{Replicas: 1}, nil, ""},
+		{"a service set for R3 on a one-node arena", nil, bus.Topology{Replicas: 3}, bus.ErrStreamMismatch, "1 replicas, want 3"},
+		{"another system's ARENA", &jetstream.StreamConfig{Name: events.StreamArena, Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage},
+			bus.Topology{Replicas: 1}, bus.ErrStreamMismatch, "subjects [orders.>]"},
+		{"a work queue where the log should be", &jetstream.StreamConfig{Name: events.StreamArena, Subjects: []string{events.SubjectRootArena + ".>"},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}, bus.Topology{Replicas: 1}, bus.ErrStreamMismatch, "retention WorkQueue"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := bustest.Server(t, "")
+			b, err := bus.New(bustest.Connect(t, s))
+			require.NoError(t, err)
+			ctx := tctx(t)
+			require.ErrorIs(t, bus.CheckStream(ctx, b.JetStream(), tc.service), bus.ErrNotProvisioned, "a bare server")
+			if tc.made == nil {
+				require.NoError(t, bus.Provision(ctx, b.JetStream(), bus.Topology{}))
+			} else {
+				_, err := b.JetStream().CreateStream(ctx, *tc.made)
+				require.NoError(t, err)
+			}
+			before := streamConfigs(t, b)[events.StreamArena]
+			err = bus.CheckStream(ctx, b.JetStream(), tc.service)
+			if tc.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorContains(t, err, bus.CodeStreamMismatch)
+			require.ErrorContains(t, err, tc.detail)
+			require.Equal(t, before, streamConfigs(t, b)[events.StreamArena], "the stream is left as it was")
+		})
+	}
+}
+
 func streamConfigs(t *testing.T, b *bus.Bus) map[string]jetstream.StreamConfig {
 	t.Helper()
 	out := map[string]jetstream.StreamConfig{}

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -155,6 +157,49 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		if err := placed(ctx, func() error { _, err := js.CreateOrUpdateObjectStore(ctx, os); return err }); err != nil {
 			return fmt.Errorf("bus: provision object store %s: %w", os.Bucket, err)
 		}
+	}
+	return nil
+}
+
+// CodeStreamMismatch is the code of ErrStreamMismatch.
+const CodeStreamMismatch = "stream_config_mismatch"
+
+// ErrStreamMismatch is returned when the ARENA stream exists but is not
+// the one the caller's Topology describes (its subjects, retention,
+// storage or replicas differ): a service started against the wrong
+// cluster, or set for another replica count than the operator
+// provisioned. It is never "fixed" by re-creating the stream, which would
+// lose the event log.
+var ErrStreamMismatch = errors.New(CodeStreamMismatch + ": the arena's event stream is not the one this service is set for")
+
+// CheckStream is CheckProvisioned that also holds the ARENA stream's
+// configuration to t's: subjects, retention, storage and replicas. It
+// reads the stream's info only (services may read nothing else).
+func CheckStream(ctx context.Context, js jetstream.JetStream, t Topology) error {
+	s, err := js.Stream(ctx, events.StreamArena)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return ErrNotProvisioned
+	}
+	if err != nil {
+		return fmt.Errorf("bus: look up stream %s: %w", events.StreamArena, err)
+	}
+	have := s.CachedInfo().Config
+	want := t.StreamConfigs()[0]
+	var diff []string
+	if !slices.Equal(have.Subjects, want.Subjects) {
+		diff = append(diff, fmt.Sprintf("subjects %v, want %v", have.Subjects, want.Subjects))
+	}
+	if have.Retention != want.Retention {
+		diff = append(diff, fmt.Sprintf("retention %s, want %s", have.Retention, want.Retention))
+	}
+	if have.Storage != want.Storage {
+		diff = append(diff, fmt.Sprintf("storage %s, want %s", have.Storage, want.Storage))
+	}
+	if have.Replicas != want.Replicas {
+		diff = append(diff, fmt.Sprintf("%d replicas, want %d", have.Replicas, want.Replicas))
+	}
+	if len(diff) > 0 {
+		return fmt.Errorf("%w: %s has %s", ErrStreamMismatch, events.StreamArena, strings.Join(diff, "; "))
 	}
 	return nil
 }

@@ -3,13 +3,14 @@
 // beside its campaign's BF16 reference on one pod and replays it under its
 // budget, then publishes the record's efficiency block.
 //
-//	efficiency --nats nats://nats:4222 --campaigns /etc/lowbarena/campaigns
+//	efficiency --nats nats://nats:4222 --store clickhouse://ch:9000/lowbarena --campaigns /etc/lowbarena/campaigns
 package main
 
 import (
 	"os"
 
 	"github.com/lowbarena/lowbarena/services/efficiency/service"
+	_ "github.com/lowbarena/lowbarena/services/store/clickhouse"
 )
 
 func main() { service.Component().Main(os.Args[1:]) }

@@ -203,6 +203,15 @@ func TestStartWithCredentials(t *testing.T) {
 		require.NoError(t, err, name)
 	}
 
+	// A service set for a three-node cluster, started against this
+	// one-node arena, refuses to start and says why.
+	r3 := cfg(access.Score, ProvisionAuto)
+	r3.Replicas = 3
+	_, err = Start(ctx, r3, WithLogOutput(io.Discard), WithoutTelemetry())
+	require.ErrorIs(t, err, bus.ErrStreamMismatch)
+	require.ErrorContains(t, err, "1 replicas, want 3")
+	require.ErrorContains(t, err, EnvReplicas)
+
 	// Then the service starts as its own user.
 	rt, err := Start(ctx, cfg(access.Score, ProvisionAuto), WithLogOutput(io.Discard), WithoutTelemetry())
 	require.NoError(t, err)

@@ -105,7 +105,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 		if err = provision(pctx, rt.Bus, cfg.Replicas); err != nil {
 			return nil, err
 		}
-	} else if err = checkProvisioned(pctx, rt.Bus); err != nil {
+	} else if err = checkProvisioned(pctx, rt.Bus, cfg.Replicas); err != nil {
 		return nil, err
 	}
 	if o.store != nil {
@@ -116,6 +116,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 			return nil, fmt.Errorf("runtime: open store: %w", err)
 		}
 		rt.Log.Info("store open", "engine", rt.Store.Engine())
+		// A server that is down for a while (a restart, a failover) is
+		// waited for inside each call, so that the service's handlers
+		// keep their messages instead of spending their deliveries.
+		rt.Store = store.Retrying(rt.Store, store.RetryOptions{Log: rt.Log})
 	}
 	return rt, nil
 }
@@ -146,13 +150,21 @@ func provision(ctx context.Context, b *bus.Bus, replicas int) error {
 	return nil
 }
 
-// checkProvisioned requires the ARENA stream to exist: a service that
-// connects as a user of the permission table does not create it.
-func checkProvisioned(ctx context.Context, b *bus.Bus) error {
-	err := b.Guard(ctx, func(ctx context.Context) error { return bus.CheckProvisioned(ctx, b.JetStream()) },
-		"$JS.API.STREAM.INFO.>")
+// checkProvisioned requires the ARENA stream to exist, as this service
+// is set for it (replicas): a service that connects as a user of the
+// permission table does not create it, and one that finds another
+// stream (the wrong cluster, another replica count) refuses to start
+// rather than work on it or re-create it (stream_config_mismatch).
+func checkProvisioned(ctx context.Context, b *bus.Bus, replicas int) error {
+	err := b.Guard(ctx, func(ctx context.Context) error {
+		return bus.CheckStream(ctx, b.JetStream(), bus.Topology{Replicas: replicas})
+	}, "$JS.API.STREAM.INFO.>")
 	if errors.Is(err, bus.ErrNotProvisioned) {
 		return fmt.Errorf("%w: start the arena (`arena up`) or provision it as the operator (any service binary's `provision` command with the operator's credentials) first", ErrNotProvisioned)
+	}
+	if errors.Is(err, bus.ErrStreamMismatch) {
+		return fmt.Errorf("runtime: %w (is %s the arena's cluster? this service is set for %d replicas, %s; the operator's `provision` sets the streams, and nothing re-creates them)",
+			err, EnvNATSURL, replicas, EnvReplicas)
 	}
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)

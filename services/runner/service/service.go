@@ -63,6 +63,10 @@ type Options struct {
 	Store store.Store
 	// Hub reads checkpoints by reference from their repositories.
 	Hub hub.Options
+	// RowsWait bounds how long a job's outcome waits for its telemetry
+	// and request rows to be written (the store may be out of reach);
+	// default 10 min. The job's message is kept meanwhile (heartbeats).
+	RowsWait time.Duration
 	// CacheBytes caps the pod's cache of checkpoints by reference in
 	// WorkDir/cache (default DefaultCacheBytes), shared by every runner
 	// whose WorkDir is the same folder.
@@ -111,6 +115,9 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	}
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.RowsWait <= 0 {
+		o.RowsWait = 10 * time.Minute
 	}
 	o.Hub.Log = log
 	cache, err := staging.Open(staging.Options{Dir: cacheDir(o.WorkDir), MaxBytes: o.CacheBytes, Hub: hub.New(o.Hub), Log: log})
@@ -253,15 +260,24 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 
 	jr := s.opts.Job
 	var seq atomic.Uint64
-	jr.Samples = func(ctx context.Context, phase string, b []telemetry.Sample) error {
-		return s.samples(ctx, req, run+"/"+phase, &seq, b)
+	// Telemetry and request rows go through the job's writer, in the
+	// background: a store that is out of reach stalls neither the
+	// sampler nor the workloads. They are all written (or the wait has
+	// passed) before the job's outcome is published.
+	rows := newRowWriter(s.log.With("job", req.JobID))
+	jr.Samples = func(_ context.Context, phase string, b []telemetry.Sample) error {
+		rows.add(func(ctx context.Context) error { return s.samples(ctx, req, run+"/"+phase, &seq, b) })
+		return nil
 	}
-	jr.Requests = func(ctx context.Context, phase string, res loadgen.Result) error {
-		return s.requests(ctx, req, run+"/"+phase, res, jr.NVML == nil)
+	simulated := jr.NVML == nil
+	jr.Requests = func(_ context.Context, phase string, res loadgen.Result) error {
+		rows.add(func(ctx context.Context) error { return s.requests(ctx, req, run+"/"+phase, res, simulated) })
+		return nil
 	}
 	jr.Progress = func(phase string, done, total int) { progress(phase, done, total, "") }
 	env.Job = &jr
 	res, err := work.run(ctx, env)
+	s.flushRows(ctx, rows, req.JobID)
 	switch {
 	case ctx.Err() != nil:
 		// The engine is already stopped (Serve stops it on every path);
@@ -292,6 +308,19 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 	s.log.Info("job completed", append([]any{"job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "gpu_hours", done.GPUHours}, res.Attrs...)...)
 	return bus.Ack()
+}
+
+// flushRows waits until the job's rows are written: up to
+// Options.RowsWait, or a few seconds for a runner that is stopping.
+func (s *Service) flushRows(ctx context.Context, w *rowWriter, job string) {
+	wait := s.opts.RowsWait
+	if ctx.Err() != nil {
+		wait = 5 * time.Second
+	}
+	ok, dropped, failed := w.flush(wait)
+	if !ok || dropped > 0 || failed > 0 {
+		s.log.Warn("job rows incomplete", "job", job, "all_written", ok, "batches_dropped", dropped, "batches_failed", failed)
+	}
 }
 
 // prefix keeps the context the job added before a failure's own message

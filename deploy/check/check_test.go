@@ -1,0 +1,134 @@
+package check
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDeployment holds the repository's docker-compose.yml, Kubernetes
+// manifests and NATS Helm values to the binaries: no problem.
+func TestDeployment(t *testing.T) {
+	bins := Binaries()
+	require.Len(t, bins, 8, "the eight service binaries")
+	require.True(t, bins["runner"].Flags["ack-wait"], "flags are read from the components")
+	require.True(t, bins["contract"].Env["LOWBARENA_CAMPAIGNS"], "variables are read from the flags' usage")
+	require.False(t, bins["runner"].Env["LOWBARENA_CAMPAIGNS"])
+
+	p, err := LoadCompose(context.Background(), "../../docker-compose.yml")
+	require.NoError(t, err)
+	require.Empty(t, Compose(p, bins).String(), "docker-compose.yml")
+
+	objs, ps, err := DecodeManifests("../kubernetes")
+	require.NoError(t, err)
+	require.Empty(t, ps.String(), "strict decoding")
+	require.Empty(t, Kubernetes(objs, bins).String(), "deploy/kubernetes")
+
+	raw, err := os.ReadFile("../kubernetes/nats-values.yaml")
+	require.NoError(t, err)
+	ps, err = NATSValues(raw)
+	require.NoError(t, err)
+	require.Empty(t, ps.String(), "nats-values.yaml")
+}
+
+// edit returns file's text with old replaced by new, once; it fails when
+// old is not there once, so that a case cannot silently stop testing.
+func edit(t *testing.T, file, old, new string) []byte {
+	raw, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(raw), old), "%s holds %q once", file, old)
+	return []byte(strings.Replace(string(raw), old, new, 1))
+}
+
+// TestComposeRefuses: a compose file that drifted from the binaries is
+// refused with the problem's code.
+func TestComposeRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name, old, new string
+		// code lists the codes wanted, space-separated.
+		code    string
+		loadErr string
+	}{
+		{"a variable no binary reads", "      LOWBARENA_BUILD_WORK: /work", "      LOWBARENA_BUILD_WORK: /work\n      LOWBARENA_BULID_WORK: /work", CodeUnknownEnv, ""},
+		{"a flag the binary has not", `command: ["provision"]`, `command: ["provision", "--replica", "3"]`, CodeUnknownFlag, ""},
+		{"another service's credentials", "env_file: [deploy/secrets/score.env]", "env_file: [deploy/secrets/round.env]", CodeWrongCredentials, ""},
+		{"a service that names no binary", "args: {SERVICE: score}", "args: {SERVICE: scoring}", CodeUnknownBinary + " " + CodeMissingService, ""},
+		{"the campaigns on no volume", "      LOWBARENA_CAMPAIGNS: /campaigns\n      LOWBARENA_POD", "      LOWBARENA_CAMPAIGNS: /elsewhere\n      LOWBARENA_POD", CodeMissingVolume, ""},
+		{"an unknown field", "    ulimits:", "    ulimit:", "", "ulimit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "docker-compose.yml")
+			require.NoError(t, os.WriteFile(file, edit(t, "../../docker-compose.yml", tc.old, tc.new), 0o644))
+			p, err := LoadCompose(context.Background(), file)
+			if tc.loadErr != "" {
+				require.ErrorContains(t, err, tc.loadErr)
+				return
+			}
+			require.NoError(t, err)
+			ps := Compose(p, Binaries())
+			require.ElementsMatch(t, strings.Fields(tc.code), ps.Codes(), ps.String())
+		})
+	}
+}
+
+// TestKubernetesRefuses: a manifest that drifted from the binaries, or
+// that the API types do not hold, is refused with the problem's code.
+func TestKubernetesRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		// code lists the codes wanted, space-separated: the problem
+		// made and what follows from it.
+		name, file, old, new, code string
+	}{
+		{"an unknown field", "runner.yaml", "          resources:\n", "          resource:\n", CodeUnknownField + " " + CodeMissingService},
+		{"a field twice", "clickhouse.yaml", "  serviceName: clickhouse\n", "  serviceName: clickhouse\n  serviceName: ch\n", CodeUnknownField},
+		{"an unknown kind", "namespace.yaml", "kind: Namespace", "kind: Namespaces", CodeUnknownKind},
+		{"no GPU for the runner", "runner.yaml", "              nvidia.com/gpu: 1\n", "              cpu: 1\n", CodeNoGPU},
+		{"a variable the runner does not read", "runner.yaml", "            - {name: LOWBARENA_RUNNER_WORK, value: /work}\n",
+			"            - {name: LOWBARENA_RUNNER_WORK, value: /work}\n            - {name: LOWBARENA_CAMPAIGNS, value: /campaigns}\n", CodeUnknownEnv},
+		{"a flag the runner has not", "runner.yaml", "args: [--ack-wait, 30s]", "args: [--ackwait, 30s]", CodeUnknownFlag},
+		{"the operator's seed in a service", "services.yaml", "secretRef: {name: lowbarena-nkey-score}", "secretRef: {name: lowbarena-nkey-operator}", CodeWrongCredentials},
+		{"a selector that owns no pod", "runner.yaml", "    matchLabels: {app: runner}", "    matchLabels: {app: runners}", CodeSelector},
+		{"the work folder on no volume", "runner.yaml", "            - {name: work, mountPath: /work}\n", "", CodeMissingVolume},
+		{"R1 streams on a cluster", "services.yaml", `LOWBARENA_REPLICAS: "3"`, `LOWBARENA_REPLICAS: "1"`, CodeMissingEnv},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			files, err := filepath.Glob("../kubernetes/*.yaml")
+			require.NoError(t, err)
+			for _, f := range files {
+				raw, err := os.ReadFile(f)
+				require.NoError(t, err)
+				if filepath.Base(f) == tc.file {
+					raw = edit(t, f, tc.old, tc.new)
+				}
+				require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), raw, 0o644))
+			}
+			objs, ps, err := DecodeManifests(dir)
+			require.NoError(t, err)
+			ps = append(ps, Kubernetes(objs, Binaries())...)
+			require.ElementsMatch(t, strings.Fields(tc.code), ps.Codes(), "only the problem made, and what follows from it: %s", ps.String())
+		})
+	}
+}
+
+// TestNATSValuesRefuses: Helm values that would not make the arena's
+// cluster are refused.
+func TestNATSValuesRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, old, new string }{
+		{"one node", "    replicas: 3", "    replicas: 1"},
+		{"no JetStream", "  jetstream:\n    enabled: true", "  jetstream:\n    enabled: false"},
+		{"a user's key missing", "    LOWBARENA_NKEY_ROUND:", "    LOWBARENA_NKEY_RUND:"},
+		{"no auth.conf", "    $include: ../lowbarena-auth/auth.conf\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ps, err := NATSValues(edit(t, "../kubernetes/nats-values.yaml", tc.old, tc.new))
+			require.NoError(t, err)
+			require.Equal(t, []string{CodeNATS}, ps.Codes())
+		})
+	}
+}

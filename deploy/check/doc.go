@@ -1,0 +1,12 @@
+// Package check holds the arena's deployment files to its binaries, here,
+// without Docker or a Kubernetes cluster: docker-compose.yml as Docker
+// Compose itself reads it (compose-go), the manifests of
+// deploy/kubernetes decoded strictly with the Kubernetes API types
+// (client-go's scheme; an unknown or duplicated field is refused), and
+// NATS's Helm values. Every service's image, command, environment,
+// credentials and volumes must match what its binary reads: its flags and
+// the environment variables its flags name.
+//
+// It is its own module so that the services never link compose-go or
+// the Kubernetes API.
+package check

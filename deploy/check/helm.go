@@ -1,0 +1,57 @@
+package check
+
+import (
+	"fmt"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/lowbarena/lowbarena/events/access"
+)
+
+// natsValues is the part of the NATS Helm chart's values the arena
+// depends on.
+type natsValues struct {
+	Config struct {
+		Cluster struct {
+			Enabled  bool `json:"enabled"`
+			Replicas int  `json:"replicas"`
+		} `json:"cluster"`
+		JetStream struct {
+			Enabled bool `json:"enabled"`
+		} `json:"jetstream"`
+		Merge map[string]any `json:"merge"`
+	} `json:"config"`
+	Container struct {
+		Env map[string]any `json:"env"`
+	} `json:"container"`
+}
+
+// NATSValues holds NATS's Helm values (deploy/kubernetes/nats-values.yaml)
+// to what the arena needs: three clustered nodes with JetStream (its
+// streams are R3), auth.conf included, and every user's public key
+// (LOWBARENA_NKEY_<USER>, events/access) in the nodes' environment: a
+// missing one stops the node at start.
+func NATSValues(raw []byte) (Problems, error) {
+	var v natsValues
+	if err := yaml.Unmarshal(raw, &v); err != nil {
+		return nil, fmt.Errorf("check: nats-values.yaml: %w", err)
+	}
+	var ps Problems
+	const where = "nats-values.yaml"
+	if !v.Config.Cluster.Enabled || v.Config.Cluster.Replicas != 3 {
+		ps.add(CodeNATS, where, "config.cluster must be enabled with 3 replicas (the arena's streams are R3), got enabled=%v replicas=%d",
+			v.Config.Cluster.Enabled, v.Config.Cluster.Replicas)
+	}
+	if !v.Config.JetStream.Enabled {
+		ps.add(CodeNATS, where, "config.jetstream.enabled must be true")
+	}
+	if _, ok := v.Config.Merge["$include"]; !ok {
+		ps.add(CodeNATS, where, "config.merge must $include auth.conf (deploy/nats/auth.conf): without it every user is refused")
+	}
+	for _, u := range access.Names() {
+		if _, ok := v.Container.Env[access.EnvPublicKey(u)]; !ok {
+			ps.add(CodeNATS, where, "container.env lacks %s: auth.conf reads user %s's public key from it", access.EnvPublicKey(u), u)
+		}
+	}
+	return ps, nil
+}
