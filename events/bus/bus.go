@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
@@ -211,7 +212,7 @@ func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, er
 	var ack *jetstream.PubAck
 	err = b.Guard(ctx, func(ctx context.Context) error {
 		var err error
-		ack, err = b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(spec.Stream))
+		ack, err = b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(spec.Stream), leaderWaitWait, leaderWaitAttempts)
 		return err
 	}, subject)
 	if err != nil {
@@ -243,6 +244,19 @@ func (b *Bus) PublishNew(ctx context.Context, id string, t events.Type, source, 
 	}
 	return b.Publish(ctx, e)
 }
+
+// A stream without a leader (a node of the cluster restarted, an
+// election under way) answers no publish: the client asks again every
+// 250 ms for up to 15 s (bounded by the caller's context) before it gives
+// ErrNoStreamResponse, instead of nats.go's default of half a second.
+// Asking again is safe: nobody received the message, and its Nats-Msg-Id
+// would deduplicate it if anybody had. Without this, a runner's job
+// burned its deliveries on "no response from stream" while the cluster
+// elected a leader, and was dead-lettered (TestCluster).
+var (
+	leaderWaitWait     = jetstream.WithRetryWait(250 * time.Millisecond)
+	leaderWaitAttempts = jetstream.WithRetryAttempts(60)
+)
 
 // publishedAttrs returns the metric attributes of a published event, made
 // once per type and duplicate flag.

@@ -538,7 +538,7 @@ func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Ms
 	msg.Header.Set(ce.HeaderMsgID, "dlq:"+cfg.Name+":"+meta.Stream+":"+strconv.FormatUint(meta.Sequence.Stream, 10))
 	msg.Data = m.Data()
 	if err := b.Guard(ctx, func(ctx context.Context) error {
-		_, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(events.StreamDLQ))
+		_, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(events.StreamDLQ), leaderWaitWait, leaderWaitAttempts)
 		return err
 	}, msg.Subject); err != nil {
 		b.log.Error("dead-letter publish failed; message returned to the server", "consumer", cfg.Name, "reason", reason, "err", err)
