@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -9,43 +10,81 @@ import (
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
 
-// BenchmarkLoadgenDrivesSimengine runs the arena's load generator against
-// the simulated engine in process, 32 requests at once, and reports the
-// rate it measured beside the rate the engine's roofline allows for a full
-// batch (about 32,000 tokens/s here, over ten times the fixtures' serve
-// rates of 1,762 and 2,801 tokens/s). The gap between the two is the
-// engine's own: its sleeps overshoot on a loaded machine and prefill steps
-// are slower; the generator's own ceiling is BenchmarkClientTokens in
-// services/runner/loadgen (about 200,000 tokens/s).
-func BenchmarkLoadgenDrivesSimengine(b *testing.B) {
+// benchPlan is an 8B-class model at BF16 on an H200: about 16.4 GB of
+// weights and 144 KiB of KV per token, so a decode step takes about
+// 3.4 ms of memory time plus 0.5 ms of overhead, the pace the arena's
+// simulated serve runs at.
+func benchPlan(tb testing.TB) Plan {
 	p, err := NewPlan(PlanInput{
-		GPU: GPUs["h200"], Config: ModelConfig{Layers: 2, KVHeads: 2, HeadDim: 16, MaxPos: 4096},
-		Weights: Weights{Bytes: 1 << 20, Params: 1 << 19}, StepOverhead: time.Millisecond,
+		GPU: GPUs["h200"], Config: ModelConfig{Layers: 36, KVHeads: 8, HeadDim: 128, MaxPos: 32768},
+		Weights: Weights{Bytes: 16.4e9, Params: 8.2e9}, StepOverhead: time.Millisecond / 2,
 	})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	sched := NewScheduler(p, 64)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go sched.Run(ctx)
-	s := &Server{Plan: p, Sched: sched, ModelID: "tiny", StartupSeconds: 0}
-	s.SetReady()
-	ts := newBenchServer(b, s)
-	c := &loadgen.Client{BaseURL: ts, Model: "tiny"}
-	w := loadgen.Workload{Name: "serve", Concurrency: 32, Requests: 64, PromptWords: 8, MaxTokens: 64}
-	var measured float64
-	for b.Loop() {
-		r, err := c.Run(ctx, w)
-		if err != nil {
-			b.Fatal(err)
+	return p
+}
+
+// rooflineSeconds is the time the roofline allows a closed-loop workload
+// of waves of c requests that start together, each with prompt tokens and
+// maxTokens to generate: every wave's first step prefills all c prompts
+// and yields one token each; step k then runs c sequences holding
+// c*(prompt+k) tokens of context. It is computed from StepTime alone, not
+// from what the scheduler ran.
+func rooflineSeconds(p Plan, c, requests int, prompt, maxTokens int64) float64 {
+	var wave time.Duration
+	for k := int64(0); k < maxTokens; k++ {
+		pre := int64(0)
+		if k == 0 {
+			pre = int64(c) * prompt
 		}
-		measured = r.Rate
+		wave += p.StepTime(c, int64(c)*(prompt+k), pre)
 	}
-	allowed := 32 / p.StepTime(32, 32*40, 0).Seconds()
-	b.ReportMetric(measured, "measured_tokens/s")
-	b.ReportMetric(allowed, "roofline_tokens/s")
-	b.ReportMetric(measured/allowed, "measured/roofline")
+	return wave.Seconds() * float64(requests/c)
+}
+
+// BenchmarkLoadgenDrivesSimengine runs the arena's load generator against
+// the simulated engine in process at concurrency 1, 32 and 64 and reports
+// the rate it measured beside the rate the engine's roofline allows for
+// the same workload (rooflineSeconds), and beside the roofline time of the
+// steps the scheduler actually ran (measured/busy: pacing alone). Before
+// the scheduler kept a virtual clock, every step's sleep overshoot added
+// to the run and measured/roofline was about 0.58 at concurrency 32.
+func BenchmarkLoadgenDrivesSimengine(b *testing.B) {
+	for _, c := range []int{1, 32, 64} {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+			p := benchPlan(b)
+			sched := NewScheduler(p, 64)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go sched.Run(ctx)
+			s := &Server{Plan: p, Sched: sched, ModelID: "tiny", StartupSeconds: 0}
+			s.SetReady()
+			ts := newBenchServer(b, s)
+			cl := &loadgen.Client{BaseURL: ts, Model: "tiny"}
+			requests := 2 * c
+			if c == 1 {
+				requests = 4
+			}
+			w := loadgen.Workload{Name: "serve", Concurrency: c, Requests: requests, PromptWords: 8, MaxTokens: 64}
+			var r loadgen.Result
+			var busy time.Duration
+			for b.Loop() {
+				before := sched.Busy()
+				var err error
+				if r, err = cl.Run(ctx, w); err != nil {
+					b.Fatal(err)
+				}
+				busy = sched.Busy() - before
+			}
+			prompt := r.Samples[0].PromptTokens
+			allowed := float64(r.OutputTokens) / rooflineSeconds(p, c, requests, int64(prompt), 64)
+			b.ReportMetric(r.Rate, "measured_tokens/s")
+			b.ReportMetric(allowed, "roofline_tokens/s")
+			b.ReportMetric(r.Rate/allowed, "measured/roofline")
+			b.ReportMetric(r.Rate/(float64(r.OutputTokens)/busy.Seconds()), "measured/busy")
+		})
+	}
 }
 
 func newBenchServer(b *testing.B, s *Server) string {

@@ -6,8 +6,10 @@
 //
 // Model: weights = TensorBytes*scale; KV per token = 2*layers*kv_heads*
 // head_dim*bytes_per_element*kv_scale (kv_scale defaults to scale); other = 1.5 GiB; the KV pool is the rest
-// of the cap. A decode step of b sequences takes max(memory, compute) +
-// overhead (see Plan.StepTime); params are the tensors' element count, with
+// of the cap. A step of b sequences, with the prompts admitted in it
+// prefilled alongside, takes max(memory, compute) + overhead (see
+// Plan.StepTime); steps are paced on a virtual clock so that timer
+// overshoot does not accumulate (see Scheduler); params are the tensors' element count, with
 // integer (packed 4-bit) tensors counted as two parameters per byte. Prompt
 // tokens are ceil(len(text)/4) bytes (chat: message contents joined by
 // newlines). load_seconds is reported as half of --startup-seconds.
