@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/lowbarena/lowbarena/services/domain/examples"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
 
@@ -91,4 +93,73 @@ func newBenchServer(b *testing.B, s *Server) string {
 	ts := httptest.NewServer(s.Handler())
 	b.Cleanup(ts.Close)
 	return ts.URL
+}
+
+// BenchmarkFullSizeServe serves the example BF16, FP8, INT4 and NVFP4
+// checkpoints as full-size Qwen3-8B (the example campaign's
+// --source-config) with the KV dtype each declares, drives each with the
+// load generator's serve workload (32 at once, 128-word prompts, 64
+// tokens), and reports each quantized rate over BF16's, measured in the
+// same iteration, beside the same ratio of the workload's roofline
+// (rooflineSeconds, prefill included).
+func BenchmarkFullSizeServe(b *testing.B) {
+	dir := b.TempDir()
+	if _, err := examples.Write(dir); err != nil {
+		b.Fatal(err)
+	}
+	full, err := ReadSourceArch(examples.SourceShapes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := []string{"bf16-reference", "fp8-w8a8", "int4-w4a16-g32", "nvfp4-w4a4"}
+	kv := map[string]string{"bf16-reference": "auto", "fp8-w8a8": "fp8", "int4-w4a16-g32": "fp8", "nvfp4-w4a4": "fp8"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clients := map[string]*loadgen.Client{}
+	plans := map[string]Plan{}
+	for _, name := range names {
+		ck := filepath.Join(dir, examples.SubmissionsDir, name)
+		m, err := LoadCheckpoint(ck)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fs, err := FullSizeOf(ck, m, full)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := NewPlan(PlanInput{GPU: GPUs["h200"], Config: ModelConfig{Layers: full.Layers, KVHeads: full.KVHeads, HeadDim: full.HeadDim, MaxPos: full.MaxPos},
+			Weights: fs.Weights, KVDType: kv[name], StepOverhead: time.Millisecond / 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		plans[name] = p
+		sched := NewScheduler(p, 256)
+		go sched.Run(ctx)
+		s := &Server{Plan: p, Sched: sched, ModelID: name}
+		s.SetReady()
+		clients[name] = &loadgen.Client{BaseURL: newBenchServer(b, s), Model: name}
+	}
+	w := loadgen.Workload{Name: "serve", Concurrency: 32, Requests: 64, PromptWords: 128, MaxTokens: 64}
+	rates, roofline := map[string]float64{}, map[string]float64{}
+	for b.Loop() {
+		for _, name := range names {
+			r, err := clients[name].Run(ctx, w)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rates[name] = r.Rate
+			prompt := int64(r.Samples[0].PromptTokens)
+			roofline[name] = float64(r.OutputTokens) / rooflineSeconds(plans[name], w.Concurrency, w.Requests, prompt, int64(w.MaxTokens))
+		}
+	}
+	// The workload's roofline ratio counts its prefill steps, compute
+	// bound and the same for every format (one BF16 FLOP rate), so it is
+	// narrower than a decode step's ratio.
+	b.ReportMetric(roofline["fp8-w8a8"]/roofline["bf16-reference"], "fp8/bf16_roofline")
+	b.ReportMetric(roofline["int4-w4a16-g32"]/roofline["bf16-reference"], "int4/bf16_roofline")
+	b.ReportMetric(roofline["nvfp4-w4a4"]/roofline["bf16-reference"], "nvfp4/bf16_roofline")
+	b.ReportMetric(rates["bf16-reference"], "bf16_tokens/s")
+	b.ReportMetric(rates["fp8-w8a8"]/rates["bf16-reference"], "fp8/bf16")
+	b.ReportMetric(rates["int4-w4a16-g32"]/rates["bf16-reference"], "int4/bf16")
+	b.ReportMetric(rates["nvfp4-w4a4"]/rates["bf16-reference"], "nvfp4/bf16")
 }
