@@ -6,8 +6,13 @@
 //
 // Model: weights = TensorBytes*scale; KV per token = 2*layers*kv_heads*
 // head_dim*bytes_per_element*kv_scale (kv_scale defaults to scale); other = 1.5 GiB; the KV pool is the rest
-// of the cap. A decode step of b sequences takes max(memory, compute) +
-// overhead (see Plan.StepTime); params are the tensors' element count, with
+// of the cap. With --source-config (the full-size source model's shapes)
+// weights are instead, for each tensor role, the full-size parameters of
+// that role times the bytes per parameter the checkpoint stores the role
+// in (see FullSizeWeights), and KV takes the full-size layers and heads. A step of b sequences, with the prompts admitted in it
+// prefilled alongside, takes max(memory, compute) + overhead (see
+// Plan.StepTime); steps are paced on a virtual clock so that timer
+// overshoot does not accumulate (see Scheduler); params are the tensors' element count, with
 // integer (packed 4-bit) tensors counted as two parameters per byte. Prompt
 // tokens are ceil(len(text)/4) bytes (chat: message contents joined by
 // newlines). load_seconds is reported as half of --startup-seconds.
@@ -31,6 +36,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -56,6 +62,8 @@ func run(args []string, stderr io.Writer) int {
 	gpuKey := fs.String("gpu", "h200", "simulated GPU: h200|h100")
 	scale := fs.Float64("scale", 1, "pretend the model is this many times larger in every byte")
 	kvScale := fs.Float64("kv-scale", 0, "multiply the KV bytes per token by this instead of --scale (0: same as --scale)")
+	sourceCfg := fs.String("source-config", "", "the full-size source model's shapes, a config.json path or inline key=value pairs in its names "+
+		"(hidden_size=4096,num_hidden_layers=36,...): weights and KV are then those of the full-size model stored as the checkpoint stores each tensor role, and --scale and --kv-scale are ignored")
 	startupSec := fs.Float64("startup-seconds", 1.0, "time before /health turns 200")
 	overheadMS := fs.Float64("step-overhead-ms", 0.5, "fixed time per scheduler step")
 	seed := fs.Int64("seed", 0, "seed of the generated tokens")
@@ -105,10 +113,33 @@ func run(args []string, stderr io.Writer) int {
 		logf("ERROR", "%v", err)
 		return 1
 	}
-	plan, err := NewPlan(PlanInput{
+	in := PlanInput{
 		GPU: gpu, CapBytes: *capGiB * GiB, Config: m.Config, Weights: m.Weights,
 		KVDType: *kvDType, Scale: *scale, KVScale: *kvScale, StepOverhead: time.Duration(*overheadMS * float64(time.Millisecond)),
-	})
+	}
+	if *sourceCfg != "" {
+		full, err := ReadSourceArch(*sourceCfg)
+		if err != nil {
+			logf("ERROR", "--source-config: %v", err)
+			return 2
+		}
+		fs, err := FullSizeOf(*checkpoint, m, full)
+		if err != nil {
+			logf("ERROR", "%v", err)
+			return 1
+		}
+		in.Weights, in.Scale, in.KVScale = fs.Weights, 1, 1
+		in.Config = ModelConfig{Layers: full.Layers, KVHeads: full.KVHeads, Heads: full.Heads, HeadDim: full.HeadDim, Hidden: full.Hidden, MaxPos: full.MaxPos}
+		var roles []string
+		for _, r := range Roles {
+			if b, ok := fs.BytesPerParam[r]; ok {
+				roles = append(roles, fmt.Sprintf("%s %.4f", r, b))
+			}
+		}
+		logf("INFO", "full-size source model (hidden %d, %d layers, %d/%d heads, vocab %d): %.2f GiB of weights; bytes per parameter by role: %s",
+			full.Hidden, full.Layers, full.Heads, full.KVHeads, full.Vocab, fs.Weights.Bytes/GiB, strings.Join(roles, ", "))
+	}
+	plan, err := NewPlan(in)
 	var oom *OOMError
 	if errors.As(err, &oom) {
 		logf("ERROR", "%v", err)

@@ -233,19 +233,20 @@ func NewPlan(in PlanInput) (Plan, error) {
 // KVTokens is how many tokens the KV pool holds.
 func (p Plan) KVTokens() int64 { return int64(p.KVPoolBytes / p.KVBytesPerToken) }
 
-// StepTime is the roofline time of one decode step for a batch of b running
-// sequences holding ctxTokens tokens of context in total, with prefillTokens
-// prompt tokens of newly admitted sequences prefilled in the same step:
+// StepTime is the roofline time of one step for a batch of b running
+// sequences holding ctxTokens tokens of context in total, with
+// prefillTokens prompt tokens of newly admitted sequences prefilled in the
+// same step (a mixed batch, as chunked prefill runs it):
 // max(memory, compute) + overhead, where memory = (weights + KV of the
-// context) / bandwidth, compute = 2*params*b / flops, and prefill adds
-// 2*params*prefillTokens / flops.
+// context) / bandwidth and compute = 2*params*(b + prefillTokens) / flops.
+// The step reads the weights once for the decode and the prefill tokens
+// alike, so a short prompt rides a memory-bound step nearly free and a
+// long one makes it compute bound.
 func (p Plan) StepTime(b int, ctxTokens, prefillTokens int64) time.Duration {
 	mem := (p.WeightsBytes + p.KVBytesPerToken*float64(ctxTokens)) / p.GPU.Bandwidth
-	comp := 2 * p.Params * float64(b) / p.GPU.FLOPS
-	pre := 2 * p.Params * float64(prefillTokens) / p.GPU.FLOPS
-	sec := math.Max(mem, comp) + pre
-	if b == 0 {
-		sec = pre
+	comp := 2 * p.Params * float64(int64(b)+prefillTokens) / p.GPU.FLOPS
+	if b == 0 && prefillTokens == 0 {
+		return p.StepOverhead
 	}
-	return time.Duration(sec*float64(time.Second)) + p.StepOverhead
+	return time.Duration(math.Max(mem, comp)*float64(time.Second)) + p.StepOverhead
 }

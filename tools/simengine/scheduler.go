@@ -35,12 +35,56 @@ type Stats struct {
 	TotalTokens    int64
 }
 
+// Clock is the time source the scheduler's steps are paced by. The real
+// one is wall time; tests give a clock that overshoots every sleep.
+type Clock interface {
+	Now() time.Time
+	// SleepUntil returns at t or later, or false once ctx is done.
+	SleepUntil(ctx context.Context, t time.Time) bool
+}
+
+// wallClock is the real time.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+func (wallClock) SleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
+}
+
+// MaxLag bounds how far the scheduler's virtual clock may run behind wall
+// time and still be caught up: a step that ends later than this after its
+// deadline (a descheduled process, a stopped debugger) moves the clock to
+// now instead of racing through the backlog with zero-length steps.
+const MaxLag = 50 * time.Millisecond
+
 // Scheduler is a continuous-batching loop run in one goroutine: every step
-// it admits waiting sequences that fit (FIFO), sleeps for the step's
+// it admits waiting sequences that fit (FIFO), waits out the step's
 // roofline time, and gives every running sequence one token.
+//
+// Invariant (pacing): step k ends at the virtual time T_k = T_{k-1} +
+// StepTime(k), not at wall time + StepTime(k). A sleep that overshoots its
+// deadline therefore shortens the next step's sleep instead of adding to
+// the run, so over a busy period the delivered rate is the roofline's less
+// one overshoot, whatever each timer's error. The virtual clock restarts
+// at wall time when the engine goes idle (time without work is not owed)
+// and when it falls more than MaxLag behind.
 type Scheduler struct {
 	plan    Plan
 	maxSeqs int
+	// Clock paces the steps; nil means wall time.
+	Clock Clock
 	// Hang, when set, stops all generation once HangAfter tokens were
 	// generated in total (connections stay open).
 	Hang      bool
@@ -61,6 +105,11 @@ type Scheduler struct {
 	reserved float64
 	stats    Stats
 	wake     chan struct{}
+	// virtual is the end of the last step on the virtual clock; zero
+	// while idle. Only Run's goroutine touches it.
+	virtual time.Time
+	// busy is the sum of the steps' roofline times, under mu.
+	busy time.Duration
 }
 
 // NewScheduler returns a scheduler for the plan; call Run to start it.
@@ -105,12 +154,17 @@ func (r *Request) kvNeed(p Plan) float64 {
 
 // Run loops until ctx is done.
 func (s *Scheduler) Run(ctx context.Context) {
+	clock := s.Clock
+	if clock == nil {
+		clock = wallClock{}
+	}
 	for {
 		s.mu.Lock()
 		idle := len(s.running) == 0 && len(s.waiting) == 0
 		hung := s.Hang && s.stats.TotalTokens >= s.HangAfter
 		s.mu.Unlock()
 		if idle || hung {
+			s.virtual = time.Time{}
 			select {
 			case <-ctx.Done():
 				return
@@ -120,16 +174,29 @@ func (s *Scheduler) Run(ctx context.Context) {
 		}
 		d := s.prepareStep()
 		if d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
+			now := clock.Now()
+			if s.virtual.IsZero() || now.Sub(s.virtual) > MaxLag {
+				s.virtual = now
 			}
+			s.virtual = s.virtual.Add(d)
+			if !clock.SleepUntil(ctx, s.virtual) {
+				return
+			}
+		} else {
+			// No sequence ran (all cancelled): nothing to pace.
+			s.virtual = time.Time{}
 		}
 		s.finishStep()
 	}
+}
+
+// Busy is the roofline time of all steps run so far: the time the
+// simulated GPU was busy. Tokens over Busy is the rate the roofline allows
+// for the steps the scheduler actually ran.
+func (s *Scheduler) Busy() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.busy
 }
 
 // prepareStep drops cancelled sequences, admits waiting ones and returns
@@ -163,6 +230,7 @@ func (s *Scheduler) prepareStep() time.Duration {
 	if s.FastFactor > 0 && len(s.running) >= s.FastFrom {
 		d = time.Duration(float64(d) * s.FastFactor)
 	}
+	s.busy += d
 	return d
 }
 

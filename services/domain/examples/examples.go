@@ -310,12 +310,21 @@ func Write(dir string) ([]Example, error) {
 	return out, nil
 }
 
+// SourceShapes is the full-size model the tiny example stands in for,
+// Qwen3-8B, as its config.json gives its shapes, in the inline form of
+// simengine's --source-config. The campaign names it in its engine
+// command, so it travels with every job to whichever runner serves it.
+const SourceShapes = "hidden_size=4096,num_hidden_layers=36,num_attention_heads=32,num_key_value_heads=8,head_dim=128," +
+	"intermediate_size=12288,vocab_size=151936,tie_word_embeddings=false,max_position_embeddings=40960"
+
 // EngineCommand is the example campaign's engine: the simulated engine,
-// standing a 5 MB checkpoint in for an 8B model (x3000 every weight byte,
-// x144 the KV bytes per token: Qwen3-8B's 147,456 bytes per token in
-// BF16), on a simulated H200.
+// serving each 5 MB checkpoint as full-size Qwen3-8B (SourceShapes) on a
+// simulated H200: every tensor role (embeddings, lm_head, attention and
+// MLP projections, norms) takes Qwen3-8B's shapes at the bytes per
+// parameter the submitted checkpoint stores that role in, and the KV cache
+// Qwen3-8B's 36 layers of 8 KV heads of 128.
 const EngineCommand = "simengine --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}} " +
-	"--max-num-seqs {{.MaxNumSeqs}} --gpu-memory-gib {{.GPUMemoryGiB}} --scale 3000 --kv-scale 144 --startup-seconds 0.5"
+	"--max-num-seqs {{.MaxNumSeqs}} --gpu-memory-gib {{.GPUMemoryGiB}} --source-config " + SourceShapes + " --startup-seconds 0.5"
 
 // VLLMEngineCommand is the campaign engine to serve the checkpoints with
 // vLLM on a GPU (flags as vllm/engine/arg_utils.py and the CacheConfig it
