@@ -291,3 +291,25 @@ func Call[Rep any](ctx context.Context, nc *nats.Conn, subject string, req any) 
 	}
 	return rep, nil
 }
+
+// CallWaiting is Call, asked again while no service answers the subject,
+// for up to wait: a service that is restarting (a crash, a rolling
+// deploy, a node of the cluster electing its leaders) answers a moment
+// later, and a person's command should not fail for that moment. Only
+// ErrNoService is asked again: nobody received the request, so asking
+// again cannot do anything twice. Any other error, a refusal, or
+// ErrNoService past wait is returned as Call returns it.
+func CallWaiting[Rep any](ctx context.Context, nc *nats.Conn, subject string, req any, wait time.Duration) (Rep, error) {
+	deadline := time.Now().Add(wait)
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		rep, err := Call[Rep](ctx, nc, subject, req)
+		if !errors.Is(err, ErrNoService) || time.Now().Add(delay).After(deadline) {
+			return rep, err
+		}
+		select {
+		case <-ctx.Done():
+			return rep, err
+		case <-time.After(delay):
+		}
+	}
+}

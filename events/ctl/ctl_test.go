@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,4 +79,49 @@ func TestEndpointAndCall(t *testing.T) {
 	var p micro.Ping
 	require.NoError(t, json.Unmarshal(ping.Data, &p))
 	require.Equal(t, "echo", p.Name)
+}
+
+// TestCallWaiting: a call to a service that starts a moment later is
+// answered; one to a service that never comes gives ErrNoService once its
+// wait is over; a refusal is not asked again.
+func TestCallWaiting(t *testing.T) {
+	srv := bustest.Server(t, "")
+	nc := bustest.Connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var calls atomic.Int64
+	start := func() {
+		svc, err := micro.AddService(bustest.Connect(t, srv), micro.Config{Name: "late", Version: "1.0.0"})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = svc.Stop() })
+		require.NoError(t, ctl.Endpoint(ctx, svc, "hello", "test.late", time.Second, func(_ context.Context, r echoReq) (echoRep, error) {
+			calls.Add(1)
+			if r.Name == "" {
+				return echoRep{}, ctl.Refuse(ctl.CodeBadRequest, "a name is required")
+			}
+			return echoRep{Hello: r.Name}, nil
+		}))
+	}
+
+	_, err := ctl.CallWaiting[echoRep](ctx, nc, "test.late", echoReq{Name: "early"}, 0)
+	require.ErrorIs(t, err, ctl.ErrNoService, "without a wait it is Call")
+	_, err = ctl.CallWaiting[echoRep](ctx, nc, "test.late", echoReq{Name: "early"}, 300*time.Millisecond)
+	require.ErrorIs(t, err, ctl.ErrNoService, "nobody came within the wait")
+
+	started := make(chan struct{})
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		start()
+		close(started)
+	}()
+	rep, err := ctl.CallWaiting[echoRep](ctx, nc, "test.late", echoReq{Name: "arena"}, 15*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "arena", rep.Hello)
+	<-started
+	require.Equal(t, int64(1), calls.Load(), "answered once")
+
+	_, err = ctl.CallWaiting[echoRep](ctx, nc, "test.late", echoReq{}, 15*time.Second)
+	var e *ctl.Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, int64(2), calls.Load(), "a refusal is not asked again")
 }

@@ -114,6 +114,11 @@ func dialWith(ctx context.Context, url string, auth runtime.NATSAuth, tls runtim
 
 func (c *client) close() { c.nc.Close() }
 
+// serviceWait is how long a command asks again a service that does not
+// answer (ctl.CallWaiting): one that is restarting answers within it, and
+// an arena whose service is down is told after it.
+var serviceWait = 5 * time.Second
+
 func (c *client) submissions(ctx context.Context) (jetstream.KeyValue, error) {
 	kv, err := c.js.KeyValue(ctx, bus.BucketSubmissions)
 	if err != nil {

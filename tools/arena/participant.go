@@ -63,11 +63,11 @@ func cmdParticipant(ctx context.Context, kind participant.Kind, args []string, s
 		var err error
 		switch r := rep.(type) {
 		case *ctl.NewToken:
-			*r, err = ctl.Call[ctl.NewToken](rctx, c.nc, subject, req)
+			*r, err = ctl.CallWaiting[ctl.NewToken](rctx, c.nc, subject, req, serviceWait)
 		case *ctl.Participants:
-			*r, err = ctl.Call[ctl.Participants](rctx, c.nc, subject, req)
+			*r, err = ctl.CallWaiting[ctl.Participants](rctx, c.nc, subject, req, serviceWait)
 		case *ctl.Revoked:
-			*r, err = ctl.Call[ctl.Revoked](rctx, c.nc, subject, req)
+			*r, err = ctl.CallWaiting[ctl.Revoked](rctx, c.nc, subject, req, serviceWait)
 		}
 		if errors.Is(err, ctl.ErrNoService) {
 			return fmt.Errorf("%w: no gateway answers (is `arena up` running?)", ErrArenaDown)
@@ -151,10 +151,10 @@ const demoOperator = "demo-operator"
 func demoOperatorToken(ctx context.Context, c *client) (string, error) {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rep, err := ctl.Call[ctl.NewToken](rctx, c.nc, ctl.SubjectParticipantAdd, ctl.AddParticipant{Name: demoOperator, Kind: participant.KindOperator})
+	rep, err := ctl.CallWaiting[ctl.NewToken](rctx, c.nc, ctl.SubjectParticipantAdd, ctl.AddParticipant{Name: demoOperator, Kind: participant.KindOperator}, serviceWait)
 	var ce *ctl.Error
 	if errors.As(err, &ce) && ce.Code == ctl.CodeConflict {
-		rep, err = ctl.Call[ctl.NewToken](rctx, c.nc, ctl.SubjectParticipantToken, ctl.IssueToken{Name: demoOperator})
+		rep, err = ctl.CallWaiting[ctl.NewToken](rctx, c.nc, ctl.SubjectParticipantToken, ctl.IssueToken{Name: demoOperator}, serviceWait)
 	}
 	if err != nil {
 		return "", err

@@ -51,7 +51,7 @@ func startRound(ctx context.Context, natsURL string, req ctl.StartRequest) (stri
 	defer c.close()
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	rep, err := ctl.Call[ctl.StartReply](rctx, c.nc, ctl.SubjectRoundStart, req)
+	rep, err := ctl.CallWaiting[ctl.StartReply](rctx, c.nc, ctl.SubjectRoundStart, req, serviceWait)
 	if errors.Is(err, ctl.ErrNoService) {
 		return "", fmt.Errorf("%w: no round service answers (is `arena up` running?)", ErrArenaDown)
 	}

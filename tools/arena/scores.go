@@ -21,7 +21,7 @@ func ask(ctx context.Context, natsURL, subject string, q ctl.Query, timeout time
 	defer c.close()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	rep, err := ctl.Call[ctl.Rows](rctx, c.nc, subject, q)
+	rep, err := ctl.CallWaiting[ctl.Rows](rctx, c.nc, subject, q, serviceWait)
 	if errors.Is(err, ctl.ErrNoService) {
 		return nil, fmt.Errorf("%w: no score service answers (is `arena up` running with its score stage?)", ErrArenaDown)
 	}
@@ -133,7 +133,7 @@ func roundHistory(ctx context.Context, natsURL, campaign string, asJSON bool, w 
 		return err
 	}
 	defer c.close()
-	rep, err := ctl.Call[ctl.ListReply](ctx, c.nc, ctl.SubjectRoundList, ctl.ListRequest{Campaign: campaign})
+	rep, err := ctl.CallWaiting[ctl.ListReply](ctx, c.nc, ctl.SubjectRoundList, ctl.ListRequest{Campaign: campaign}, serviceWait)
 	if errors.Is(err, ctl.ErrNoService) {
 		return fmt.Errorf("%w: no round service answers (is `arena up` running?)", ErrArenaDown)
 	}

@@ -61,7 +61,7 @@ func cmdSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer c.close()
 	rctx, cancel := context.WithTimeout(ctx, *timeout+15*time.Second)
 	defer cancel()
-	rep, err := ctl.Call[ctl.SQLReply](rctx, c.nc, ctl.SubjectSQL, ctl.SQLRequest{SQL: stmt, MaxRows: *maxRows, TimeoutSeconds: int(*timeout / time.Second)})
+	rep, err := ctl.CallWaiting[ctl.SQLReply](rctx, c.nc, ctl.SubjectSQL, ctl.SQLRequest{SQL: stmt, MaxRows: *maxRows, TimeoutSeconds: int(*timeout / time.Second)}, serviceWait)
 	var ce *ctl.Error
 	switch {
 	case errors.Is(err, ctl.ErrNoService):

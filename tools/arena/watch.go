@@ -63,6 +63,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "watching %s on %s (Ctrl-C to stop)\n", strings.Join(cfg.FilterSubjects, ", "), *natsURL)
 	}
 	out := newTerm(stdout)
+	var unanswered time.Time // since when JetStream has not answered
 	for {
 		msg, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
@@ -73,8 +74,28 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 				continue
 			}
+			// A cluster electing a new leader for the stream (a node
+			// restarted) answers nobody for a moment: the ordered
+			// consumer is made again on the next pull, so ask again, for
+			// up to watchOutage.
+			if unavailable(err) {
+				if unanswered.IsZero() {
+					unanswered = time.Now()
+					fmt.Fprintf(stderr, "watch: JetStream does not answer (%v); asking again\n", err)
+				}
+				if time.Since(unanswered) < watchOutage {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(500 * time.Millisecond):
+					}
+					continue
+				}
+				return fmt.Errorf("watch: JetStream has not answered for %s: %w", watchOutage, err)
+			}
 			return fmt.Errorf("watch: %w", err)
 		}
+		unanswered = time.Time{}
 		ev, derr := ce.Decode(msg.Headers(), msg.Data())
 		if *asJSON {
 			if err := writeEventJSON(stdout, msg, ev, derr); err != nil {
@@ -97,6 +118,19 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return nil
 		}
 	}
+}
+
+// watchOutage is how long `arena watch` waits out a JetStream that does
+// not answer before it gives up.
+var watchOutage = time.Minute
+
+// unavailable tells the errors of a JetStream that is there but answers
+// nobody for a moment (no stream leader yet) from those that will not
+// pass by themselves.
+func unavailable(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
 // watchedEvent is one line of `arena watch --json`.
