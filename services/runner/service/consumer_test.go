@@ -38,6 +38,17 @@ func TestRunnerConsumerSettings(t *testing.T) {
 			require.Equal(t, tc.want, c.AckWait)
 			require.Equal(t, events.StreamRunnerJobs, c.Stream)
 			require.Equal(t, service.Name, c.Name)
+			require.Equal(t, []string{events.JobSharedFilter}, c.Subjects)
+			// The pod's durable: the same settings, its own name and filter,
+			// dead letters under the runner's name.
+			p := s.PodConsumer()
+			require.Equal(t, 1, p.Prefetch)
+			require.Equal(t, tc.want, p.AckWait)
+			require.Equal(t, c.MaxDeliver, p.MaxDeliver)
+			require.Equal(t, events.StreamRunnerJobs, p.Stream)
+			require.Equal(t, "runner-pod-0", p.Name)
+			require.Equal(t, []string{"jobs.*.*.pod-0"}, p.Subjects)
+			require.Equal(t, service.Name, p.DeadLetterAs)
 		})
 	}
 }
