@@ -73,6 +73,18 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 				continue
 			}
+			// Each pull re-creates the ordered consumer from the last
+			// sequence seen; while a NATS node restarts or JetStream
+			// elects a leader, nobody answers that request for a moment:
+			// ask again after a pause instead of giving up.
+			if errors.Is(err, nats.ErrNoResponders) {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(500 * time.Millisecond):
+				}
+				continue
+			}
 			return fmt.Errorf("watch: %w", err)
 		}
 		ev, derr := ce.Decode(msg.Headers(), msg.Data())
