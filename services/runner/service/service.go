@@ -162,12 +162,15 @@ func (s *Service) Consumer() bus.ConsumerConfig {
 // (jobs.<kind>.<id>.<pod>, a round's), shared by the pod's runners: such a
 // job waits for them, however long, and is never served elsewhere. Same
 // settings as Consumer; its dead letters go to dlq.runner.
-func (s *Service) PodConsumer() bus.ConsumerConfig {
-	c := s.Consumer()
-	c.Name = PodConsumerName(s.opts.Pod)
-	c.Subjects = []string{events.JobPodFilter(s.opts.Pod)}
-	c.DeadLetterAs = Name
-	return c
+func (s *Service) PodConsumer() bus.ConsumerConfig { return PodConsumerOf(s.Consumer(), s.opts.Pod) }
+
+// PodConsumerOf is the durable of the jobs pinned to pod, with the shared
+// durable shared's settings (see PodConsumer).
+func PodConsumerOf(shared bus.ConsumerConfig, pod string) bus.ConsumerConfig {
+	shared.Name = PodConsumerName(pod)
+	shared.Subjects = []string{events.JobPodFilter(pod)}
+	shared.DeadLetterAs = Name
+	return shared
 }
 
 // PodConsumerName is the durable of the jobs pinned to pod: runner-<pod>.
