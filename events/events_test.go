@@ -208,6 +208,37 @@ func TestJobSubject(t *testing.T) {
 	}
 }
 
+// A job that names a pod goes to a fourth token, which only that pod's
+// filter matches; one without stays on three, which only the shared filter
+// matches. Both match FilterFor's jobs.> (what the stream holds).
+func TestPinnedJobSubject(t *testing.T) {
+	for _, tc := range []struct {
+		kind, id, pod, want string
+		durable             string // the filter that matches: "shared", a pod, or none
+	}{
+		{"sla", "r1-e1", "", "jobs.sla.r1-e1", "shared"},
+		{"sla", "r1-e1", "pod-a", "jobs.sla.r1-e1.pod-a", "pod-a"},
+		{"sla", "r1-e1", "h200_b", "jobs.sla.r1-e1.h200_b", "h200_b"},
+		{"sla", "r1-e1", "pod.a", "", ""},
+		{"sla", "r1-e1", "*", "", ""},
+		{"sla", "r1-e1", "pod a", "", ""},
+		{"sla", "a.b", "pod-a", "", ""},
+	} {
+		got, err := events.PinnedJobSubject(tc.kind, tc.id, tc.pod)
+		if tc.want == "" {
+			require.Error(t, err, "%q %q %q", tc.kind, tc.id, tc.pod)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got)
+		require.True(t, subjectMatches(events.FilterFor(events.RunnerJobRequested), got))
+		require.Equal(t, tc.durable == "shared", subjectMatches(events.JobSharedFilter, got), "shared filter on %s", got)
+		for _, pod := range []string{"pod-a", "pod-b", "h200_b"} {
+			require.Equal(t, tc.durable == pod, subjectMatches(events.JobPodFilter(pod), got), "%s's filter on %s", pod, got)
+		}
+	}
+}
+
 // Job outcomes carry their kind: a kind's filters match its own outcomes
 // and the kind-less subjects of outcomes stored before the migration,
 // never another kind's.

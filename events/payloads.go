@@ -181,7 +181,11 @@ type RunnerJobRequestedData struct {
 	Kind         string `json:"kind"`
 	SubmissionID string `json:"submission_id,omitempty"`
 	RoundID      string `json:"round_id,omitempty"`
-	Pod          string `json:"pod,omitempty"`
+	// Pod, when set, pins the job to that pod: it is published on
+	// jobs.<kind>.<id>.<pod>, which only that pod's runners consume (a
+	// round's jobs, compared with a baseline measured there). Without it
+	// any runner takes the job.
+	Pod string `json:"pod,omitempty"`
 	// Engine is the command template of the engine, with placeholders
 	// {{.Checkpoint}} {{.Port}} {{.KVCacheDType}} {{.MaxNumSeqs}}
 	// {{.GPUMemoryGiB}}.

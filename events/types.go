@@ -317,6 +317,36 @@ func JobSubject(kind, id string) (string, error) {
 	return SubjectRootJobs + "." + kind + "." + id, nil
 }
 
+// PinnedJobSubject returns the RUNNER_JOBS subject of a job that must run
+// on one pod: jobs.<kind>.<id>.<pod>. Only a runner of that pod consumes it
+// (its durable filters on JobPodFilter(pod)); a job without a pod goes to
+// JobSubject's three tokens, which every runner shares (JobSharedFilter).
+// An empty pod gives JobSubject's subject.
+func PinnedJobSubject(kind, id, pod string) (string, error) {
+	s, err := JobSubject(kind, id)
+	if err != nil || pod == "" {
+		return s, err
+	}
+	if !ValidPod(pod) {
+		return "", fmt.Errorf("events: pod %q is not a valid subject token (letters, digits, - and _)", pod)
+	}
+	return s + "." + pod, nil
+}
+
+// ValidPod reports whether pod can name a pod in a job's subject and in
+// its runners' durable name: the same alphabet as an id.
+func ValidPod(pod string) bool { return ValidID(pod) }
+
+// JobSharedFilter matches the jobs any runner may take (three tokens:
+// jobs.<kind>.<id>). RUNNER_JOBS is a work queue, whose consumers' filters
+// may not overlap: this one and JobPodFilter's differ in their number of
+// tokens, so they never do.
+const JobSharedFilter = SubjectRootJobs + ".*.*"
+
+// JobPodFilter matches the jobs pinned to pod (jobs.<kind>.<id>.<pod>);
+// the filters of two pods never overlap.
+func JobPodFilter(pod string) string { return SubjectRootJobs + ".*.*." + pod }
+
 // FilterFor returns the subject filter that matches every event of type t.
 // It panics on a type outside the catalogue: types are constants, so that is
 // a programming error, and a filter built from an empty spec ("arena...*")

@@ -82,6 +82,15 @@ type Consumer struct {
 	// filter is part of the create request's subject); with several,
 	// only to its name.
 	Filters []string
+	// PerPod marks a durable named per pod (the runner's runner-<pod>):
+	// any name on its stream, held to its filter (one token per wildcard
+	// of Filters[0]), dead-lettering under DeadLetterAs. NATS wildcards
+	// match whole tokens, so "runner-*" cannot be a permission; the
+	// runner user is the only consumer of RUNNER_JOBS.
+	PerPod bool
+	// DeadLetterAs is the dead-letter subject's last token of a PerPod
+	// durable (dlq.<DeadLetterAs>).
+	DeadLetterAs string
 }
 
 // Service is a nats.go/micro service a user runs: its name (for $SRV
@@ -221,9 +230,10 @@ var Users = []User{
 	{
 		Name: Runner, Role: "GPU runners, one per GPU",
 		Publishes: []events.Type{events.RunnerJobStarted, events.RunnerJobProgress, events.RunnerJobCompleted, events.RunnerJobFailed},
-		Consumers: []Consumer{{Stream: events.StreamRunnerJobs, Name: "runner", Filters: []string{events.SubjectRootJobs + ".>"}}},
-		KV:        []Bucket{{Name: bus.BucketReferences, Mode: Write}},
-		Objects:   []Bucket{{Name: bus.ObjectArtifacts, Mode: Read}},
+		Consumers: []Consumer{{Stream: events.StreamRunnerJobs, Name: "runner", Filters: []string{events.JobSharedFilter}},
+			{Stream: events.StreamRunnerJobs, Name: "runner-<pod>", Filters: []string{events.JobPodFilter("*")}, PerPod: true, DeadLetterAs: "runner"}},
+		KV:      []Bucket{{Name: bus.BucketReferences, Mode: Write}},
+		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Read}},
 	},
 	{
 		Name: Operator, Role: "the CLI (`arena submit`, `watch`, `show`, ...) and `arena up` itself",

@@ -85,10 +85,12 @@ func TestOnlyItsOwnersPublishAnEvent(t *testing.T) {
 		require.Equal(t, want, got, "who may publish %s (%s)", spec.Type, subject)
 	}
 	for kind, owner := range jobOwners {
-		subject, err := events.JobSubject(kind, "j1")
-		require.NoError(t, err)
-		for _, u := range access.Users {
-			require.Equal(t, u.Name == owner, u.Permissions().Allows(subject), "%s on %s", u.Name, subject)
+		for _, pod := range []string{"", "pod-a"} { // shared, and pinned to a pod
+			subject, err := events.PinnedJobSubject(kind, "j1", pod)
+			require.NoError(t, err)
+			for _, u := range access.Users {
+				require.Equal(t, u.Name == owner, u.Permissions().Allows(subject), "%s on %s", u.Name, subject)
+			}
 		}
 	}
 	// An unknown kind's jobs are nobody's to queue.
@@ -140,6 +142,19 @@ func TestConsumersAreHeldToTheirNameAndFilter(t *testing.T) {
 	for _, u := range access.Users {
 		p := u.Permissions()
 		for _, c := range u.Consumers {
+			if c.PerPod {
+				// A pod's durable, as the runner of pod-a names it.
+				name, filter := "runner-pod-a", events.JobPodFilter("pod-a")
+				require.True(t, p.Allows("$JS.API.CONSUMER.CREATE."+c.Stream+"."+name+"."+filter), "%s creates %s", u.Name, name)
+				require.False(t, p.Allows("$JS.API.CONSUMER.CREATE."+c.Stream+"."+name+"."+events.SubjectRootJobs+".>"), "%s: a pod's durable over every job", u.Name)
+				require.False(t, p.Allows("$JS.API.CONSUMER.CREATE."+c.Stream+"."+name), "%s: a pod's durable unfiltered", u.Name)
+				require.False(t, p.Allows("$JS.API.CONSUMER.CREATE."+events.StreamArena+"."+name+".arena.>"), "%s: a durable on another stream", u.Name)
+				require.True(t, p.Allows("$JS.API.CONSUMER.MSG.NEXT."+c.Stream+"."+name))
+				require.True(t, p.Allows("$JS.ACK."+c.Stream+"."+name+".1.2.3.4.5.6.7"))
+				require.True(t, p.Allows("dlq."+c.DeadLetterAs))
+				require.False(t, p.Allows("dlq."+name), "%s: dead letters under its role's name only", u.Name)
+				continue
+			}
 			// The subject nats.go (jetstream, v1.56) sends a create to.
 			create := "$JS.API.CONSUMER.CREATE." + c.Stream + "." + c.Name
 			if len(c.Filters) == 1 {

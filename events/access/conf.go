@@ -76,7 +76,7 @@ func Markdown() string {
 			pubs = append(pubs, "`"+eventSubject(t)+"`")
 		}
 		for _, k := range u.Jobs {
-			pubs = append(pubs, "`"+events.SubjectRootJobs+"."+k+".*`")
+			pubs = append(pubs, "`"+events.SubjectRootJobs+"."+k+".*`", "`"+events.SubjectRootJobs+"."+k+".*.*`")
 		}
 		var cons []string
 		for _, c := range u.Consumers {

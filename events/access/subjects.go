@@ -65,9 +65,19 @@ func (u User) Permissions() Permissions {
 		pub(eventSubject(t))
 	}
 	for _, k := range u.Jobs {
-		pub(events.SubjectRootJobs + "." + k + ".*")
+		// Shared (jobs.<kind>.<id>) and pinned to a pod
+		// (jobs.<kind>.<id>.<pod>).
+		pub(events.SubjectRootJobs+"."+k+".*", events.SubjectRootJobs+"."+k+".*.*")
 	}
 	for _, c := range u.Consumers {
+		if c.PerPod {
+			pub(jsAPI+"CONSUMER.CREATE."+c.Stream+".*."+c.Filters[0],
+				jsAPI+"CONSUMER.INFO."+c.Stream+".*",
+				jsAPI+"CONSUMER.MSG.NEXT."+c.Stream+".*",
+				jsAck+c.Stream+".*.>",
+				events.SubjectRootDLQ+"."+c.DeadLetterAs)
+			continue
+		}
 		if len(c.Filters) == 1 {
 			pub(jsAPI + "CONSUMER.CREATE." + c.Stream + "." + c.Name + "." + c.Filters[0])
 		} else {

@@ -139,6 +139,7 @@ func SubjectOf(e event.Event) (string, error) {
 	if spec.Stream == events.StreamRunnerJobs || spec.KindInSubject {
 		var job struct {
 			Kind string `json:"kind"`
+			Pod  string `json:"pod"`
 		}
 		if err := json.Unmarshal(e.Data(), &job); err != nil {
 			return "", fmt.Errorf("bus: job kind of %s: %w", e.ID(), err)
@@ -146,7 +147,9 @@ func SubjectOf(e event.Event) (string, error) {
 		if spec.KindInSubject {
 			return events.JobOutcomeSubject(spec.Type, job.Kind, e.Subject())
 		}
-		return events.JobSubject(job.Kind, e.Subject())
+		// A job that names its pod runs on that pod only (a round's
+		// jobs: they are compared with a baseline measured there).
+		return events.PinnedJobSubject(job.Kind, e.Subject(), job.Pod)
 	}
 	return events.Subject(spec.Type, e.Subject())
 }

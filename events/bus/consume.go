@@ -162,6 +162,11 @@ type ConsumerConfig struct {
 	// DeliverNew starts a new durable at the end of the stream instead of
 	// its beginning.
 	DeliverNew bool
+	// DeadLetterAs names the dead-letter subject (dlq.<DeadLetterAs>);
+	// default Name. Durables named per instance (a runner's per pod)
+	// dead-letter under their role's name, the one the operator reads and
+	// the NATS permissions allow.
+	DeadLetterAs string
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -489,6 +494,95 @@ func (b *Bus) Next(ctx context.Context, cfg ConsumerConfig, wait time.Duration, 
 	return Outcome{}, ErrNoMessage
 }
 
+// ConsumeFirst handles the messages of several durables one at a time,
+// preferring the earlier ones, until ctx is cancelled. When idle it asks
+// each durable in order for one message, waiting up to wait on each, and
+// after every message handled it starts again from the first: a message
+// of cfgs[0] waits at most about len(cfgs)*wait while the handler is
+// idle. It is for long handlers that must hold one message at a time (a
+// GPU runner): nothing is pulled ahead of the handler, so a busy process
+// holds no message another could take. Each message is handled exactly as
+// Consume handles it (the same ack semantics, heartbeats every AckWait/3,
+// dead letters); the durables are created or updated first, in order (a
+// caller whose durables must change in another order, a work queue's
+// filters that may not overlap meanwhile, ensures them first).
+//
+// On cancellation the message in hand is settled (a handler told to stop
+// asks for a retry, which hands it back at once) and its settlement
+// flushed before ConsumeFirst returns nil.
+func (b *Bus) ConsumeFirst(ctx context.Context, cfgs []ConsumerConfig, wait time.Duration, handler Handler) error {
+	if len(cfgs) == 0 {
+		return errors.New("bus: ConsumeFirst needs a consumer")
+	}
+	if wait <= 0 {
+		wait = time.Second
+	}
+	type durable struct {
+		cfg  ConsumerConfig
+		cons jetstream.Consumer
+		hb   *heartbeat
+	}
+	ds := make([]durable, len(cfgs))
+	for i, c := range cfgs {
+		c = c.withDefaults()
+		cons, err := b.EnsureConsumer(ctx, c)
+		if err != nil {
+			return err
+		}
+		hb := newHeartbeat(c.AckWait/3, b.log.With("consumer", c.Name))
+		go hb.run()
+		defer hb.stop()
+		ds[i] = durable{cfg: c, cons: cons, hb: hb}
+	}
+	defer func() {
+		fctx, cancel := settleContext(ctx)
+		defer cancel()
+		if err := b.nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			b.log.Warn("flushing acks at drain", "consumer", ds[0].cfg.Name, "err", err)
+		}
+	}()
+	for ctx.Err() == nil {
+		handled := false
+		for _, d := range ds {
+			if ctx.Err() != nil {
+				return nil
+			}
+			batch, err := d.cons.Fetch(1, jetstream.FetchMaxWait(wait))
+			if err != nil {
+				// The server or the connection is away: try again after
+				// a wait, as Consume's pull loop does.
+				if ctx.Err() == nil {
+					b.log.Warn("fetch error", "consumer", d.cfg.Name, "err", err)
+				}
+				sleep(ctx, wait)
+				continue
+			}
+			for m := range batch.Messages() {
+				b.handle(ctx, d.cfg, m, handler, d.hb)
+				handled = true
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+				b.log.Warn("fetch error", "consumer", d.cfg.Name, "err", err)
+				sleep(ctx, wait)
+			}
+			if handled {
+				break // the next message: from the first durable again
+			}
+		}
+	}
+	return nil
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 // ErrNoMessage is returned by Next when no message came in time.
 var ErrNoMessage = errors.New("bus: no message")
 
@@ -513,7 +607,11 @@ func backoff(delivered uint64) time.Duration {
 // then Terms m. Its Nats-Msg-Id is derived from the stream and sequence, so
 // a dead-letter repeated after a crash is stored once.
 func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error) {
-	msg := nats.NewMsg(events.SubjectRootDLQ + "." + cfg.Name)
+	name := cfg.Name
+	if cfg.DeadLetterAs != "" {
+		name = cfg.DeadLetterAs
+	}
+	msg := nats.NewMsg(events.SubjectRootDLQ + "." + name)
 	for k, vs := range m.Headers() {
 		if k == ce.HeaderMsgID {
 			continue

@@ -54,7 +54,7 @@ func TestPermissionTableMatchesTheServices(t *testing.T) {
 		efficiency.Name: {efficiency.Requests, efficiency.Results},
 		score.Name:      {score.Consumer},
 		round.Name:      {(*round.Service)(nil).Consumer()},
-		runner.Name:     {new(runner.Service).Consumer()},
+		runner.Name:     {new(runner.Service).Consumer(), runner.PodConsumerOf(new(runner.Service).Consumer(), "pod-0")},
 		gateway.Name: {{Name: projector.ConsumerName}, rounds.Consumer(),
 			{Name: gwusage.TallyConsumer, Subjects: []string{events.FilterFor(events.RunnerJobCompleted), events.FilterFor(events.RunnerJobFailed)}}},
 		access.Operator: nil,
@@ -65,6 +65,19 @@ func TestPermissionTableMatchesTheServices(t *testing.T) {
 		require.Len(t, u.Consumers, len(cfgs), "%s's durables", u.Name)
 		for _, cfg := range cfgs {
 			i := slices.IndexFunc(u.Consumers, func(c access.Consumer) bool { return c.Name == cfg.Name })
+			if i < 0 && cfg.DeadLetterAs != "" {
+				// A durable named per pod: the table holds its role, any
+				// name held to its filter's shape, dead-lettering under
+				// the role's name.
+				i = slices.IndexFunc(u.Consumers, func(c access.Consumer) bool { return c.PerPod })
+				require.GreaterOrEqual(t, i, 0, "%s's per-pod durable %s is in the table", u.Name, cfg.Name)
+				c := u.Consumers[i]
+				require.Equal(t, cfg.Stream, c.Stream, cfg.Name)
+				require.Len(t, cfg.Subjects, 1, cfg.Name)
+				require.True(t, server.SubjectMatchesFilter(cfg.Subjects[0], c.Filters[0]), "%s's filter %s within %s", cfg.Name, cfg.Subjects[0], c.Filters[0])
+				require.Equal(t, cfg.DeadLetterAs, c.DeadLetterAs, cfg.Name)
+				continue
+			}
 			require.GreaterOrEqual(t, i, 0, "%s's durable %s is in the table", u.Name, cfg.Name)
 			stream := cfg.Stream
 			if stream == "" {

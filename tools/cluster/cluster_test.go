@@ -306,7 +306,17 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	mu.Unlock()
+	// The round's runner is stopped (SIGSTOP) mid-job for three of its
+	// ack deadlines, then continued: the round's jobs are pinned to its
+	// pod, so the other pod's idle runner never takes one (before, it
+	// took the stopped runner's job after its ack deadline).
+	pause := &pauseFault{pod: c.Pods[0]}
+	pctx, stopPause := context.WithCancel(ctx)
+	paused := make(chan struct{})
+	go func() { defer close(paused); pause.run(pctx, t, c, 3*c.RunnerAckWait) }()
 	out, err := c.ArenaWithin(ctx, 10*time.Minute, "round", "start", "--campaign", "qwen3-tiny", "--candidates", fp8, "--pod", c.Pods[0], "--wait")
+	stopPause()
+	<-paused
 	require.NoError(t, err, "round")
 	require.Contains(t, out, "round.completed")
 	require.Contains(t, out, "Releasing the pod · done")
@@ -326,6 +336,23 @@ func TestCluster(t *testing.T) {
 	roundRows, err := c.CheckRows(ctx, l, jobs)
 	require.NoError(t, err)
 	require.Empty(t, roundRows.Lost, "rows of the round")
+	require.NoError(t, pause.err, "the round's runner stopped mid-job")
+	require.NotEmpty(t, pause.job, "the round's runner was stopped mid-job")
+	served := 0
+	for _, j := range jobs {
+		if j.Round != roundID {
+			continue
+		}
+		served++
+		for _, r := range j.Runners {
+			require.Equal(t, c.Pods[0]+"/runner", r, "job %s of the round on pod %s started by %s", j.ID, c.Pods[0], r)
+		}
+		require.Equal(t, "completed", j.Outcome, "job %s of the round", j.ID)
+		require.Equal(t, c.Pods[0]+"/runner", j.By, "job %s of the round", j.ID)
+	}
+	require.Positive(t, served)
+	t.Logf("round: job %s held on %s through a %s stop (started %d time(s)); %d jobs of the round, all served on %s",
+		pause.job, c.Pods[0], 3*c.RunnerAckWait, jobs[pause.job].Starts, served, c.Pods[0])
 
 	require.Empty(t, open, "submissions that never ended")
 	require.Empty(t, wrong, "submissions that ended otherwise than a healthy arena ends them")
@@ -710,4 +737,38 @@ func (c *Cluster) Charges(ctx context.Context, participant, job string) ([]float
 		}
 	}
 	return out, nil
+}
+
+// pauseFault stops the runner of a round's pod (SIGSTOP) once it runs one
+// of the round's jobs, for longer than its ack deadline, then continues it.
+type pauseFault struct {
+	pod string
+	job string
+	err error
+}
+
+func (f *pauseFault) run(ctx context.Context, t *testing.T, c *Cluster, hold time.Duration) {
+	runner := c.Services["runner-"+f.pod]
+	for f.job == "" {
+		if jobs, err := c.Jobs(ctx); err == nil {
+			if j := Current(jobs, f.pod+"/runner"); j != nil && j.Round != "" {
+				f.job = j.ID
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return // the round ended before a job of it was seen running
+		case <-time.After(300 * time.Millisecond): // polling interval, not an assertion
+		}
+	}
+	t.Logf("round: stopping %s mid-job %s for %s", runner.Name, f.job, hold)
+	if f.err = runner.Pause(); f.err != nil {
+		return
+	}
+	select {
+	case <-time.After(hold):
+	case <-ctx.Done():
+	}
+	f.err = runner.Resume()
 }

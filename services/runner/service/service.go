@@ -101,6 +101,9 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if o.Pod == "" {
 		o.Pod = "pod-0"
 	}
+	if !events.ValidPod(o.Pod) {
+		return nil, fmt.Errorf("runner: pod %q names a job subject and a durable: use letters, digits, - and _ only", o.Pod)
+	}
 	if o.Runner == "" {
 		o.Runner = fmt.Sprintf("%s/%d", o.Pod, os.Getpid())
 	}
@@ -134,24 +137,65 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 func (s *Service) Kinds() []string { return s.registry.Names() }
 
 // Consumer is the runners' shared durable on the work queue: every runner
-// binds to it, and the server hands each job to one of them. Prefetch 1:
-// a runner holds only the job it runs, so a queued job never waits behind
-// a busy GPU while its ack timer runs. MaxDeliver 3: a job whose runner
-// died twice is dead-lettered rather than killing a third.
+// binds to it, and the server hands each job without a pod
+// (jobs.<kind>.<id>) to one of them. Prefetch 1: a runner holds only the
+// job it runs, so a queued job never waits behind a busy GPU while its ack
+// timer runs. MaxDeliver 3: a job whose runner died twice is
+// dead-lettered rather than killing a third.
+//
+// Its filter was jobs.> before jobs could be pinned to a pod; RUNNER_JOBS
+// is a work queue, whose durables' filters may not overlap, so a runner
+// narrows it (EnsureConsumer updates it in place, keeping its queue)
+// before it creates its pod's durable.
 func (s *Service) Consumer() bus.ConsumerConfig {
 	return bus.ConsumerConfig{
 		Name:       Name,
 		Stream:     events.StreamRunnerJobs,
-		Subjects:   []string{events.SubjectRootJobs + ".>"},
+		Subjects:   []string{events.JobSharedFilter},
 		AckWait:    s.opts.AckWait,
 		MaxDeliver: 3,
 		Prefetch:   1,
 	}
 }
 
-// Actors returns the runner's consumer.
+// PodConsumer is the durable of the jobs pinned to this runner's pod
+// (jobs.<kind>.<id>.<pod>, a round's), shared by the pod's runners: such a
+// job waits for them, however long, and is never served elsewhere. Same
+// settings as Consumer; its dead letters go to dlq.runner.
+func (s *Service) PodConsumer() bus.ConsumerConfig { return PodConsumerOf(s.Consumer(), s.opts.Pod) }
+
+// PodConsumerOf is the durable of the jobs pinned to pod, with the shared
+// durable shared's settings (see PodConsumer).
+func PodConsumerOf(shared bus.ConsumerConfig, pod string) bus.ConsumerConfig {
+	shared.Name = PodConsumerName(pod)
+	shared.Subjects = []string{events.JobPodFilter(pod)}
+	shared.DeadLetterAs = Name
+	return shared
+}
+
+// PodConsumerName is the durable of the jobs pinned to pod: runner-<pod>.
+func PodConsumerName(pod string) string { return Name + "-" + pod }
+
+// pollWait is how long an idle runner waits on each of its durables in
+// turn: a job queued while it is idle starts within about twice that.
+const pollWait = time.Second
+
+// Actors returns the runner's consume loop. It holds one job at a time:
+// when idle it takes the next job pinned to its pod before the next shared
+// one, and pulls nothing ahead, so a busy runner holds no job another
+// runner could take.
 func (s *Service) Actors() []runtime.Actor {
-	return []runtime.Actor{{Name: Name, Run: func(ctx context.Context) error { return s.bus.Consume(ctx, s.Consumer(), s.Handle) }}}
+	return []runtime.Actor{{Name: Name, Run: s.Run}}
+}
+
+// Run consumes jobs until ctx is cancelled (see Actors). The shared
+// durable is ensured first: an older arena's, filtered on jobs.>, is
+// narrowed before the pod's durable is created beside it.
+func (s *Service) Run(ctx context.Context) error {
+	if _, err := s.bus.EnsureConsumer(ctx, s.Consumer()); err != nil {
+		return fmt.Errorf("runner: %w", err)
+	}
+	return s.bus.ConsumeFirst(ctx, []bus.ConsumerConfig{s.PodConsumer(), s.Consumer()}, pollWait, s.Handle)
 }
 
 // Handle runs one job of a registered kind.
