@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -255,15 +254,12 @@ func (a *API) historyPage(w http.ResponseWriter, r *http.Request) {
 // scoreRows asks the score service and keeps the rows the viewer may
 // read, answering an HTML page itself when it cannot.
 func (a *API) scoreRows(w http.ResponseWriter, r *http.Request, v participant.Viewer, subject string, q ctl.Query) ([]ctl.Row, bool) {
-	if a.o.NC == nil {
-		a.problem(w, r, http.StatusServiceUnavailable, CodeScoresUnavailable, "Scores unavailable", "This gateway does not reach the score service.", "records")
-		return nil, false
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
-	defer cancel()
-	rep, err := ctl.Call[ctl.Rows](ctx, a.o.NC, subject, q)
+	rows, err := a.readableScores(r.Context(), v, subject, q)
 	var ce *ctl.Error
 	switch {
+	case errors.Is(err, errScoresUnreachable):
+		a.problem(w, r, http.StatusServiceUnavailable, CodeScoresUnavailable, "Scores unavailable", "This gateway does not reach the score service.", "records")
+		return nil, false
 	case errors.Is(err, ctl.ErrNoService):
 		a.problem(w, r, http.StatusServiceUnavailable, CodeScoresUnavailable, "Scores unavailable",
 			"No score service answers; this page will try again when the arena's score stage is up.", "records")
@@ -274,12 +270,6 @@ func (a *API) scoreRows(w http.ResponseWriter, r *http.Request, v participant.Vi
 	case err != nil:
 		a.pageUnavailable(w, r, err, "records")
 		return nil, false
-	}
-	var rows []ctl.Row
-	for _, row := range rep.Rows {
-		if v.CanRead(row.Participant, row.Split) {
-			rows = append(rows, row)
-		}
 	}
 	return rows, true
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/events/ctl"
+	"github.com/lowbarena/lowbarena/services/domain/participant"
 )
 
 type scoreQuery int
@@ -16,17 +17,41 @@ const (
 	history
 )
 
-// scores asks the score service for the leaderboard or the history and
-// answers the rows the viewer may read: the ranked split's to everyone,
-// a participant's dev rows to it and the operators.
+// errScoresUnreachable says this gateway has no connection to the score
+// service (it was started without NATS).
+var errScoresUnreachable = errors.New("this gateway does not reach the score service")
+
+// readableScores asks the score service for the rows of subject
+// (leaderboard or history) and keeps those the viewer may read: the
+// ranked split's to everyone, a participant's dev rows to it and the
+// operators. Its errors are errScoresUnreachable and ctl.Call's
+// (ctl.ErrNoService, a *ctl.Error); the JSON API and the pages each answer
+// them in their own form.
+func (a *API) readableScores(ctx context.Context, v participant.Viewer, subject string, q ctl.Query) ([]ctl.Row, error) {
+	if a.o.NC == nil {
+		return nil, errScoresUnreachable
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	rep, err := ctl.Call[ctl.Rows](ctx, a.o.NC, subject, q)
+	if err != nil {
+		return nil, err
+	}
+	rows := []ctl.Row{}
+	for _, row := range rep.Rows {
+		if v.CanRead(row.Participant, row.Split) {
+			rows = append(rows, row)
+		}
+	}
+	return rows, nil
+}
+
+// scores answers the leaderboard or the history in JSON, the rows the
+// viewer may read.
 func (a *API) scores(kind scoreQuery) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, ok := a.viewer(w, r)
 		if !ok {
-			return
-		}
-		if a.o.NC == nil {
-			a.refuse(w, r, http.StatusServiceUnavailable, CodeScoresUnavailable, "this gateway does not reach the score service")
 			return
 		}
 		q := r.URL.Query()
@@ -35,11 +60,12 @@ func (a *API) scores(kind scoreQuery) http.HandlerFunc {
 		if kind == history {
 			subject = ctl.SubjectHistory
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
-		defer cancel()
-		rep, err := ctl.Call[ctl.Rows](ctx, a.o.NC, subject, query)
+		rows, err := a.readableScores(r.Context(), v, subject, query)
 		var ce *ctl.Error
 		switch {
+		case errors.Is(err, errScoresUnreachable):
+			a.refuse(w, r, http.StatusServiceUnavailable, CodeScoresUnavailable, err.Error())
+			return
 		case errors.Is(err, ctl.ErrNoService):
 			a.refuse(w, r, http.StatusServiceUnavailable, CodeScoresUnavailable, "no score service answers; try again when the arena's score stage is up")
 			return
@@ -49,12 +75,6 @@ func (a *API) scores(kind scoreQuery) http.HandlerFunc {
 		case err != nil:
 			a.unavailable(w, r, err)
 			return
-		}
-		rows := []ctl.Row{}
-		for _, row := range rep.Rows {
-			if v.CanRead(row.Participant, row.Split) {
-				rows = append(rows, row)
-			}
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"rows": rows})
 	}
