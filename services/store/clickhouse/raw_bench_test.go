@@ -3,10 +3,7 @@ package chstore
 import (
 	"context"
 	"net/url"
-	"runtime"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/lowbarena/lowbarena/services/store"
 	"github.com/lowbarena/lowbarena/services/store/clickhouse/chtest"
@@ -72,64 +69,10 @@ func BenchmarkInsertVsRaw(b *testing.B) {
 	if _, err := store.Migrate(ctx, st); err != nil {
 		b.Fatal(err)
 	}
-	rows := storetest.GPUSampleRows(storetest.BatchRows)
-	var seq uint64
-	next := func() {
-		for i := range rows {
-			rows[i].Seq = seq
-			seq++
-		}
-	}
 	var rc rawColumns
-	arena := func() (time.Duration, uint64) {
-		next()
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
-		t0 := time.Now()
-		if err := store.Insert(ctx, st, rows); err != nil {
+	storetest.BenchInsertVsRaw(b, func(r []store.GPUSample) {
+		if err := store.Insert(ctx, st, r); err != nil {
 			b.Fatal(err)
 		}
-		d := time.Since(t0)
-		runtime.ReadMemStats(&m1)
-		return d, m1.Mallocs - m0.Mallocs
-	}
-	raw := func() (time.Duration, uint64) {
-		next()
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
-		t0 := time.Now()
-		rawInsert(b, st, &rc, rows)
-		d := time.Since(t0)
-		runtime.ReadMemStats(&m1)
-		return d, m1.Mallocs - m0.Mallocs
-	}
-	arena()
-	raw()
-	var rawT, arenaT []time.Duration
-	var mallocs, rawMallocs uint64
-	runRaw := func() {
-		d, m := raw()
-		rawT = append(rawT, d)
-		rawMallocs += m
-	}
-	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			runRaw()
-		}
-		d, m := arena()
-		arenaT = append(arenaT, d)
-		mallocs += m
-		if i%2 == 1 {
-			runRaw()
-		}
-	}
-	slices.Sort(rawT)
-	slices.Sort(arenaT)
-	r := float64(len(rows)) / rawT[len(rawT)/2].Seconds()
-	a := float64(len(rows)) / arenaT[len(arenaT)/2].Seconds()
-	b.ReportMetric(r, "raw-rows/s")
-	b.ReportMetric(a, "arena-rows/s")
-	b.ReportMetric(a/r, "ratio")
-	b.ReportMetric(float64(mallocs)/float64(len(arenaT)*len(rows)), "arena-allocs/row")
-	b.ReportMetric(float64(rawMallocs)/float64(len(rawT)*len(rows)), "raw-allocs/row")
+	}, func(r []store.GPUSample) { rawInsert(b, st, &rc, r) })
 }

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,4 +48,57 @@ func GPUSampleRows(n int) []store.GPUSample {
 		}
 	}
 	return rows
+}
+
+// BenchInsertVsRaw inserts batches of BatchRows gpu_samples rows through
+// arena (store.Insert) and through raw (the driver alone) in turn, each op
+// one batch of each, the raw batch before or after the arena's by turns so
+// that a load spike hits both. Every batch has new keys. It reports each
+// side's rows per second (the median batch), arena over raw, and each
+// side's allocations per row.
+func BenchInsertVsRaw(b *testing.B, arena, raw func([]store.GPUSample)) {
+	rows := GPUSampleRows(BatchRows)
+	var seq uint64
+	timed := func(insert func([]store.GPUSample)) (time.Duration, uint64) {
+		for i := range rows {
+			rows[i].Seq = seq
+			seq++
+		}
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		t0 := time.Now()
+		insert(rows)
+		d := time.Since(t0)
+		runtime.ReadMemStats(&m1)
+		return d, m1.Mallocs - m0.Mallocs
+	}
+	timed(arena)
+	timed(raw)
+	var rawT, arenaT []time.Duration
+	var mallocs, rawMallocs uint64
+	runRaw := func() {
+		d, m := timed(raw)
+		rawT = append(rawT, d)
+		rawMallocs += m
+	}
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			runRaw()
+		}
+		d, m := timed(arena)
+		arenaT = append(arenaT, d)
+		mallocs += m
+		if i%2 == 1 {
+			runRaw()
+		}
+	}
+	slices.Sort(rawT)
+	slices.Sort(arenaT)
+	r := float64(len(rows)) / rawT[len(rawT)/2].Seconds()
+	a := float64(len(rows)) / arenaT[len(arenaT)/2].Seconds()
+	b.ReportMetric(r, "raw-rows/s")
+	b.ReportMetric(a, "arena-rows/s")
+	b.ReportMetric(a/r, "ratio")
+	b.ReportMetric(float64(mallocs)/float64(len(arenaT)*len(rows)), "arena-allocs/row")
+	b.ReportMetric(float64(rawMallocs)/float64(len(rawT)*len(rows)), "raw-allocs/row")
 }
