@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/events/ctl"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
 	"github.com/lowbarena/lowbarena/services/domain/participant"
 )
 
@@ -130,7 +131,7 @@ func printParticipants(w io.Writer, ps []ctl.ParticipantInfo) {
 		if p.Limits != nil && p.Usage != nil {
 			subs = fmt.Sprintf("%d of %d", p.Usage.SubmissionsLastDay, p.Limits.SubmissionsPerDay)
 			gpu = fmt.Sprintf("%.3g of %.3g", p.Usage.GPUHoursLastWeek, p.Limits.GPUHoursPerWeek)
-			upload = humanBytes(p.Limits.BytesPerSubmission)
+			upload = bundle.HumanSize(p.Limits.BytesPerSubmission)
 			now = "may submit"
 			if p.Usage.Refused != "" {
 				now = p.Usage.Refused

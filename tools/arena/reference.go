@@ -52,7 +52,7 @@ func cmdReference(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := os.WriteFile(*out, data, 0o644); err != nil {
 		return fmt.Errorf("reference: %w", err)
 	}
-	fmt.Fprintf(stderr, "wrote %s: %d files, %s at %s@%s\n", *out, len(ref.Files), humanBytes(ref.Bytes()), *repository, *revision)
+	fmt.Fprintf(stderr, "wrote %s: %d files, %s at %s@%s\n", *out, len(ref.Files), bundle.HumanSize(ref.Bytes()), *repository, *revision)
 	return nil
 }
 
@@ -84,7 +84,7 @@ func describe(ctx context.Context, dir, repository, revision string, progress io
 		}
 		f.Path = name
 		if f.Size > 256<<20 {
-			fmt.Fprintf(progress, "  %s: %s, sha256 %s\n", name, humanBytes(f.Size), short(f.SHA256))
+			fmt.Fprintf(progress, "  %s: %s, sha256 %s\n", name, bundle.HumanSize(f.Size), short(f.SHA256))
 		}
 		ref.Files = append(ref.Files, f)
 	}

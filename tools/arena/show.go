@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/lowbarena/lowbarena/services/domain/formula"
 	"io"
 	"maps"
 	"slices"
@@ -15,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
+	"github.com/lowbarena/lowbarena/services/domain/formula"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
@@ -93,13 +94,13 @@ func renderRecord(w io.Writer, r *record.Submission) {
 	}
 	fmt.Fprintln(w)
 	if r.Bundle != nil {
-		fmt.Fprintf(w, "  bundle      %d files, %s, sha256 %s", r.Bundle.Files, humanBytes(r.Bundle.Bytes), short(r.Bundle.Digest))
+		fmt.Fprintf(w, "  bundle      %d files, %s, sha256 %s", r.Bundle.Files, bundle.HumanSize(r.Bundle.Bytes), short(r.Bundle.Digest))
 		if r.Bundle.DuplicateOf != "" {
 			fmt.Fprintf(w, " (same bundle as %s)", r.Bundle.DuplicateOf)
 		}
 		fmt.Fprintln(w)
 		if ref := r.Bundle.Reference; ref != nil {
-			fmt.Fprintf(w, "  reference   %s@%s · %d files, %s, shards read from the repository\n", ref.Repository, ref.Revision, ref.Files, humanBytes(ref.Bytes))
+			fmt.Fprintf(w, "  reference   %s@%s · %d files, %s, shards read from the repository\n", ref.Repository, ref.Revision, ref.Files, bundle.HumanSize(ref.Bytes))
 		}
 	}
 	fmt.Fprintf(w, "  stages      %s\n", stageLine(r.Stages))
@@ -117,7 +118,7 @@ func renderRecord(w io.Writer, r *record.Submission) {
 			verdict = fmt.Sprintf("BROKEN (%d violations)", len(c.Violations))
 		}
 		fmt.Fprintf(w, "  contract    %s · reads %s · %.3f bits/weight (%.3f over all tensors) · %s of safetensors",
-			verdict, c.DetectedPrecision, c.BitsPerWeight, c.ModelBitsPerWeight, humanBytes(c.SafetensorBytes))
+			verdict, c.DetectedPrecision, c.BitsPerWeight, c.ModelBitsPerWeight, bundle.HumanSize(c.SafetensorBytes))
 		if c.ForeignTensors.Count > 0 {
 			fmt.Fprintf(w, " · %d foreign tensors (%.2f%%)", c.ForeignTensors.Count, 100*c.ForeignTensors.Share)
 		}
@@ -195,7 +196,7 @@ func unquantizedLine(mods []record.UnquantizedModule) string {
 		parts[i] = fmt.Sprintf("%d %s", counts[k], name)
 	}
 	slices.Sort(dtypes)
-	return fmt.Sprintf("%s (%s, %s), outside the label", strings.Join(parts, " · "), strings.Join(dtypes, "/"), humanBytes(bytes))
+	return fmt.Sprintf("%s (%s, %s), outside the label", strings.Join(parts, " · "), strings.Join(dtypes, "/"), bundle.HumanSize(bytes))
 }
 
 func stageLine(stages []record.Stage) string {
@@ -211,19 +212,6 @@ func short(digest string) string {
 		return digest[:12]
 	}
 	return digest
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // renderEfficiency writes the efficiency block: per workload the rate and

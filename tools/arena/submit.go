@@ -171,7 +171,7 @@ func prepare(dir string, maxUpload int64) (*packed, error) {
 		return nil, &bundle.Error{Code: "bundle_upload_too_large", Message: fmt.Sprintf(
 			"%s packs to %s; the arena takes uploads of at most %s. Submit a checkpoint this large by reference: publish it in a model repository, "+
 				"write %s beside submission.json (arena reference CHECKPOINT_DIR --repository URL --revision COMMIT --out %s), and submit that folder",
-			dir, humanBytes(p.sum.Size), humanBytes(maxUpload), bundle.CheckpointFile, filepath.Join(dir, bundle.CheckpointFile))}
+			dir, bundle.HumanSize(p.sum.Size), bundle.HumanSize(maxUpload), bundle.CheckpointFile, filepath.Join(dir, bundle.CheckpointFile))}
 	}
 	if _, err := p.tmp.Seek(0, io.SeekStart); err != nil {
 		p.close()
@@ -306,7 +306,7 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	p.n += int64(n)
 	for p.n >= p.nextReport && p.nextReport <= p.total {
-		fmt.Fprintf(p.out, "  %s: %3d%% of %s\n", p.label, p.nextReport*100/p.total, humanBytes(p.total))
+		fmt.Fprintf(p.out, "  %s: %3d%% of %s\n", p.label, p.nextReport*100/p.total, bundle.HumanSize(p.total))
 		p.nextReport += p.total / 10
 	}
 	return n, err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/ce"
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
 )
 
 func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -252,7 +253,7 @@ func gist(ev event.Event) string {
 func progressText(phase string, done, total int, unit string) string {
 	if unit == events.UnitBytes {
 		pct := percent(done, total)
-		return fmt.Sprintf("%s %s %s of %s (%d%%)", phase, bar(pct, 20), humanBytes(int64(done)), humanBytes(int64(total)), pct)
+		return fmt.Sprintf("%s %s %s of %s (%d%%)", phase, bar(pct, 20), bundle.HumanSize(int64(done)), bundle.HumanSize(int64(total)), pct)
 	}
 	return fmt.Sprintf("%s [%d/%d]", phase, done, total)
 }

@@ -113,7 +113,7 @@ var errInflates = errors.New("bundle: inflates past its cap")
 func inspectErr(cr *capReader, maxUnpacked int64, err error) error {
 	if errors.Is(err, errInflates) {
 		return &Error{Code: CodeInflates, Message: fmt.Sprintf(
-			"the archive unpacks to more than %s before its end, far more than an honest checkpoint of its size; pack the bundle with arena submit", humanSize(maxUnpacked)), Err: err}
+			"the archive unpacks to more than %s before its end, far more than an honest checkpoint of its size; pack the bundle with arena submit", HumanSize(maxUnpacked)), Err: err}
 	}
 	return &Error{Code: CodeCorrupt, Message: "the bundle archive is truncated or damaged; pack and upload it again", Err: err}
 }
@@ -139,7 +139,8 @@ func (c *capReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func humanSize(n int64) string {
+// HumanSize writes n bytes for people, in binary units ("2.0 GiB").
+func HumanSize(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

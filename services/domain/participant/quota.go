@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/lowbarena/lowbarena/services/domain/bundle"
 )
 
 // Quota windows: a participant's submissions count for a day, its
@@ -205,21 +207,7 @@ func (l Limits) CheckBytes(name string, n int64) *Refusal {
 	return &Refusal{Code: CodeQuotaBytes, Message: fmt.Sprintf(
 		"the upload is %s and %s may upload at most %s per submission; a smaller bundle is allowed now, and a larger checkpoint is submitted by reference "+
 			"(checkpoint.json beside submission.json; see the README's \"Submitting by reference\")",
-		Bytes(n), name, Bytes(l.BytesPerSubmission))}
-}
-
-// Bytes writes n for people, in binary units ("2.0 GiB").
-func Bytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+		bundle.HumanSize(n), name, bundle.HumanSize(l.BytesPerSubmission))}
 }
 
 func hours(h float64) string {

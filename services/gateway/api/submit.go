@@ -190,7 +190,7 @@ func (a *API) tooLarge(w http.ResponseWriter, r *http.Request, name string, lim 
 	if n > a.o.MaxUploadBytes {
 		a.refuse(w, r, http.StatusRequestEntityTooLarge, CodeUploadTooLarge, fmt.Sprintf(
 			"the upload is %s; the arena takes uploads of at most %s. Submit a checkpoint this large by reference: publish it in a model repository, "+
-				"write checkpoint.json beside submission.json (arena reference), and submit that folder", participant.Bytes(n), participant.Bytes(a.o.MaxUploadBytes)))
+				"write checkpoint.json beside submission.json (arena reference), and submit that folder", bundle.HumanSize(n), bundle.HumanSize(a.o.MaxUploadBytes)))
 		return true
 	}
 	return false
@@ -233,7 +233,7 @@ func (a *API) spool(w http.ResponseWriter, r *http.Request, name string, lim par
 		a.tooLarge(w, r, name, lim, n)
 	case errors.Is(readErr, errTooSlow):
 		a.refuse(w, r, http.StatusRequestTimeout, CodeUploadTooSlow, fmt.Sprintf(
-			"the upload stalled or came slower than %s/s after %d bytes; upload it again over a steadier connection", participant.Bytes(a.o.UploadMinRate), n))
+			"the upload stalled or came slower than %s/s after %d bytes; upload it again over a steadier connection", bundle.HumanSize(a.o.UploadMinRate), n))
 	case readErr != nil:
 		a.refuse(w, r, http.StatusBadRequest, CodeUploadIncomplete, fmt.Sprintf(
 			"the upload ended after %d bytes, before its end (the connection dropped, or the body is shorter than its Content-Length); upload it again", n))
