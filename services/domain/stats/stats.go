@@ -602,3 +602,16 @@ func KL(seqs []Sequence) (record.KL, error) {
 		Tokens:     tokens,
 	}, nil
 }
+
+// Percentile is the p-th percentile of xs by linear interpolation between
+// closest ranks (numpy's default); 0 for no values. xs is not reordered.
+func Percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	pos := p / 100 * float64(len(s)-1)
+	lo, hi := int(math.Floor(pos)), int(math.Ceil(pos))
+	return s[lo] + (s[hi]-s[lo])*(pos-float64(lo))
+}

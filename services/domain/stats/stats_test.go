@@ -446,3 +446,15 @@ func TestKL(t *testing.T) {
 	require.ErrorIs(t, err, stats.ErrDistribution)
 	require.ErrorContains(t, err, "sequence 1 position 0: candidate top-k")
 }
+
+// TestPercentile: numpy's linear interpolation between closest ranks.
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	xs := []float64{4, 1, 3, 2}
+	// numpy.percentile([1, 2, 3, 4], [50, 90, 99]) = 2.5, 3.7, 3.97
+	require.InDelta(t, 2.5, stats.Percentile(xs, 50), 1e-12)
+	require.InDelta(t, 3.7, stats.Percentile(xs, 90), 1e-12)
+	require.InDelta(t, 3.97, stats.Percentile(xs, 99), 1e-12)
+	require.Equal(t, 0.0, stats.Percentile(nil, 50))
+	require.Equal(t, []float64{4, 1, 3, 2}, xs, "the input is not reordered")
+}

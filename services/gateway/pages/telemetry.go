@@ -1,10 +1,10 @@
 package pages
 
 import (
-	"math"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/lowbarena/lowbarena/services/domain/stats"
 )
 
 // Telemetry is what the store holds of a submission's efficiency job:
@@ -77,26 +77,13 @@ func LatencyOf(reqs []Request) Latency {
 			tpot = append(tpot, (r.E2EMs-r.TTFTMs)/float64(r.OutputTokens-1))
 		}
 	}
-	l.TTFTP50, l.TTFTP99 = Percentile(ttft, 50), Percentile(ttft, 99)
-	l.TPOTP50, l.TPOTP99 = Percentile(tpot, 50), Percentile(tpot, 99)
+	l.TTFTP50, l.TTFTP99 = stats.Percentile(ttft, 50), stats.Percentile(ttft, 99)
+	l.TPOTP50, l.TPOTP99 = stats.Percentile(tpot, 50), stats.Percentile(tpot, 99)
 	l.TPOTRequests = len(tpot)
 	if len(reqs) > 0 {
 		l.OutputTokensPerReq = tokens / float64(len(reqs))
 	}
 	return l
-}
-
-// Percentile is the p-th percentile of xs by linear interpolation
-// between the nearest ranks (0 for none).
-func Percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	pos := p / 100 * float64(len(s)-1)
-	lo, hi := int(math.Floor(pos)), int(math.Ceil(pos))
-	return s[lo] + (s[hi]-s[lo])*(pos-float64(lo))
 }
 
 // RunID splits a runner's run id, "<job>-<delivery>/<phase>", into the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/services/domain/audit"
+	"github.com/lowbarena/lowbarena/services/domain/stats"
 	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/domain/tokenizer"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
@@ -341,13 +342,13 @@ func times(res loadgen.Result) events.RunTimes {
 		tpot = append(tpot, tpotMs(s))
 		ttft = append(ttft, float64(s.TTFT)/float64(time.Millisecond))
 	}
-	return events.RunTimes{Requests: len(res.Samples), TPOTMs: loadgen.Percentile(tpot, 50), TTFTMs: loadgen.Percentile(ttft, 50)}
+	return events.RunTimes{Requests: len(res.Samples), TPOTMs: stats.Percentile(tpot, 50), TTFTMs: stats.Percentile(ttft, 50)}
 }
 
 // evidence closes the run's evidence.
 func (a *auditRun) evidence() *events.AuditEvidence {
 	for w, xs := range a.load {
-		a.ev.LoadTPOTMs[w] = loadgen.Percentile(xs, 50)
+		a.ev.LoadTPOTMs[w] = stats.Percentile(xs, 50)
 	}
 	slices.SortStableFunc(a.tok, func(x, y events.TokenRequest) int {
 		return (y.Claimed - y.Retokenized) - (x.Claimed - x.Retokenized)

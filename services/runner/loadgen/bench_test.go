@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lowbarena/lowbarena/services/domain/stats"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen/loadgentest"
 )
@@ -120,7 +121,7 @@ func BenchmarkMediansAtConcurrency64(b *testing.B) {
 	spread := func(v []float64) float64 {
 		s := slices.Clone(v)
 		slices.Sort(s)
-		return (s[len(s)-1] - s[0]) / loadgen.Percentile(s, 50)
+		return (s[len(s)-1] - s[0]) / stats.Percentile(s, 50)
 	}
 	var lgTTFT, lgTPOT, minTTFT, minTPOT []float64
 	for b.Loop() {
@@ -135,13 +136,13 @@ func BenchmarkMediansAtConcurrency64(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			minTTFT, minTPOT = append(minTTFT, loadgen.Percentile(msOf(m.TTFT), 50)), append(minTPOT, loadgen.Percentile(msOf(m.TPOT), 50))
+			minTTFT, minTPOT = append(minTTFT, stats.Percentile(msOf(m.TTFT), 50)), append(minTPOT, stats.Percentile(msOf(m.TPOT), 50))
 		}
 	}
 	// A run is off when its median is more than 20% from the median of
 	// the 12: the two-mode flips the issue saw.
 	off := func(v []float64) float64 {
-		mid, n := loadgen.Percentile(v, 50), 0
+		mid, n := stats.Percentile(v, 50), 0
 		for _, x := range v {
 			if x > 1.2*mid || x < 0.8*mid {
 				n++
@@ -155,10 +156,10 @@ func BenchmarkMediansAtConcurrency64(b *testing.B) {
 	b.ReportMetric(spread(minTTFT), "minimal-ttft-spread")
 	b.ReportMetric(spread(lgTPOT), "loadgen-tpot-spread")
 	b.ReportMetric(spread(minTPOT), "minimal-tpot-spread")
-	b.ReportMetric(loadgen.Percentile(lgTTFT, 50), "loadgen-ttft-p50-ms")
-	b.ReportMetric(loadgen.Percentile(minTTFT, 50), "minimal-ttft-p50-ms")
-	b.ReportMetric(loadgen.Percentile(lgTPOT, 50), "loadgen-tpot-p50-ms")
-	b.ReportMetric(loadgen.Percentile(minTPOT, 50), "minimal-tpot-p50-ms")
+	b.ReportMetric(stats.Percentile(lgTTFT, 50), "loadgen-ttft-p50-ms")
+	b.ReportMetric(stats.Percentile(minTTFT, 50), "minimal-ttft-p50-ms")
+	b.ReportMetric(stats.Percentile(lgTPOT, 50), "loadgen-tpot-p50-ms")
+	b.ReportMetric(stats.Percentile(minTPOT, 50), "minimal-tpot-p50-ms")
 	if os.Getenv("LOADGEN_BENCH_VERBOSE") != "" {
 		b.Logf("loadgen TTFT p50s %.1f\nminimal TTFT p50s %.1f\nloadgen TPOT p50s %.2f\nminimal TPOT p50s %.2f", lgTTFT, minTTFT, lgTPOT, minTPOT)
 	}

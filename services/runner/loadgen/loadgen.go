@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -29,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lowbarena/lowbarena/services/domain/stats"
 	"github.com/lowbarena/lowbarena/services/domain/suite"
 )
 
@@ -478,27 +478,13 @@ func summarize(name string, samples []Sample, elapsed time.Duration) Result {
 	if elapsed > 0 {
 		r.Rate = float64(r.OutputTokens) / elapsed.Seconds()
 	}
-	r.TTFTP50, r.TTFTP99 = Percentile(ttft, 50), Percentile(ttft, 99)
-	r.TPOTP50, r.TPOTP99 = Percentile(tpot, 50), Percentile(tpot, 99)
-	r.ITLP50, r.ITLP90, r.ITLP99 = Percentile(itl, 50), Percentile(itl, 90), Percentile(itl, 99)
+	r.TTFTP50, r.TTFTP99 = stats.Percentile(ttft, 50), stats.Percentile(ttft, 99)
+	r.TPOTP50, r.TPOTP99 = stats.Percentile(tpot, 50), stats.Percentile(tpot, 99)
+	r.ITLP50, r.ITLP90, r.ITLP99 = stats.Percentile(itl, 50), stats.Percentile(itl, 90), stats.Percentile(itl, 99)
 	return r
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// Percentile is the p-th percentile of xs by linear interpolation between
-// closest ranks (numpy's default); 0 for no values.
-func Percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	pos := p / 100 * float64(len(s)-1)
-	lo := int(math.Floor(pos))
-	hi := int(math.Ceil(pos))
-	return s[lo] + (s[hi]-s[lo])*(pos-float64(lo))
-}
 
 // AsError returns the *Error in err's chain, or nil.
 func AsError(err error) *Error {

@@ -181,17 +181,6 @@ func TestRunStopsWithItsContext(t *testing.T) {
 	require.Nil(t, loadgen.AsError(err), "stopping is not an engine failure")
 }
 
-func TestPercentile(t *testing.T) {
-	t.Parallel()
-	xs := []float64{4, 1, 3, 2}
-	// numpy.percentile([1, 2, 3, 4], [50, 90, 99]) = 2.5, 3.7, 3.97
-	require.InDelta(t, 2.5, loadgen.Percentile(xs, 50), 1e-12)
-	require.InDelta(t, 3.7, loadgen.Percentile(xs, 90), 1e-12)
-	require.InDelta(t, 3.97, loadgen.Percentile(xs, 99), 1e-12)
-	require.Equal(t, 0.0, loadgen.Percentile(nil, 50))
-	require.Equal(t, []float64{4, 1, 3, 2}, xs, "the input is not reordered")
-}
-
 func TestStandardWorkloads(t *testing.T) {
 	ws := loadgen.Standard(2, 64)
 	got := map[string]int{}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/domain/stats"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"
@@ -85,7 +86,7 @@ func (s *Service) requests(ctx context.Context, req events.RunnerJobRequestedDat
 		}
 		rows[i] = store.Request{TsMs: uint64(x.Start.UnixMilli()), SubmissionID: req.SubmissionID, JobID: req.JobID, RunID: run,
 			Workload: res.Workload, Seq: uint32(x.Seq), PromptTokens: uint32(x.PromptTokens), OutputTokens: uint32(x.OutputTokens),
-			TTFTMs: float64(x.TTFT) / float64(time.Millisecond), ITLP50Ms: loadgen.Percentile(itl, 50), ITLP99Ms: loadgen.Percentile(itl, 99),
+			TTFTMs: float64(x.TTFT) / float64(time.Millisecond), ITLP50Ms: stats.Percentile(itl, 50), ITLP99Ms: stats.Percentile(itl, 99),
 			E2EMs: float64(x.E2E) / float64(time.Millisecond), OK: 1, Simulated: sim}
 		if x.Err != "" {
 			rows[i].OK, rows[i].Error = 0, x.Err+": "+x.ErrMessage
