@@ -3,14 +3,11 @@ package service
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
-	"github.com/lowbarena/lowbarena/events/ce"
+	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/stage"
 	"github.com/lowbarena/lowbarena/services/domain/audit"
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
@@ -201,39 +198,19 @@ type answerRow struct {
 // qualityOutcome reads the submission's quality.completed or quality.failed
 // from the ARENA stream; both nil when neither is there yet.
 func (s *Service) qualityOutcome(ctx context.Context, id string) (*events.QualityCompletedData, *events.StageFailedData, error) {
-	if subj, err := events.Subject(events.Quality.Completed.Type(), id); err == nil {
-		m, err := s.arena.GetLastMsgForSubject(ctx, subj)
-		switch {
-		case err == nil:
-			e, err := ce.Decode(m.Header, m.Data)
-			if err != nil {
-				return nil, nil, fmt.Errorf("efficiency: %s: %w", subj, err)
-			}
-			v, err := events.Quality.Completed.Decode(e)
-			if err != nil {
-				return nil, nil, fmt.Errorf("efficiency: %s: %w", subj, err)
-			}
-			return &v, nil, nil
-		case !errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil, nil, fmt.Errorf("efficiency: read %s: %w", subj, err)
-		}
+	done, ok, err := bus.Last(ctx, s.arena, events.Quality.Completed, id)
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("efficiency: %w", err)
+	case ok:
+		return &done, nil, nil
 	}
-	if subj, err := events.Subject(events.Quality.Failed.Type(), id); err == nil {
-		m, err := s.arena.GetLastMsgForSubject(ctx, subj)
-		switch {
-		case err == nil:
-			e, err := ce.Decode(m.Header, m.Data)
-			if err != nil {
-				return nil, nil, fmt.Errorf("efficiency: %s: %w", subj, err)
-			}
-			v, err := events.Quality.Failed.Decode(e)
-			if err != nil {
-				return nil, nil, fmt.Errorf("efficiency: %s: %w", subj, err)
-			}
-			return nil, &v, nil
-		case !errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil, nil, fmt.Errorf("efficiency: read %s: %w", subj, err)
-		}
+	failed, ok, err := bus.Last(ctx, s.arena, events.Quality.Failed, id)
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("efficiency: %w", err)
+	case ok:
+		return nil, &failed, nil
 	}
 	return nil, nil, nil
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/ce"
 )
 
 // submitted is what the score keeps of a submission's submission.received:
@@ -164,23 +163,12 @@ func (s *Service) withSubmission(ctx context.Context, id string, j *joined) erro
 // received reads a submission's submission.received from the ARENA
 // stream: nil, nil when the stream has none.
 func (s *Service) received(ctx context.Context, id string) (*submitted, error) {
-	subject, err := events.Subject(events.Submission.Received.Type(), id)
+	v, ok, err := bus.Last(ctx, s.arena, events.Submission.Received, id)
 	if err != nil {
-		return nil, nil // not a submission id: no submission of that name
+		return nil, fmt.Errorf("score: %w", err)
 	}
-	m, err := s.arena.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if !ok {
 		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("score: read %s: %w", subject, err)
-	}
-	e, err := ce.Decode(m.Header, m.Data)
-	if err != nil {
-		return nil, fmt.Errorf("score: %s: %w", subject, err)
-	}
-	v, err := events.Submission.Received.Decode(e)
-	if err != nil {
-		return nil, fmt.Errorf("score: %s: %w", subject, err)
 	}
 	return submittedOf(v), nil
 }
