@@ -62,6 +62,12 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	return printEnded(stdout, id, rec)
+}
+
+// printEnded prints a submission's record once its stages have ended,
+// then "done ID", or "failed ID" and the exit status of a failed one.
+func printEnded(stdout io.Writer, id string, rec *record.Submission) error {
 	renderRecord(stdout, rec)
 	if rec.Status == record.StatusFailed {
 		fmt.Fprintf(stdout, "failed %s\n", id)
@@ -92,13 +98,7 @@ func submitAPI(ctx context.Context, apiURL string, b *packed, wait bool, timeout
 	if err != nil {
 		return err
 	}
-	renderRecord(stdout, rec)
-	if rec.Status == record.StatusFailed {
-		fmt.Fprintf(stdout, "failed %s\n", id)
-		return &exitError{code: exitFailed, err: errors.New("")}
-	}
-	fmt.Fprintf(stdout, "done %s\n", id)
-	return nil
+	return printEnded(stdout, id, rec)
 }
 
 // newSubmissionID returns 16 hex digits, the form of the arena's ids.
