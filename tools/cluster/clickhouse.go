@@ -2,14 +2,12 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
+
+	"github.com/lowbarena/lowbarena/services/store/clickhouse/chtest"
 )
 
 // ClickHouse is Debian's clickhouse-server (18.16 on the CI image), run
@@ -25,47 +23,21 @@ type ClickHouse struct {
 	URL string
 }
 
-// ErrNoClickHouse says no clickhouse-server binary is installed.
-var ErrNoClickHouse = errors.New("cluster: no clickhouse-server binary (make deps installs Debian's)")
-
-// clickHouseBinary finds the server: LOWBARENA_CLICKHOUSE_SERVER, PATH,
-// then Debian's /usr/sbin/clickhouse-server.
-func clickHouseBinary() (string, error) {
-	if p := os.Getenv("LOWBARENA_CLICKHOUSE_SERVER"); p != "" {
-		return p, nil
-	}
-	if p, err := exec.LookPath("clickhouse-server"); err == nil {
-		return p, nil
-	}
-	const deb = "/usr/sbin/clickhouse-server"
-	if _, err := os.Stat(deb); err == nil {
-		return deb, nil
-	}
-	return "", ErrNoClickHouse
-}
-
 // startClickHouse writes the server's configuration in dir/clickhouse
 // and starts it.
 func startClickHouse(dir string) (*ClickHouse, error) {
-	bin, err := clickHouseBinary()
+	// The same server, found and laid out as the store's tests do it
+	// (chtest), with the arena's own user.
+	bin, err := chtest.Binary()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cluster: %w (make deps installs Debian's)", err)
 	}
 	home := filepath.Join(dir, "clickhouse")
-	for _, d := range []string{"data", "tmp", "user_files", "log", "format_schemas"} {
-		if err := os.MkdirAll(filepath.Join(home, d), 0o755); err != nil {
-			return nil, fmt.Errorf("cluster: %w", err)
-		}
-	}
-	ports, err := freePorts(2)
+	ports, err := chtest.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	config := strings.NewReplacer("$DIR", home, "$TCP", itoa(ports[0]), "$HTTP", itoa(ports[1])).Replace(clickHouseConfig)
-	if err := os.WriteFile(filepath.Join(home, "config.xml"), []byte(config), 0o644); err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(home, "users.xml"), []byte(clickHouseUsers), 0o644); err != nil {
+	if err := chtest.WriteConfig(home, ports[0], ports[1], clickHouseUsers); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	ch := &ClickHouse{
@@ -101,29 +73,6 @@ func (c *ClickHouse) WaitReady(ctx context.Context, wait time.Duration) error {
 		}
 	}
 }
-
-// clickHouseConfig is the server's configuration; $DIR, $TCP and $HTTP are
-// replaced. It takes what 18.16 takes (the <yandex> root).
-const clickHouseConfig = `<?xml version="1.0"?>
-<yandex>
-    <logger><level>warning</level><log>$DIR/log/server.log</log><errorlog>$DIR/log/server.err.log</errorlog><size>10M</size><count>1</count></logger>
-    <listen_host>127.0.0.1</listen_host>
-    <http_port>$HTTP</http_port>
-    <tcp_port>$TCP</tcp_port>
-    <path>$DIR/data/</path>
-    <tmp_path>$DIR/tmp/</tmp_path>
-    <user_files_path>$DIR/user_files/</user_files_path>
-    <format_schema_path>$DIR/format_schemas/</format_schema_path>
-    <users_config>$DIR/users.xml</users_config>
-    <default_profile>default</default_profile>
-    <default_database>default</default_database>
-    <timezone>UTC</timezone>
-    <mark_cache_size>67108864</mark_cache_size>
-    <uncompressed_cache_size>67108864</uncompressed_cache_size>
-    <max_concurrent_queries>50</max_concurrent_queries>
-    <mlock_executable>false</mlock_executable>
-</yandex>
-`
 
 // clickHouseUsers holds the arena's user, lowbarena, as
 // deploy/clickhouse/users.xml has it, from loopback only.

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lowbarena/lowbarena/services/store/clickhouse/chtest"
 )
 
 // Options configure a cluster.
@@ -137,7 +139,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if c.JS, err = jetstream.New(c.NC); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	free, err := freePorts(1)
+	free, err := chtest.FreePorts(1)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ require (
 	github.com/lowbarena/lowbarena/events v0.0.0
 	github.com/lowbarena/lowbarena/schemas v0.0.0
 	github.com/lowbarena/lowbarena/services/domain v0.0.0
+	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats.go v1.56.0
 	github.com/stretchr/testify v1.12.1
 )
@@ -55,4 +56,5 @@ replace (
 	github.com/lowbarena/lowbarena/observability => ../../observability
 	github.com/lowbarena/lowbarena/schemas => ../../schemas
 	github.com/lowbarena/lowbarena/services/domain => ../../services/domain
+	github.com/lowbarena/lowbarena/services/store => ../../services/store
 )

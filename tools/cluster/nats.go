@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lowbarena/lowbarena/services/store/clickhouse/chtest"
 )
 
 // Node is one nats-server of the cluster.
@@ -71,7 +72,7 @@ func startNodes(dir, bin, deployDir string, pubEnv []string) ([]*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	free, err := freePorts(9)
+	free, err := chtest.FreePorts(9)
 	if err != nil {
 		return nil, err
 	}
@@ -176,26 +177,6 @@ func getJSON(ctx context.Context, url string, v any) error {
 	defer resp.Body.Close()
 	// /healthz answers 503 with a JSON body while it is not ready.
 	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("cluster: find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // readEnvFile reads KEY=VALUE lines (comments and blank lines skipped),

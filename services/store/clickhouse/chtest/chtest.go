@@ -86,23 +86,13 @@ func Binary() (string, error) {
 // start runs the server in a fresh folder and waits until it answers.
 func start(t testing.TB, bin string) (string, error) {
 	dir := t.TempDir()
-	for _, d := range []string{"data", "tmp", "user_files", "log", "format_schemas"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return "", fmt.Errorf("chtest: %w", err)
-		}
-	}
-	ports, err := freePorts(2)
+	ports, err := FreePorts(2)
 	if err != nil {
 		return "", err
 	}
 	tcp, httpPort := ports[0], ports[1]
-	config := strings.NewReplacer("$DIR", dir, "$TCP", strconv.Itoa(tcp), "$HTTP", strconv.Itoa(httpPort)).Replace(configXML)
-	users := usersXML
-	if err := os.WriteFile(filepath.Join(dir, "config.xml"), []byte(config), 0o644); err != nil {
-		return "", fmt.Errorf("chtest: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(users), 0o644); err != nil {
-		return "", fmt.Errorf("chtest: %w", err)
+	if err := WriteConfig(dir, tcp, httpPort, UsersXML); err != nil {
+		return "", err
 	}
 
 	var out bytes.Buffer
@@ -147,8 +137,8 @@ func start(t testing.TB, bin string) (string, error) {
 	}
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct loopback ports that were free a moment ago.
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
 	defer func() {
@@ -179,7 +169,28 @@ func logTail(dir string) string {
 	return "server.err.log:\n" + string(b)
 }
 
+// WriteConfig lays out a server's folder in dir (its data, tmp, log and
+// other folders) with a config.xml listening on loopback on the tcp and
+// http ports, and users as its users.xml. The server runs with
+// --config-file=dir/config.xml.
+func WriteConfig(dir string, tcp, http int, users string) error {
+	for _, d := range []string{"data", "tmp", "user_files", "log", "format_schemas"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return fmt.Errorf("chtest: %w", err)
+		}
+	}
+	config := strings.NewReplacer("$DIR", dir, "$TCP", strconv.Itoa(tcp), "$HTTP", strconv.Itoa(http)).Replace(configXML)
+	if err := os.WriteFile(filepath.Join(dir, "config.xml"), []byte(config), 0o644); err != nil {
+		return fmt.Errorf("chtest: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(users), 0o644); err != nil {
+		return fmt.Errorf("chtest: %w", err)
+	}
+	return nil
+}
+
 // configXML is the server configuration; $DIR, $TCP and $HTTP are replaced.
+// It takes what 18.16 takes (the <yandex> root).
 const configXML = `<?xml version="1.0"?>
 <yandex>
     <logger><level>warning</level><log>$DIR/log/server.log</log><errorlog>$DIR/log/server.err.log</errorlog><size>10M</size><count>1</count></logger>
@@ -201,8 +212,8 @@ const configXML = `<?xml version="1.0"?>
 </yandex>
 `
 
-// usersXML lets the passwordless default user in from loopback only.
-const usersXML = `<?xml version="1.0"?>
+// UsersXML lets the passwordless default user in from loopback only.
+const UsersXML = `<?xml version="1.0"?>
 <yandex>
     <profiles><default><max_memory_usage>2000000000</max_memory_usage></default></profiles>
     <users><default><password></password><networks><ip>127.0.0.1</ip><ip>::1</ip></networks><profile>default</profile><quota>default</quota></default></users>
