@@ -445,13 +445,7 @@ func (f *natsFaults) run(ctx context.Context, t *testing.T, c *Cluster) {
 			return
 		}
 		k.grew = grown - last
-		if f.err = n.Start(); f.err != nil {
-			return
-		}
-		if f.err = n.WaitHealthy(ctx, 2*time.Minute); f.err != nil {
-			return
-		}
-		if f.err = c.WaitCurrent(ctx, n, 3*time.Minute); f.err != nil {
+		if f.err = c.Rejoin(ctx, n); f.err != nil {
 			return
 		}
 		t.Logf("NATS: %s rejoined, current on every stream", n.Name)
@@ -484,13 +478,7 @@ func (f *natsFaults) stale(ctx context.Context, t *testing.T, c *Cluster) error 
 	if err := n.Snapshot(snap); err != nil {
 		return err
 	}
-	if err := n.Start(); err != nil {
-		return err
-	}
-	if err := n.WaitHealthy(ctx, 2*time.Minute); err != nil {
-		return err
-	}
-	if err := c.WaitCurrent(ctx, n, 3*time.Minute); err != nil {
+	if err := c.Rejoin(ctx, n); err != nil {
 		return err
 	}
 	info, err := c.streamInfo(ctx, events.StreamArena)
@@ -517,13 +505,7 @@ func (f *natsFaults) stale(ctx context.Context, t *testing.T, c *Cluster) error 
 	if err := n.Restore(snap); err != nil {
 		return err
 	}
-	if err := n.Start(); err != nil {
-		return err
-	}
-	if err := n.WaitHealthy(ctx, 2*time.Minute); err != nil {
-		return err
-	}
-	if err := c.WaitCurrent(ctx, n, 3*time.Minute); err != nil {
+	if err := c.Rejoin(ctx, n); err != nil {
 		return fmt.Errorf("stale store: %w", err)
 	}
 	t.Logf("NATS: %s caught up from its stale store, current on every stream", n.Name)

@@ -322,6 +322,18 @@ func (c *Cluster) WaitGrowth(ctx context.Context, stream string, seq uint64, wai
 	}
 }
 
+// Rejoin starts a node that was killed, waits until it answers, then
+// until it is a current replica of every stream again.
+func (c *Cluster) Rejoin(ctx context.Context, n *Node) error {
+	if err := n.Start(); err != nil {
+		return err
+	}
+	if err := n.WaitHealthy(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	return c.WaitCurrent(ctx, n, 3*time.Minute)
+}
+
 // WaitCurrent waits until node is a current replica (or the leader) of
 // every stream of the arena: it rejoined and caught up.
 func (c *Cluster) WaitCurrent(ctx context.Context, n *Node, wait time.Duration) error {
