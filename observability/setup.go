@@ -64,6 +64,11 @@ type Config struct {
 	Writer io.Writer
 	// MetricInterval is the export period of metrics; zero means 30 s.
 	MetricInterval time.Duration
+	// Readers are further metric readers the meter provider feeds,
+	// whatever the exporter: a Prometheus exporter that a /metrics
+	// endpoint serves (services/runtime) is pulled, not pushed, so it
+	// sits beside the OTLP or stdout reader rather than replacing it.
+	Readers []sdkmetric.Reader
 }
 
 // Providers holds the installed providers; Shutdown flushes and stops them.
@@ -121,6 +126,9 @@ func Setup(ctx context.Context, cfg Config) (*Providers, error) {
 		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(me, sdkmetric.WithInterval(interval))))
 	default:
 		return nil, fmt.Errorf("observability: unknown exporter %q", cfg.Exporter)
+	}
+	for _, r := range cfg.Readers {
+		mopts = append(mopts, sdkmetric.WithReader(r))
 	}
 	p := &Providers{Tracer: sdktrace.NewTracerProvider(topts...), Meter: sdkmetric.NewMeterProvider(mopts...)}
 	otel.SetTracerProvider(p.Tracer)

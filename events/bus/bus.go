@@ -101,7 +101,8 @@ func New(nc *nats.Conn, opts ...Option) (*Bus, error) {
 		return nil, err
 	}
 	if b.handlerTime, err = m.Float64Histogram("lowbarena.events.handler.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time handlers took, by consumer and outcome.")); err != nil {
+		metric.WithDescription("Time handlers took, by consumer and outcome."),
+		metric.WithExplicitBucketBoundaries(observability.DurationBuckets...)); err != nil {
 		return nil, err
 	}
 	denied, err := m.Int64Counter("lowbarena.nats.denied", metric.WithUnit("{refusal}"),

@@ -37,6 +37,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/observability"
 )
 
 // Refusal is an input the stage will not take: it becomes <stage>.failed
@@ -247,7 +248,8 @@ func newKit(b *bus.Bus, log *slog.Logger, name, source string) *kit {
 	k.outcomes, _ = m.Int64Counter("lowbarena.stage.outcomes", metric.WithUnit("{input}"),
 		metric.WithDescription("Inputs a stage ended, by stage and outcome (completed, failed, retry)."))
 	k.duration, _ = m.Float64Histogram("lowbarena.stage.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time a stage took per input, by stage and outcome."))
+		metric.WithDescription("Time a stage took per input, by stage and outcome."),
+		metric.WithExplicitBucketBoundaries(observability.DurationBuckets...))
 	return k
 }
 
