@@ -68,6 +68,9 @@ type Config struct {
 	// NATSTLS its TLS files; see nats.go in this package.
 	NATSAuth NATSAuth
 	NATSTLS  NATSTLS
+	// MetricsAddr is where the service serves /metrics (Prometheus),
+	// /healthz and /readyz (see metrics.go); empty serves nothing.
+	MetricsAddr string
 	// Provision says whether Start creates or updates the arena's
 	// streams, buckets and object stores: auto (the default) when the
 	// service connects without credentials, yes, or no. Without, Start
@@ -91,6 +94,7 @@ func DefaultConfig(service string) Config {
 		NATSAuth:        AuthFromEnv(),
 		NATSTLS:         TLSFromEnv(),
 		Provision:       EnvOr(EnvProvision, ProvisionAuto),
+		MetricsAddr:     os.Getenv(EnvMetricsAddr),
 	}
 	if v := os.Getenv(EnvReplicas); v != "" {
 		// A malformed value is kept as -1 and reported by Validate, rather
@@ -113,6 +117,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error (env "+EnvLogLevel+")")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json (env "+EnvLogFormat+")")
 	fs.IntVar(&c.Replicas, "replicas", c.Replicas, "stream replicas: 1 on one machine, 3 on a cluster (env "+EnvReplicas+")")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address of /metrics (Prometheus), /healthz and /readyz, e.g. 0.0.0.0:9464; empty serves none (env "+EnvMetricsAddr+")")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take")
 	c.registerNATSFlags(fs)
 }
@@ -171,6 +176,11 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, "shutdown timeout must be positive")
+	}
+	if c.MetricsAddr != "" {
+		if err := validMetricsAddr(c.MetricsAddr); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	errs = append(errs, c.NATSAuth.problems()...)
 	errs = append(errs, c.NATSTLS.problems()...)

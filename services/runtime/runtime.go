@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,6 +34,11 @@ type Runtime struct {
 	Store store.Store
 
 	providers *observability.Providers
+	// metrics and metricsLn serve /metrics when Config.MetricsAddr is
+	// set (MetricsActor); the listener is bound in Start, so that a
+	// port in use stops the service before it connects.
+	metrics   *Metrics
+	metricsLn net.Listener
 	closeOnce sync.Once
 	// ownStore says Close closes Store: false for a store another
 	// runtime shares with this one (WithStore).
@@ -87,9 +93,26 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 	} else if rt.Log, err = observability.NewLogger(o.logOut, cfg.Service, cfg.LogLevel, cfg.LogFormat); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if cfg.MetricsAddr != "" {
+		// The metrics are this runtime's meter provider's: one that
+		// leaves telemetry to its process (`arena up`) serves them there.
+		if !o.telemetry {
+			return nil, fmt.Errorf("%w: metrics address %s given to a runtime without its own telemetry: the process that sets telemetry up serves /metrics (arena up --metrics-addr)", ErrConfig, cfg.MetricsAddr)
+		}
+		if rt.metricsLn, err = ListenMetrics(cfg.MetricsAddr); err != nil {
+			return nil, err
+		}
+		if rt.metrics, err = NewMetrics(); err != nil {
+			return nil, err
+		}
+	}
 	if o.telemetry {
 		exp, _ := observability.ParseExporter(cfg.OTel) // validated above
-		if rt.providers, err = observability.Setup(ctx, observability.Config{Service: cfg.Service, Version: cfg.Version, Exporter: exp}); err != nil {
+		ocfg := observability.Config{Service: cfg.Service, Version: cfg.Version, Exporter: exp}
+		if rt.metrics != nil {
+			ocfg.Readers = append(ocfg.Readers, rt.metrics.Reader())
+		}
+		if rt.providers, err = observability.Setup(ctx, ocfg); err != nil {
 			return nil, fmt.Errorf("runtime: telemetry: %w", err)
 		}
 	}
@@ -180,6 +203,11 @@ func (rt *Runtime) Close() {
 		timeout := rt.Config.ShutdownTimeout
 		if timeout <= 0 {
 			timeout = 30 * time.Second
+		}
+		if rt.metricsLn != nil {
+			// MetricsActor's shutdown has closed it already when it ran;
+			// this closes one that never served (a failed start).
+			_ = rt.metricsLn.Close()
 		}
 		if rt.NC != nil {
 			if err := drain(rt.NC, timeout); err != nil && rt.Log != nil {
@@ -301,7 +329,7 @@ func run(cfg *Config, fs *flag.FlagSet, args []string, build Build) int {
 	defer stop()
 	if provisionOnly {
 		c := *cfg
-		c.Provision, c.Store = ProvisionYes, ""
+		c.Provision, c.Store, c.MetricsAddr = ProvisionYes, "", ""
 		rt, err := Start(ctx, c, WithoutTelemetry())
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s provision: %v\n", cfg.Service, err)
@@ -327,6 +355,10 @@ func run(cfg *Config, fs *flag.FlagSet, args []string, build Build) int {
 	if err != nil {
 		rt.Log.Error("start", "err", err)
 		return 1
+	}
+	if a, ok := rt.MetricsActor(); ok {
+		actors = append(actors, a)
+		rt.Log.Info("serving metrics", "addr", rt.MetricsAddr().String(), "paths", PathMetrics+" "+PathHealthz+" "+PathReadyz)
 	}
 	rt.Log.Info("started", "nats", rt.NC.ConnectedUrlRedacted(), "actors", len(actors))
 	if err := RunActors(ctx, rt.Log, actors...); err != nil {

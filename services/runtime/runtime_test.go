@@ -34,6 +34,9 @@ func TestConfigValidate(t *testing.T) {
 		{"relative chdb", func(c *Config) { c.Store = "chdb://data" }, []string{"absolute folder"}},
 		{"postgres", func(c *Config) { c.Store = "postgres://x/y" }, []string{"scheme must be chdb or clickhouse"}},
 		{"bad otel", func(c *Config) { c.OTel = "jaeger" }, []string{"unknown exporter"}},
+		{"metrics on every interface", func(c *Config) { c.MetricsAddr = ":9464" }, nil},
+		{"metrics without port", func(c *Config) { c.MetricsAddr = "localhost" }, []string{`metrics address "localhost" is not host:port`}},
+		{"metrics port not a number", func(c *Config) { c.MetricsAddr = "127.0.0.1:http" }, []string{`port "http" is not a number`}},
 		{"bad level and format and replicas, all reported", func(c *Config) {
 			c.LogLevel, c.LogFormat, c.Replicas = "loud", "xml", 2
 		}, []string{`log level "loud"`, `log format "xml"`, "replicas 2"}},
@@ -59,7 +62,9 @@ func TestDefaultConfigFromEnv(t *testing.T) {
 	t.Setenv(EnvNATSURL, "nats://10.0.0.1:4222")
 	t.Setenv(EnvStore, "clickhouse://ch:9000/arena")
 	t.Setenv(EnvReplicas, "three")
+	t.Setenv(EnvMetricsAddr, "0.0.0.0:9464")
 	c := DefaultConfig("svc")
+	require.Equal(t, "0.0.0.0:9464", c.MetricsAddr)
 	require.Equal(t, "nats://10.0.0.1:4222", c.NATSURL)
 	require.Equal(t, "clickhouse://ch:9000/arena", c.Store)
 	require.ErrorContains(t, c.Validate(), "replicas -1")
