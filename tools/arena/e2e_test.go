@@ -31,6 +31,7 @@ import (
 	"github.com/lowbarena/lowbarena/services/domain/hub/hubtest"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/runtime"
+	"github.com/lowbarena/lowbarena/services/runtime/runtimetest"
 )
 
 // arenaBin is the (light) arena binary the end-to-end tests run as real
@@ -133,7 +134,7 @@ var upLine = regexp.MustCompile(`arena up: NATS (nats://\S+) · HTTP http://(\S+
 func startUp(t *testing.T, data string, extra ...string) *upProc {
 	t.Helper()
 	cmd := exec.Command(arenaBin, append([]string{"up", "--data", data, "--nats-listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-		"--campaigns", filepath.Join(exampleDir, examples.CampaignsDir)}, extra...)...)
+		"--metrics-addr", "127.0.0.1:0", "--campaigns", filepath.Join(exampleDir, examples.CampaignsDir)}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	p := &upProc{cmd: cmd, data: data, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
@@ -712,6 +713,26 @@ func TestArenaEndToEnd(t *testing.T) {
 		"the record": arena(t, "show", refID, "--json", "--nats", up.natsURL).stdout} {
 		require.NotEmpty(t, text, what)
 		require.NotContains(t, text, token, what)
+	}
+
+	// One /metrics serves every service of the process: each stage
+	// that ran counts its completed inputs, the bus its consumed
+	// messages by consumer; the probes answer.
+	metricsLine := regexp.MustCompile(`metrics: (http://\S+)` + runtime.PathMetrics).FindStringSubmatch(term)
+	require.NotNil(t, metricsLine, "arena up prints its metrics address: %s", term)
+	fams, err := runtimetest.Scrape(context.Background(), metricsLine[1]+runtime.PathMetrics)
+	require.NoError(t, err)
+	for _, st := range []string{"build", "contract", "quality", "efficiency"} {
+		n, _ := fams.Sum("lowbarena_stage_outcomes_total", map[string]string{"stage": st, "outcome": "completed"})
+		require.Positive(t, n, "stage %s completed inputs, by /metrics", st)
+	}
+	consumed, _ := fams.Sum(runtimetest.ConsumedTotal, map[string]string{"consumer": "score", "outcome": "ack"})
+	require.Positive(t, consumed, "score's consumed messages, by /metrics: %v", fams.By(runtimetest.ConsumedTotal, "consumer"))
+	for _, probe := range []string{runtime.PathHealthz, runtime.PathReadyz} {
+		resp, err := http.Get(metricsLine[1] + probe)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, probe)
 	}
 
 	// Restart on the same folder: nothing is lost.

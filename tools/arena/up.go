@@ -60,6 +60,9 @@ type upOptions struct {
 	refHosts string
 	// tls are the embedded NATS server's TLS files (see natsauth.go).
 	tls serverTLS
+	// metricsAddr is where the process serves one /metrics for all its
+	// services (and /healthz, /readyz); empty serves none.
+	metricsAddr string
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
@@ -67,6 +70,8 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS listens for other processes (the CLI, external services)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "listen address of the gateway's HTTP API")
 	fs.StringVar(&o.store, "store", "", "store URL (default chdb://DIR/chdb; or clickhouse://host:9000/db)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", runtime.EnvOr(runtime.EnvMetricsAddr, ""),
+		"listen address of /metrics (Prometheus; every service of this process), /healthz and /readyz, e.g. 127.0.0.1:9464; empty serves none (env "+runtime.EnvMetricsAddr+")")
 	fs.StringVar(&o.otel, "otel", runtime.EnvOr(runtime.EnvOTel, "none"), "telemetry exporter: none, stdout or otlp")
 	fs.StringVar(&o.logLevel, "log-level", runtime.EnvOr(runtime.EnvLogLevel, "info"), "log level: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", runtime.EnvOr(runtime.EnvLogFormat, "text"),
@@ -102,6 +107,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "arena up: NATS %s · HTTP http://%s · store %s · data %s · campaigns %s\n", a.natsURL, a.httpAddr, a.storeEngine, a.data, strings.Join(a.campaigns, ","))
 	fmt.Fprintf(stdout, "logs: %s · stages served: %s\n", logWhere, strings.Join(a.stages, ", "))
+	if a.metricsAddr != "" {
+		fmt.Fprintf(stdout, "metrics: http://%s%s · probes %s %s\n", a.metricsAddr, runtime.PathMetrics, runtime.PathHealthz, runtime.PathReadyz)
+	}
 	fmt.Fprintf(stdout, "in another terminal: arena watch · arena submit DIR · arena show ID --json · arena sql \"SHOW TABLES\" (Ctrl-C stops)\n")
 	go func() {
 		f := newFollower(a.natsURL, a.stages, stdout)
@@ -116,6 +124,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // arenaProc is an arena running in this process.
 type arenaProc struct {
 	data, natsURL, httpAddr, storeEngine string
+	// metricsAddr is the metrics listener's address, "" when none.
+	metricsAddr string
+	metricsLn   net.Listener
 	// stages lists the pipeline stages some running service handles.
 	stages []string
 	// campaigns lists the tasks the arena runs.
@@ -195,7 +206,22 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	if a.prov, err = observability.Setup(ctx, observability.Config{Service: "arena", Version: "dev", Exporter: exp}); err != nil {
+	// One meter provider for the whole process: every service's bus and
+	// stages record into it (the global), so one /metrics serves them
+	// all, each series labelled by its consumer or stage.
+	ocfg := observability.Config{Service: "arena", Version: "dev", Exporter: exp}
+	var metrics *runtime.Metrics
+	if o.metricsAddr != "" {
+		if a.metricsLn, err = runtime.ListenMetrics(o.metricsAddr); err != nil {
+			return nil, usageErr("%v", err)
+		}
+		a.metricsAddr = a.metricsLn.Addr().String()
+		if metrics, err = runtime.NewMetrics(); err != nil {
+			return nil, fmt.Errorf("up: %w", err)
+		}
+		ocfg.Readers = append(ocfg.Readers, metrics.Reader())
+	}
+	if a.prov, err = observability.Setup(ctx, ocfg); err != nil {
 		return nil, fmt.Errorf("up: telemetry: %w", err)
 	}
 	// Every client of the embedded NATS connects as a user of the
@@ -240,6 +266,9 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 		}
 		cfg.NATSURL, cfg.OTel, cfg.LogLevel, cfg.Store = a.natsURL, o.otel, o.logLevel, ""
 		cfg.NATSAuth, cfg.NATSTLS, cfg.Provision = a.auth(c.Name), a.clientTLS(), runtime.ProvisionNo
+		// This process serves the metrics of all (above), not each
+		// component ($LOWBARENA_METRICS_ADDR is arena up's, not theirs).
+		cfg.MetricsAddr = ""
 		opts := []runtime.Option{runtime.WithoutTelemetry()}
 		if c.Store {
 			cfg.Store = storeURL
@@ -280,9 +309,23 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 		}
 	}
 
+	if metrics != nil {
+		actors = append(actors, runtime.HTTPActor("metrics", a.metricsLn, metrics.Handler(a.ready), 5*time.Second))
+	}
 	go func() { a.done <- runtime.RunActors(ctx, log, actors...) }()
 	log.Info("arena up", "nats", a.natsURL, "http", a.httpAddr, "store", a.storeEngine, "data", data, "services", len(a.rts))
 	return a, nil
+}
+
+// ready says whether every service of the arena is ready (connected to
+// the embedded NATS, the streams there): /readyz.
+func (a *arenaProc) ready(ctx context.Context) error {
+	for _, rt := range a.rts {
+		if err := rt.Ready(ctx); err != nil {
+			return fmt.Errorf("%s: %w", rt.Config.Service, err)
+		}
+	}
+	return nil
 }
 
 // wait blocks until the services stop (ctx cancelled, or one failed), then
@@ -298,6 +341,12 @@ func (a *arenaProc) shutdown() {
 		a.rts[i].Close()
 	}
 	a.rts = nil
+	if a.metricsLn != nil {
+		// Closed already when its actor ran; this closes one that never
+		// served (a failed start).
+		_ = a.metricsLn.Close()
+		a.metricsLn = nil
+	}
 	if a.store != nil {
 		if err := a.store.Close(); err != nil {
 			a.log.Warn("store close", "err", err)
