@@ -22,6 +22,11 @@ func TestDeployment(t *testing.T) {
 	p, err := LoadCompose(context.Background(), "../../docker-compose.yml")
 	require.NoError(t, err)
 	require.Empty(t, Compose(p, bins).String(), "docker-compose.yml")
+	prom, err := LoadPrometheus("../../" + PrometheusFile)
+	require.NoError(t, err)
+	require.Empty(t, ScrapeTargets(p, bins, prom).String(), PrometheusFile)
+	require.Equal(t, map[string]int{"gateway": 9464, "build": 9465, "contract": 9466, "quality": 9467, "efficiency": 9468,
+		"score": 9469, "round": 9470, "runner": 9471}, metricsPorts(p, bins), "every service binary's container serves metrics; provision does not")
 
 	objs, ps, err := DecodeManifests("../kubernetes")
 	require.NoError(t, err)
@@ -59,6 +64,9 @@ func TestComposeRefuses(t *testing.T) {
 		{"a service that names no binary", "args: {SERVICE: score}", "args: {SERVICE: scoring}", CodeUnknownBinary + " " + CodeMissingService, ""},
 		{"the campaigns on no volume", "      LOWBARENA_CAMPAIGNS: /campaigns\n      LOWBARENA_POD", "      LOWBARENA_CAMPAIGNS: /elsewhere\n      LOWBARENA_POD", CodeMissingVolume, ""},
 		{"an unknown field", "    ulimits:", "    ulimit:", "", "ulimit"},
+		{"a service without metrics", "      LOWBARENA_METRICS_ADDR: 0.0.0.0:9469\n", "", CodeMetrics, ""},
+		{"metrics on loopback only", "LOWBARENA_METRICS_ADDR: 0.0.0.0:9470", "LOWBARENA_METRICS_ADDR: 127.0.0.1:9470", CodeMetrics, ""},
+		{"metrics on no fixed port", "LOWBARENA_METRICS_ADDR: 0.0.0.0:9465", "LOWBARENA_METRICS_ADDR: 0.0.0.0:0", CodeMetrics, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -74,6 +82,56 @@ func TestComposeRefuses(t *testing.T) {
 			require.ElementsMatch(t, strings.Fields(tc.code), ps.Codes(), ps.String())
 		})
 	}
+}
+
+// TestScrapeTargetsRefuse: Prometheus's targets that drifted from the
+// compose services' metrics addresses (either file edited), or a compose
+// file that runs no Prometheus or a Grafana without the arena's
+// provisioning, are refused.
+func TestScrapeTargetsRefuse(t *testing.T) {
+	const compose, prom = "docker-compose.yml", "prometheus.yml"
+	for _, tc := range []struct {
+		name, file, old, new string
+		// code lists the codes wanted, space-separated.
+		code string
+	}{
+		{"a target on the wrong port", prom, `"score:9469"`, `"score:9464"`, CodeScrapeTargets},
+		{"a service not scraped", prom, "      - targets: [\"round:9470\"]\n        labels: {service: round}\n", "", CodeScrapeTargets},
+		{"a target that is no service", prom, `"runner:9471"`, `"runner:9471", "runner-2:9471"`, CodeScrapeTargets},
+		{"a service scraped twice", prom, `"build:9465"`, `"build:9465", "build:9465"`, CodeScrapeTargets},
+		{"another metrics path", prom, "    metrics_path: /metrics", "    metrics_path: /prometheus", CodeScrapeTargets},
+		{"a service moved to another port", compose, "LOWBARENA_METRICS_ADDR: 0.0.0.0:9467", "LOWBARENA_METRICS_ADDR: 0.0.0.0:9567", CodeScrapeTargets},
+		{"a service that stopped serving metrics", compose, "      LOWBARENA_METRICS_ADDR: 0.0.0.0:9468\n", "", CodeScrapeTargets},
+		{"prometheus without the file", compose, "      - ./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro\n", "", CodeMissingVolume},
+		{"grafana without the dashboards", compose, "      - ./observability/grafana/dashboards:/var/lib/grafana/dashboards/lowbarena:ro\n", "", CodeMissingVolume},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, src := range map[string]string{compose: "../../docker-compose.yml", prom: "../prometheus/prometheus.yml"} {
+				raw, err := os.ReadFile(src)
+				require.NoError(t, err)
+				if name == tc.file {
+					raw = edit(t, src, tc.old, tc.new)
+				}
+				require.NoError(t, os.WriteFile(filepath.Join(dir, name), raw, 0o644))
+			}
+			p, err := LoadCompose(context.Background(), filepath.Join(dir, compose))
+			require.NoError(t, err)
+			pc, err := LoadPrometheus(filepath.Join(dir, prom))
+			require.NoError(t, err)
+			ps := ScrapeTargets(p, Binaries(), pc)
+			require.ElementsMatch(t, strings.Fields(tc.code), ps.Codes(), ps.String())
+		})
+	}
+}
+
+// TestLoadPrometheusIsStrict: a misspelt key is an error, not a job that
+// scrapes nothing.
+func TestLoadPrometheusIsStrict(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "prometheus.yml")
+	require.NoError(t, os.WriteFile(file, edit(t, "../prometheus/prometheus.yml", "    static_configs:", "    static_config:"), 0o644))
+	_, err := LoadPrometheus(file)
+	require.ErrorContains(t, err, "static_config")
 }
 
 // TestKubernetesRefuses: a manifest that drifted from the binaries, or
@@ -95,6 +153,14 @@ func TestKubernetesRefuses(t *testing.T) {
 		{"a selector that owns no pod", "runner.yaml", "    matchLabels: {app: runner}", "    matchLabels: {app: runners}", CodeSelector},
 		{"the work folder on no volume", "runner.yaml", "            - {name: work, mountPath: /work}\n", "", CodeMissingVolume},
 		{"R1 streams on a cluster", "services.yaml", `LOWBARENA_REPLICAS: "3"`, `LOWBARENA_REPLICAS: "1"`, CodeMissingEnv},
+		{"no metrics address", "services.yaml", "  LOWBARENA_METRICS_ADDR: 0.0.0.0:9464\n", "", CodeMetrics},
+		{"metrics on loopback", "services.yaml", "  LOWBARENA_METRICS_ADDR: 0.0.0.0:9464\n", "  LOWBARENA_METRICS_ADDR: 127.0.0.1:9464\n", CodeMetrics},
+		{"no metrics containerPort", "runner.yaml", "            - {name: metrics, containerPort: 9464}\n", "", CodeMetrics},
+		{"a metrics containerPort on another port", "runner.yaml", "{name: metrics, containerPort: 9464}", "{name: metrics, containerPort: 9465}", CodeMetrics},
+		{"a scrape annotation on another port", "runner.yaml", `prometheus.io/port: "9464"`, `prometheus.io/port: "9090"`, CodeMetrics},
+		{"no scrape annotation", "runner.yaml", "        prometheus.io/scrape: \"true\"\n", "", CodeMetrics},
+		{"readiness probed on /healthz", "runner.yaml", "httpGet: {path: /readyz, port: metrics}", "httpGet: {path: /healthz, port: metrics}", CodeMetrics},
+		{"no liveness probe", "runner.yaml", "          livenessProbe:\n            httpGet: {path: /healthz, port: metrics}\n            periodSeconds: 10\n", "", CodeMetrics},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -48,41 +48,20 @@ func Compose(p *types.Project, bins map[string]Binary) Problems {
 		if s.Build == nil {
 			continue // nats, clickhouse: images of their own
 		}
-		binName := ""
-		switch filepath.Base(s.Build.Dockerfile) {
-		case "Dockerfile":
-			if v := s.Build.Args["SERVICE"]; v != nil {
-				binName = *v
-			}
-		case "Dockerfile.runner":
-			binName = "runner"
-		}
-		b, ok := bins[binName]
-		if !ok {
-			ps.add(CodeUnknownBinary, where, "built from %s with SERVICE=%q, which is no service binary (services/<name>)", s.Build.Dockerfile, binName)
+		c, users := composeContainer(name, s, bins)
+		if c == nil {
+			ps.add(CodeUnknownBinary, where, "built from %s with SERVICE=%q, which is no service binary (services/<name>)", s.Build.Dockerfile, binaryOf(s))
 			continue
 		}
-		seen[binName] = true
-		c := Container{Where: where, Binary: b, Args: s.Command, Env: map[string]string{}}
-		for k, v := range s.Environment {
-			c.Env[k] = ""
-			if v != nil {
-				c.Env[k] = *v
-			}
-		}
-		for _, f := range s.EnvFiles {
-			base := filepath.Base(f.Path)
-			if filepath.Base(filepath.Dir(f.Path)) == "secrets" && strings.HasSuffix(base, ".env") && base != "nats.env" {
-				if c.User != "" {
-					ps.add(CodeWrongCredentials, where, "two users' env files: give one")
-				}
-				c.User = strings.TrimSuffix(base, ".env")
-			}
-		}
-		for _, v := range s.Volumes {
-			c.Mounts = append(c.Mounts, v.Target)
+		b := c.Binary
+		seen[b.Name] = true
+		if users > 1 {
+			ps.add(CodeWrongCredentials, where, "two users' env files: give one")
 		}
 		c.Check(&ps)
+		if c.servesMetrics() {
+			c.checkMetrics(&ps)
+		}
 		if len(c.Args) > 0 && c.Args[0] == "provision" {
 			continue
 		}
@@ -99,4 +78,47 @@ func Compose(p *types.Project, bins map[string]Binary) Problems {
 		}
 	}
 	return ps
+}
+
+// binaryOf is the service binary a compose service is built as:
+// deploy/Dockerfile's SERVICE, or the runner's Dockerfile.
+func binaryOf(s types.ServiceConfig) string {
+	switch filepath.Base(s.Build.Dockerfile) {
+	case "Dockerfile":
+		if v := s.Build.Args["SERVICE"]; v != nil {
+			return *v
+		}
+	case "Dockerfile.runner":
+		return "runner"
+	}
+	return ""
+}
+
+// composeContainer is the container of a compose service built from the
+// repository (s.Build set): its binary, command, environment, NATS user
+// (from deploy/secrets/<user>.env, the last one; users counts them) and
+// mounts; nil when it is built as no service binary.
+func composeContainer(name string, s types.ServiceConfig, bins map[string]Binary) (_ *Container, users int) {
+	b, ok := bins[binaryOf(s)]
+	if !ok {
+		return nil, 0
+	}
+	c := &Container{Where: "docker-compose.yml: " + name, Binary: b, Args: s.Command, Env: map[string]string{}}
+	for k, v := range s.Environment {
+		c.Env[k] = ""
+		if v != nil {
+			c.Env[k] = *v
+		}
+	}
+	for _, f := range s.EnvFiles {
+		base := filepath.Base(f.Path)
+		if filepath.Base(filepath.Dir(f.Path)) == "secrets" && strings.HasSuffix(base, ".env") && base != "nats.env" {
+			users++
+			c.User = strings.TrimSuffix(base, ".env")
+		}
+	}
+	for _, v := range s.Volumes {
+		c.Mounts = append(c.Mounts, v.Target)
+	}
+	return c, users
 }

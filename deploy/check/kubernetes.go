@@ -110,7 +110,9 @@ const gpuResource corev1.ResourceName = "nvidia.com/gpu"
 // env and the ConfigMaps it reads, its user from its
 // lowbarena-nkey-<user> secret, its mounts from its volumeMounts (each
 // of a volume of its pod); a workload's selector matches its pods'
-// labels; the runner asks for a GPU; every binary has a container.
+// labels; the runner asks for a GPU; every binary has a container; a
+// service's pod serves its metrics where its containerPort named metrics,
+// its prometheus.io annotations and its probes say (checkPodMetrics).
 func Kubernetes(objs []Object, bins map[string]Binary) Problems {
 	var ps Problems
 	configMaps := map[string]map[string]string{}
@@ -197,6 +199,11 @@ func Kubernetes(objs []Object, bins map[string]Binary) Problems {
 				c.Mounts = append(c.Mounts, m.MountPath)
 			}
 			c.Check(&ps)
+			if _, job := o.Object.(*batchv1.Job); !job && c.servesMetrics() {
+				if port := c.checkMetrics(&ps); port > 0 {
+					checkPodMetrics(&ps, cw, pod, ct, port)
+				}
+			}
 			if name == "runner" {
 				q, ok := ct.Resources.Limits[gpuResource]
 				if !ok || q.Cmp(resource.MustParse("1")) < 0 {
