@@ -108,7 +108,7 @@ func (m *Metrics) Handler(ready func(context.Context) error) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if err := ready(ctx); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
+			_, _ = fmt.Fprintf(w, "%v\n", err)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +83,9 @@ func TestMetricsEndpointCountsConsumedEvents(t *testing.T) {
 		require.True(t, ok, "%s missing from %v", name, before.Names())
 	}
 	n0, _ := before.Sum(runtimetest.ConsumedTotal, consumed)
+	total0, err := runtimetest.Consumed(ctx, base+runtime.PathMetrics)
+	require.NoError(t, err)
+	require.Zero(t, total0, "nothing consumed yet")
 
 	_, err = rt.Bus.PublishNew(ctx, "metrics-1", events.BuildStarted, events.Source("test"), bustest.SampleSubject, bustest.Sample(events.BuildStarted))
 	require.NoError(t, err)
@@ -95,6 +99,9 @@ func TestMetricsEndpointCountsConsumedEvents(t *testing.T) {
 	require.True(t, ok, "no %s in %v", runtimetest.ConsumedTotal, after.Names())
 	require.Equal(t, n0+1, n1, "one message consumed and acked")
 	require.Equal(t, n0+1, after.By(runtimetest.ConsumedTotal, "consumer")[cons.Name])
+	total1, err := runtimetest.Consumed(ctx, base+runtime.PathMetrics)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, total1, "the cluster harness's helper sees the message too")
 	pub, ok := after.Sum("lowbarena_events_published_total", map[string]string{"type": string(events.BuildStarted)})
 	require.True(t, ok)
 	require.Equal(t, 1.0, pub)
@@ -173,7 +180,13 @@ func TestReadyz(t *testing.T) {
 		srv.WaitForShutdown()
 		code, body = get(t, base+runtime.PathReadyz)
 		require.Equal(t, http.StatusServiceUnavailable, code)
-		require.Contains(t, body, "NATS connection is")
+		require.Contains(t, body, "not ready: ")
+		// Until the client notices the server is gone the stream look-up
+		// fails instead; once it has, the probe says so.
+		require.Eventually(t, func() bool {
+			code, body = get(t, base+runtime.PathReadyz)
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "NATS connection is")
+		}, 20*time.Second, 100*time.Millisecond, "last: %d %s", code, body)
 		code, _ = get(t, base+runtime.PathHealthz)
 		require.Equal(t, http.StatusOK, code)
 	})

@@ -122,3 +122,16 @@ func matches(m *dto.Metric, match map[string]string) bool {
 	}
 	return true
 }
+
+// Consumed scrapes the /metrics endpoint at url and returns how many
+// messages the process's bus has consumed since it started: the sum of
+// ConsumedTotal over every consumer, type and outcome (0 before the
+// first).
+func Consumed(ctx context.Context, url string) (float64, error) {
+	fams, err := Scrape(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := fams.Sum(ConsumedTotal, nil)
+	return n, nil
+}
