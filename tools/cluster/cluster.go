@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lowbarena/lowbarena/services/runtime/runtimetest"
 	"github.com/lowbarena/lowbarena/services/store/clickhouse/chtest"
 )
 
@@ -57,6 +58,10 @@ type Service struct {
 	User string
 	// Pod is a runner's pod.
 	Pod string
+	// MetricsAddr is where it serves /metrics, /healthz and /readyz
+	// (LOWBARENA_METRICS_ADDR, a free loopback port, the same across its
+	// restarts).
+	MetricsAddr string
 	// held says another fault holds the service down (the runner killed
 	// mid-job): KillServices neither kills nor starts it meanwhile.
 	held atomic.Bool
@@ -89,6 +94,9 @@ type Cluster struct {
 	// NC is the harness's own connection, as the operator.
 	NC *nats.Conn
 	JS jetstream.JetStream
+
+	// metricsPorts are the free ports services() gives out, one each.
+	metricsPorts []int
 }
 
 // Start starts a cluster: the users' credentials (`arena credentials`),
@@ -139,11 +147,13 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if c.JS, err = jetstream.New(c.NC); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	free, err := chtest.FreePorts(1)
+	// The gateway's HTTP port, then a metrics port per service.
+	free, err := chtest.FreePorts(1 + len(Services) + len(c.Pods))
 	if err != nil {
 		return nil, err
 	}
 	c.HTTP = fmt.Sprintf("127.0.0.1:%d", free[0])
+	c.metricsPorts = free[1:]
 	for _, s := range c.services() {
 		c.Services[s.Name] = s
 		if err := s.Start(); err != nil {
@@ -218,9 +228,11 @@ func (c *Cluster) services() []*Service {
 			panic(err)
 		}
 		env = append(append(append(c.Env(), c.userEnv(kind)...), "LOWBARENA_CAMPAIGNS="+c.Campaigns), env...)
+		metrics := fmt.Sprintf("127.0.0.1:%d", c.metricsPorts[len(out)])
+		env = append(env, "LOWBARENA_METRICS_ADDR="+metrics)
 		env = append(env, c.ServiceEnv...)
 		s := &Service{Proc: &Proc{Name: name, Bin: c.Bin.Service[kind], Args: args, Env: env, Dir: dir,
-			Log: filepath.Join(c.Dir, "logs", name+".log")}, Kind: kind, User: kind}
+			Log: filepath.Join(c.Dir, "logs", name+".log")}, Kind: kind, User: kind, MetricsAddr: metrics}
 		out = append(out, s)
 		return s
 	}
@@ -268,6 +280,22 @@ func (c *Cluster) WaitStarted(ctx context.Context, s *Service, wait time.Duratio
 		case <-time.After(200 * time.Millisecond): // polling interval, not an assertion
 		}
 	}
+}
+
+// Consumed scrapes every service's /metrics and returns, by service
+// name, the messages its bus consumed since its latest start
+// (lowbarena_events_consumed_total over every consumer and outcome; a
+// restart starts it again from zero).
+func (c *Cluster) Consumed(ctx context.Context) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, name := range c.ServiceNames() {
+		n, err := runtimetest.Consumed(ctx, "http://"+c.Services[name].MetricsAddr+"/metrics")
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %s: %w", name, err)
+		}
+		out[name] = n
+	}
+	return out, nil
 }
 
 // Connect connects to the cluster as the operator.

@@ -354,6 +354,25 @@ func TestCluster(t *testing.T) {
 	t.Logf("round: job %s held on %s through a %s stop (started %d time(s)); %d jobs of the round, all served on %s",
 		pause.job, c.Pods[0], 3*c.RunnerAckWait, jobs[pause.job].Starts, served, c.Pods[0])
 
+	// Every service serves /metrics: each counts the messages its bus
+	// consumed since its latest start. Those that ran the round after
+	// the kills (the gateway projects its events, the round service
+	// follows its jobs, the first pod's runner served them) consumed
+	// some; so did every stage service never killed (each submission
+	// passes through all of them). A killed one may have restarted after
+	// its last message: its scrape must answer, its count is logged.
+	consumed, err := c.Consumed(ctx)
+	require.NoError(t, err)
+	t.Logf("messages consumed since each service's latest start, by /metrics: %v", consumed)
+	for _, name := range []string{"gateway", "round", "runner-" + c.Pods[0]} {
+		require.Positive(t, consumed[name], "%s's consumed messages, by /metrics", name)
+	}
+	for _, name := range []string{"build", "contract", "quality", "efficiency", "score"} {
+		if starts := c.Services[name].Starts(); starts == 1 {
+			require.Positive(t, consumed[name], "%s's consumed messages, by /metrics (never restarted)", name)
+		}
+	}
+
 	require.Empty(t, open, "submissions that never ended")
 	require.Empty(t, wrong, "submissions that ended otherwise than a healthy arena ends them")
 	require.Empty(t, dups, "facts published twice")

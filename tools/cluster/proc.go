@@ -201,6 +201,14 @@ func (p *Proc) Restarts() int {
 	return p.restarts
 }
 
+// Starts counts the process's starts: 1 for one never killed or
+// restarted.
+func (p *Proc) Starts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.starts
+}
+
 // LogTail is the last n bytes of the process's log, for failure messages.
 func (p *Proc) LogTail(n int) string {
 	b, err := os.ReadFile(p.Log)
