@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events/access"
 	"github.com/lowbarena/lowbarena/events/access/enforce"
@@ -60,6 +61,9 @@ type upOptions struct {
 	refHosts string
 	// tls are the embedded NATS server's TLS files (see natsauth.go).
 	tls serverTLS
+	// tracer, when set, takes every service's spans instead of the
+	// provider --otel sets up (a test reads them back from memory).
+	tracer trace.TracerProvider
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
@@ -241,6 +245,9 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 		cfg.NATSURL, cfg.OTel, cfg.LogLevel, cfg.Store = a.natsURL, o.otel, o.logLevel, ""
 		cfg.NATSAuth, cfg.NATSTLS, cfg.Provision = a.auth(c.Name), a.clientTLS(), runtime.ProvisionNo
 		opts := []runtime.Option{runtime.WithoutTelemetry()}
+		if o.tracer != nil {
+			opts = append(opts, runtime.WithTracerProvider(o.tracer))
+		}
 		if c.Store {
 			cfg.Store = storeURL
 			opts = append(opts, runtime.WithStore(a.store))
