@@ -36,6 +36,7 @@ type Bus struct {
 	validator *schemas.Validator
 	log       *slog.Logger
 	tracer    trace.Tracer
+	tp        trace.TracerProvider
 	prop      propagation.TextMapPropagator
 
 	published    metric.Int64Counter
@@ -87,7 +88,7 @@ func New(nc *nats.Conn, opts ...Option) (*Bus, error) {
 		return nil, err
 	}
 	m := o.mp.Meter(instrumentation)
-	b := &Bus{nc: nc, js: js, validator: v, log: o.log, tracer: o.tp.Tracer(instrumentation), prop: observability.Propagator()}
+	b := &Bus{nc: nc, js: js, validator: v, log: o.log, tracer: o.tp.Tracer(instrumentation), tp: o.tp, prop: observability.Propagator()}
 	if b.published, err = m.Int64Counter("lowbarena.events.published", metric.WithUnit("{event}"),
 		metric.WithDescription("Events published, by type.")); err != nil {
 		return nil, err
@@ -185,6 +186,7 @@ func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, er
 	if span.IsRecording() {
 		span.SetAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(subject),
 			semconv.MessagingMessageID(e.ID()), attribute.String("cloudevents.event_subject", e.Subject()))
+		span.SetAttributes(eventAttrs(e.Type(), e.Subject(), e.Data())...)
 	}
 	defer span.End()
 	// dataschema names the JSON Schema the data was just validated
@@ -229,6 +231,11 @@ func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, er
 	b.published.Add(ctx, 1, b.publishedAttrs(e.Type(), ack.Duplicate))
 	return ack, nil
 }
+
+// TracerProvider is the provider of the bus's spans: a service that
+// starts a trace of its own (a round's, at its start) takes its tracer
+// here, so its spans and the bus's go to the same place.
+func (b *Bus) TracerProvider() trace.TracerProvider { return b.tp }
 
 // Emit builds an event of topic t and publishes it: the payload's type is
 // the topic's, so a wrong pairing does not compile.

@@ -332,6 +332,20 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		b.consumed.Add(ctx, 1, attrs)
 		b.handlerTime.Record(ctx, time.Since(start).Seconds(), attrs)
 	}
+	// The process span starts before the message is decoded, as a child
+	// of the producer's span (W3C trace context in the headers), so a
+	// message dead-lettered for its form still shows in its trace, with
+	// an error status; it is renamed once the type is known.
+	hctx := b.prop.Extract(ctx, observability.HeaderCarrier(m.Headers()))
+	if !trace.SpanContextFromContext(hctx).IsValid() {
+		hctx = untracedParent(hctx, m.Headers())
+	}
+	hctx, span := b.tracer.Start(hctx, "process "+cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(m.Subject()),
+			semconv.MessagingConsumerGroupName(cfg.Name), attribute.Int64("lowbarena.deliveries", int64(meta.NumDelivered)))
+	}
 	// A dead-letter publish runs on a context of its own (see
 	// ackTimeout), made only when one is needed.
 	poison := func(reason string, cause error) Outcome {
@@ -339,6 +353,11 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		defer cancel()
 		b.deadLetter(settle, cfg, m, meta, reason, cause)
 		record("dead_lettered")
+		span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(reason))
+		span.SetStatus(codes.Error, reason)
+		if cause != nil {
+			span.RecordError(cause)
+		}
 		return Poison(reason, cause)
 	}
 
@@ -379,17 +398,14 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		return poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
 	}
 
-	hctx := b.prop.Extract(ctx, observability.HeaderCarrier(m.Headers()))
 	// What the handler publishes answers in the mode this event came in:
 	// a client that speaks structured mode only reads what follows.
 	hctx = ce.WithMode(hctx, mode)
-	hctx, span := b.tracer.Start(hctx, "process "+ev.Type(), trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
-		span.SetAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(m.Subject()),
-			semconv.MessagingMessageID(ev.ID()), semconv.MessagingConsumerGroupName(cfg.Name),
-			attribute.Int64("lowbarena.deliveries", int64(meta.NumDelivered)))
+		span.SetName("process " + ev.Type())
+		span.SetAttributes(semconv.MessagingMessageID(ev.ID()))
+		span.SetAttributes(eventAttrs(ev.Type(), ev.Subject(), ev.Data())...)
 	}
-	defer span.End()
 
 	// While the handler runs, the consumer's heartbeat keeps the message
 	// from redelivery (see heartbeat).
@@ -406,19 +422,25 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
 		}
 		record("ack")
+		span.SetAttributes(AttrOutcome.String("ack"))
 		return out
 	case kindRetry:
 		if out.err != nil {
 			span.RecordError(out.err)
+			if out.delay <= 0 {
+				// A failure of this attempt; a deliberate wait
+				// (a delay the handler chose) is not an error.
+				span.SetStatus(codes.Error, out.err.Error())
+			}
 		}
 		if ctx.Err() != nil {
 			// Shutting down: hand the message back at once.
 			_ = m.Nak()
 			record("shutdown")
+			span.SetAttributes(AttrOutcome.String("shutdown"))
 			return out
 		}
 		if meta.NumDelivered >= uint64(cfg.MaxDeliver) {
-			span.SetStatus(codes.Error, "max deliver exceeded")
 			return poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", meta.NumDelivered, out.err))
 		}
 		delay := out.delay
@@ -430,9 +452,9 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			b.log.Warn("nak failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
 		}
 		record("retry")
+		span.SetAttributes(AttrOutcome.String("retry"))
 		return out
 	default:
-		span.SetStatus(codes.Error, out.reason)
 		return poison(out.reason, out.err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
 )
@@ -148,6 +150,7 @@ func (s JobStage[In, Out]) Bind(b *bus.Bus, log *slog.Logger) *Bound {
 }
 
 func handleRequest[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out], d *bus.Delivery) bus.Outcome {
+	trace.SpanFromContext(ctx).SetAttributes(bus.AttrStage.String(k.name))
 	in, err := s.Input.Decode(d.Event)
 	if err != nil {
 		return bus.Poison("bad_payload", err)
@@ -184,6 +187,7 @@ func handleRequest[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out]
 }
 
 func handleResult[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out], d *bus.Delivery) bus.Outcome {
+	trace.SpanFromContext(ctx).SetAttributes(bus.AttrStage.String(k.name))
 	o, err := DecodeOutcome(d)
 	if err != nil {
 		return bus.Poison("bad_payload", err)

@@ -33,7 +33,9 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
@@ -155,6 +157,7 @@ func (s Stage[In, Out]) Bind(b *bus.Bus, log *slog.Logger) *Bound {
 }
 
 func handleStage[In, Out any](ctx context.Context, k *kit, s Stage[In, Out], d *bus.Delivery) bus.Outcome {
+	trace.SpanFromContext(ctx).SetAttributes(bus.AttrStage.String(k.name))
 	in, err := s.Input.Decode(d.Event)
 	if err != nil {
 		return bus.Poison("bad_payload", err)
@@ -254,6 +257,9 @@ func newKit(b *bus.Bus, log *slog.Logger, name, source string) *kit {
 }
 
 func (k *kit) record(ctx context.Context, outcome string, t0 time.Time) {
+	// The consumer's span (the bus's process span) says what the stage
+	// made of its input, beside how the message was settled.
+	trace.SpanFromContext(ctx).SetAttributes(bus.AttrStage.String(k.name), bus.AttrStageOutcome.String(outcome))
 	attrs := metric.WithAttributes(attribute.String("stage", k.name), attribute.String("outcome", outcome))
 	if k.outcomes != nil {
 		k.outcomes.Add(ctx, 1, attrs)
@@ -284,6 +290,11 @@ func refuse[Out any](ctx context.Context, k *kit, out events.StageTopics[Out], c
 		return bus.Retry(0, err)
 	}
 	k.record(ctx, "failed", t0)
+	// A refusal is the participant's to act on, not the arena's failure,
+	// but the span says the stage failed and why.
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(bus.AttrReason.String(r.Code))
+	span.SetStatus(codes.Error, r.Code)
 	k.log.Info("refused", "submission", id, "reason", r.Code, "message", r.Message)
 	return bus.Ack()
 }

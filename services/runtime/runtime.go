@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/observability"
@@ -32,6 +34,10 @@ type Runtime struct {
 	Bus    *bus.Bus
 	// Store is nil when Config.Store is empty.
 	Store store.Store
+	// Tracer is the tracer provider of the service's spans: the bus's
+	// publish and process spans and the gateway's server spans. It is
+	// the otel global unless WithTracerProvider named one.
+	Tracer trace.TracerProvider
 
 	providers *observability.Providers
 	// metrics and metricsLn serve /metrics when Config.MetricsAddr is
@@ -53,6 +59,14 @@ type startOptions struct {
 	telemetry bool
 	log       *slog.Logger
 	store     store.Store
+	tracer    trace.TracerProvider
+}
+
+// WithTracerProvider makes tp the provider of the runtime's spans instead
+// of the otel global: a test reads one submission's spans back from an
+// in-memory recorder this way, through `arena up`'s own wiring.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *startOptions) { o.tracer = tp }
 }
 
 // WithStore uses st as the runtime's store instead of opening the
@@ -119,7 +133,12 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 	if rt.NC, err = ConnectNATS(cfg.NATSClient(), rt.Log); err != nil {
 		return nil, err
 	}
-	if rt.Bus, err = bus.New(rt.NC, bus.WithLogger(rt.Log)); err != nil {
+	rt.Tracer = o.tracer
+	if rt.Tracer == nil {
+		// Read after Setup: the provider it just installed.
+		rt.Tracer = otel.GetTracerProvider()
+	}
+	if rt.Bus, err = bus.New(rt.NC, bus.WithLogger(rt.Log), bus.WithTracerProvider(rt.Tracer)); err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)

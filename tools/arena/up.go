@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events/access"
 	"github.com/lowbarena/lowbarena/events/access/enforce"
@@ -63,6 +64,9 @@ type upOptions struct {
 	// metricsAddr is where the process serves one /metrics for all its
 	// services (and /healthz, /readyz); empty serves none.
 	metricsAddr string
+	// tracer, when set, takes every service's spans instead of the
+	// provider --otel sets up (a test reads them back from memory).
+	tracer trace.TracerProvider
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
@@ -270,6 +274,9 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 		// component ($LOWBARENA_METRICS_ADDR is arena up's, not theirs).
 		cfg.MetricsAddr = ""
 		opts := []runtime.Option{runtime.WithoutTelemetry()}
+		if o.tracer != nil {
+			opts = append(opts, runtime.WithTracerProvider(o.tracer))
+		}
 		if c.Store {
 			cfg.Store = storeURL
 			opts = append(opts, runtime.WithStore(a.store))

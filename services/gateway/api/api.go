@@ -17,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
@@ -73,6 +75,9 @@ type Options struct {
 	// Spool is the folder uploads are written to while they are checked
 	// (default the system's temporary folder).
 	Spool string
+	// Tracer makes the server span of each request (default the otel
+	// global): an upload's span is the root of its submission's trace.
+	Tracer trace.TracerProvider
 	// TLS says the API is served over TLS (it then sends HSTS).
 	TLS bool
 	// Now is the quotas' clock (default time.Now).
@@ -116,6 +121,9 @@ func (o *Options) defaults() {
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.Tracer == nil {
+		o.Tracer = otel.GetTracerProvider()
 	}
 }
 
@@ -192,7 +200,7 @@ func New(o Options) (*API, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no endpoint answers this method and path; the README's \"HTTP API\" lists them")
 	})
-	a.handler = a.harden(mux)
+	a.handler = a.traced(mux, a.harden(mux))
 	return a, nil
 }
 

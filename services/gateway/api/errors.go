@@ -13,7 +13,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/services/domain/participant"
 )
 
@@ -114,6 +116,8 @@ func NewRefusals(mp metric.MeterProvider) (*Refusals, error) {
 
 // Add counts one refusal of code.
 func (r *Refusals) Add(ctx context.Context, code string) {
+	// The request's server span names the code it was refused with.
+	trace.SpanFromContext(ctx).SetAttributes(bus.AttrReason.String(code))
 	if r != nil {
 		r.c.Add(ctx, 1, metric.WithAttributes(attribute.String("code", code)))
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
@@ -145,6 +147,9 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := newSubmissionID()
+	// The upload's span is the root of the submission's trace: it names
+	// the submission and its participant.
+	trace.SpanFromContext(ctx).SetAttributes(bus.AttrSubmission.String(id), attribute.String("lowbarena.participant", v.Name))
 	if err := a.o.Ledger.Reserve(ctx, v.Name, lim, participant.Spent{ID: id, Bytes: size}); err != nil {
 		var q *participant.Refusal
 		if errors.As(err, &q) {

@@ -139,7 +139,7 @@ func New(ctx context.Context, rt *runtime.Runtime, o Options) (*Gateway, error) 
 	a, err := api.New(api.Options{Records: kv, Views: views, Registry: reg, Ledger: ledger, Bus: rt.Bus, NC: rt.NC, Store: rt.Store,
 		Defaults: o.Quotas, MaxUploadBytes: o.MaxUploadBytes, UploadsPerParticipant: o.UploadsPerParticipant,
 		Uploads: o.Uploads, LiveStreams: o.LiveStreams, UploadMinRate: o.UploadMinRate, UploadIdle: o.UploadIdle, UploadGrace: o.UploadGrace,
-		Spool: o.Spool, TLS: tlsOn, Now: o.Now, Log: rt.Log, Refusals: refusals})
+		Spool: o.Spool, TLS: tlsOn, Now: o.Now, Log: rt.Log, Refusals: refusals, Tracer: rt.Tracer})
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -28,10 +28,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
 	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/observability"
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
 	"github.com/lowbarena/lowbarena/services/domain/policy"
 	"github.com/lowbarena/lowbarena/services/runtime"
@@ -216,6 +219,11 @@ func (s *Service) flush(ctx context.Context, id string) error {
 	r, _, err := s.load(ctx, id)
 	if err != nil {
 		return err
+	}
+	if !trace.SpanContextFromContext(ctx).IsValid() && len(r.Trace) > 0 {
+		// A tick or a recovery: the effects join the round's trace,
+		// children of its start.
+		ctx = observability.Propagator().Extract(ctx, propagation.MapCarrier(r.Trace))
 	}
 	done := 0
 	var ferr error

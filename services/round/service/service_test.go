@@ -75,14 +75,14 @@ type harness struct {
 // setup runs NATS, a store and the score service's stand-in, with the
 // example campaign served by simengine through a wrapper that crashes
 // the engine of one checkpoint digest at start (none when crash is "").
-func setup(t *testing.T, pod string, crash func(dir string) string) *harness {
+func setup(t *testing.T, pod string, crash func(dir string) string, opts ...bus.Option) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	_, err := examples.Write(dir)
 	require.NoError(t, err)
 	set, err := campaign.LoadDir(filepath.Join(dir, examples.CampaignsDir))
 	require.NoError(t, err)
-	b, srv := bustest.Bus(t)
+	b, srv := bustest.Bus(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	t.Cleanup(cancel)
 	arts, err := artifact.NewJetStream(ctx, b.JetStream(), bus.ObjectArtifacts)

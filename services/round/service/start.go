@@ -10,10 +10,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
+	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/ctl"
+	"github.com/lowbarena/lowbarena/observability"
 	"github.com/lowbarena/lowbarena/services/domain/campaign"
 )
 
@@ -27,7 +33,29 @@ import (
 // whose contract has not been kept (400), a campaign without BF16 weights
 // (campaign_no_reference, 503, nothing stored), the score service not
 // answering (503), and a pod already running a round (409).
+//
+// The round's trace starts here: a span of the request, whose context the
+// round keeps (Round.Trace), so every event of the round, carried out now
+// or on a later tick, is in it.
 func (s *Service) Start(ctx context.Context, req ctl.StartRequest) (*Round, error) {
+	ctx, span := s.bus.TracerProvider().Tracer(instrumentation).Start(ctx, "round start", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("lowbarena.campaign", req.Campaign), bus.AttrPod.String(req.Pod)))
+	defer span.End()
+	r, err := s.start(ctx, req)
+	if err != nil {
+		if refused := (*ctl.Error)(nil); errors.As(err, &refused) {
+			span.SetAttributes(bus.AttrReason.String(refused.Code))
+		}
+		span.SetStatus(codes.Error, err.Error())
+		return nil, err
+	}
+	return r, nil
+}
+
+// instrumentation names the round service's tracer.
+const instrumentation = "github.com/lowbarena/lowbarena/services/round"
+
+func (s *Service) start(ctx context.Context, req ctl.StartRequest) (*Round, error) {
 	camp, err := s.opts.Campaigns.Lookup(req.Campaign)
 	if err != nil {
 		return nil, ctl.Refuse(ctl.CodeNotFound, "%s", err.Error())
@@ -85,6 +113,9 @@ func (s *Service) Start(ctx context.Context, req ctl.StartRequest) (*Round, erro
 	r.Entries = append(r.Entries, &Entry{ID: "drift_baseline", Role: "drift_baseline", Checkpoint: ref, KVCacheDType: "auto"})
 	r.ID = "round-" + events.DeriveID(camp.TaskID, pod, r.StartedAt.Format(time.RFC3339Nano), strings.Join(req.Candidates, ","))[:16]
 	r.Steps = plan(r)
+	trace.SpanFromContext(ctx).SetAttributes(bus.AttrRound.String(r.ID), bus.AttrPod.String(pod))
+	r.Trace = map[string]string{}
+	observability.Propagator().Inject(ctx, propagation.MapCarrier(r.Trace))
 
 	// One round per pod: the lease is taken before the round exists, so
 	// no running round is ever without one.

@@ -84,6 +84,11 @@ type Round struct {
 	// in order; Seq numbers them. See Effect.
 	Outbox []Effect `json:"outbox,omitempty"`
 	Seq    int      `json:"seq,omitempty"`
+	// Trace is the W3C trace context (traceparent) of the round's start:
+	// every effect is carried out in that trace, whoever carries it out
+	// (the start, a tick, another instance after a crash), so one round is
+	// one trace. Absent in a round an older arena started.
+	Trace map[string]string `json:"trace,omitempty"`
 }
 
 // Effect is one thing a committed change asks the world for: an event to

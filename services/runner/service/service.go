@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/artifact"
@@ -219,6 +221,8 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 	src := events.Source(Name)
 	run := fmt.Sprintf("%s-%d", req.JobID, d.NumDelivered)
+	// The job's span (the bus's process span) says where it ran.
+	trace.SpanFromContext(ctx).SetAttributes(bus.AttrPod.String(s.opts.Pod), attribute.String("lowbarena.runner", s.opts.Runner))
 	var releases []func()
 	fail := func(reason, msg, tail string, seconds float64) bus.Outcome {
 		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", reason, "message", msg)
