@@ -268,9 +268,16 @@ feed:
 	}
 }
 
-// readers are the streams' buffered readers, reused from request to
-// request (64 KiB each: an event with logprobs can be long).
-var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+// streamReader is what reads one stream: its buffered reader (64 KiB: an
+// event with logprobs can be long) and its events' reader with its
+// template.
+type streamReader struct {
+	rd *bufio.Reader
+	cr chunkReader
+}
+
+// readers are the streams' readers, reused from request to request.
+var readers = sync.Pool{New: func() any { return &streamReader{rd: bufio.NewReaderSize(nil, 64<<10)} }}
 
 // completionRequest is the body of every request.
 type completionRequest struct {
@@ -353,22 +360,33 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return s, &Error{Code: CodeHTTP, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))}
 	}
-	rd := readers.Get().(*bufio.Reader)
+	sr := readers.Get().(*streamReader)
+	rd, cr := sr.rd, &sr.cr
 	rd.Reset(resp.Body)
+	cr.reset()
 	defer func() {
 		rd.Reset(nil)
-		readers.Put(rd)
+		readers.Put(sr)
 	}()
 	s.ITL = make([]time.Duration, 0, maxTokens)
 	text = make([]byte, 0, 8*maxTokens)
 	ends = make([]int, 0, maxTokens)
 	var last time.Time
 	reported := -1
-	var ch chunk
+	ch := &cr.c
+	var now time.Time
 	for {
+		// A line's time is read when its bytes came from the
+		// connection during this read; a line that was already
+		// buffered arrived no later than the last time read, so the
+		// idle watch loses nothing, and the blank line after each
+		// event costs no clock read.
+		buffered := rd.Buffered()
 		line, err := rd.ReadSlice('\n')
-		now := time.Now()
-		lastByte.Store(now.UnixNano())
+		if len(line) > buffered || err != nil || len(line) > 2 {
+			now = time.Now()
+			lastByte.Store(now.UnixNano())
+		}
 		if err != nil {
 			switch {
 			case hung():
@@ -393,7 +411,7 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		if string(data) == "[DONE]" {
 			break
 		}
-		if err := parseChunk(data, &ch); err != nil {
+		if err := cr.read(data); err != nil {
 			return s, &Error{Code: CodeBadStream, Message: fmt.Sprintf("a server-sent event is not JSON: %.80q", data), Err: err}
 		}
 		for i, t := range ch.texts {
