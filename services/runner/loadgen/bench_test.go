@@ -101,6 +101,9 @@ func BenchmarkCeilingVsMinimal(b *testing.B) {
 			minR = append(minR, runMin())
 		}
 	}
+	if os.Getenv("LOADGEN_BENCH_VERBOSE") != "" {
+		b.Logf("loadgen tokens/s by run %.0f\nminimal tokens/s by run %.0f", lgR, minR)
+	}
 	slices.Sort(lgR)
 	slices.Sort(minR)
 	l, m := lgR[len(lgR)/2], minR[len(minR)/2]
