@@ -1,7 +1,10 @@
 package store_test
 
 import (
+	"context"
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -85,4 +88,60 @@ func (otherRow) TableName() string { return "other" }
 func TestColumnsOfAForeignRow(t *testing.T) {
 	_, ok := store.ColumnsOf([]otherRow{{A: 1}})
 	require.False(t, ok, "a row type without a column table takes the row path")
+}
+
+// columnsStore is a store that takes columns and notes what each batch
+// handed it: the first value of a uint64 column's backing array (to see
+// it reused) and the batch's values, read while the batch is its own.
+type columnsStore struct {
+	arrays  []*uint64
+	seqs    [][]uint64
+	pods    [][]string
+	lastPod []string // the pod column of the last batch, kept past its return
+}
+
+func (s *columnsStore) AppendColumns(_ context.Context, c *store.Columns) error {
+	seq := c.Data[slices.Index(c.Names, "seq")].([]uint64)
+	pod := c.Data[slices.Index(c.Names, "pod")].([]string)
+	s.arrays = append(s.arrays, &seq[:1][0])
+	s.seqs, s.pods, s.lastPod = append(s.seqs, slices.Clone(seq)), append(s.pods, slices.Clone(pod)), pod
+	return nil
+}
+
+func (*columnsStore) Append(context.Context, string, []string, [][]any) error { return nil }
+func (*columnsStore) Select(context.Context, any, string, ...any) error       { return nil }
+func (*columnsStore) Exec(context.Context, string, ...any) error              { return nil }
+func (*columnsStore) Engine() string                                          { return "columns" }
+func (*columnsStore) Close() error                                            { return nil }
+
+// TestInsertReusesItsColumns: Insert hands each batch of a table the
+// column slices of the one before (no 1.4 MB of columns allocated per 10k
+// gpu_samples rows), each batch with its own values, a smaller batch
+// resliced, and no string of a batch held once Insert has returned.
+func TestInsertReusesItsColumns(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector drops a quarter of what is put in a sync.Pool")
+	}
+	ctx := context.Background()
+	st := &columnsStore{}
+	batch := func(n int, seq0 uint64, pod string) []store.GPUSample {
+		rows := make([]store.GPUSample, n)
+		for i := range rows {
+			rows[i] = store.GPUSample{Seq: seq0 + uint64(i), Pod: pod}
+		}
+		return rows
+	}
+	sizes := []int{1000, 1000, 10}
+	for k, n := range sizes {
+		require.NoError(t, store.Insert(ctx, st, batch(n, uint64(k)*1000, fmt.Sprintf("pod-%d", k))))
+		require.Equal(t, []string{"", ""}, st.lastPod[:2], "the batch's strings are cleared once Insert returns")
+	}
+	for k, n := range sizes {
+		require.Len(t, st.seqs[k], n)
+		require.Equal(t, uint64(k)*1000, st.seqs[k][0])
+		require.Equal(t, uint64(k)*1000+uint64(n-1), st.seqs[k][n-1])
+		require.Equal(t, fmt.Sprintf("pod-%d", k), st.pods[k][n-1])
+	}
+	require.Same(t, st.arrays[0], st.arrays[1], "the second batch reuses the first's column")
+	require.Same(t, st.arrays[1], st.arrays[2], "a smaller batch reuses it too")
 }

@@ -167,7 +167,9 @@ func Insert[R Row](ctx context.Context, s Store, rows []R) error {
 	var zero R
 	if ca, ok := s.(ColumnAppender); ok {
 		if c, ok := ColumnsOf(rows); ok {
-			if err := ca.AppendColumns(ctx, c); err != nil {
+			err := ca.AppendColumns(ctx, c)
+			c.release()
+			if err != nil {
 				return fmt.Errorf("store: insert %d rows into %s: %w", len(rows), zero.TableName(), err)
 			}
 			return nil

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,7 +46,10 @@ func BenchmarkClientTokens(b *testing.B) {
 // loadgentest.Minimal take turns, 32 requests at once, 256 of 128 tokens
 // each per run; each op is one run of each. It reports both rates in
 // tokens/s, the load generator over the minimal client, its allocations
-// per token, and requires both to count every token.
+// per token, the process's CPU time per token during each client's runs
+// (user and system, this process's alone: the engine is another; a
+// figure a loaded machine changes far less than the rates), and requires
+// both to count every token.
 func BenchmarkCeilingVsMinimal(b *testing.B) {
 	url := loadgentest.StartFastServer(b)
 	const conc, requests, maxTokens = 32, 256, 128
@@ -54,10 +58,13 @@ func BenchmarkCeilingVsMinimal(b *testing.B) {
 	mini := &loadgentest.Minimal{BaseURL: url, Model: "m"}
 	prompt := strings.Repeat("word ", 16)
 	ctx := context.Background()
+	var lgCPU, minCPU time.Duration
 	runLG := func() (float64, uint64) {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
+		c0 := cpuTime(b)
 		r, err := lg.Run(ctx, w)
+		lgCPU += cpuTime(b) - c0
 		runtime.ReadMemStats(&m1)
 		if err != nil {
 			b.Fatal(err)
@@ -68,7 +75,9 @@ func BenchmarkCeilingVsMinimal(b *testing.B) {
 		return r.Rate, m1.Mallocs - m0.Mallocs
 	}
 	runMin := func() float64 {
+		c0 := cpuTime(b)
 		r, err := mini.Run(ctx, conc, requests, prompt, maxTokens)
+		minCPU += cpuTime(b) - c0
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -79,6 +88,7 @@ func BenchmarkCeilingVsMinimal(b *testing.B) {
 	}
 	runLG()
 	runMin()
+	lgCPU, minCPU = 0, 0
 	var lgR, minR []float64
 	var mallocs uint64
 	for i := 0; b.Loop(); i++ {
@@ -91,6 +101,9 @@ func BenchmarkCeilingVsMinimal(b *testing.B) {
 			minR = append(minR, runMin())
 		}
 	}
+	if os.Getenv("LOADGEN_BENCH_VERBOSE") != "" {
+		b.Logf("loadgen tokens/s by run %.0f\nminimal tokens/s by run %.0f", lgR, minR)
+	}
 	slices.Sort(lgR)
 	slices.Sort(minR)
 	l, m := lgR[len(lgR)/2], minR[len(minR)/2]
@@ -98,6 +111,20 @@ func BenchmarkCeilingVsMinimal(b *testing.B) {
 	b.ReportMetric(l, "loadgen-tokens/s")
 	b.ReportMetric(l/m, "ratio")
 	b.ReportMetric(float64(mallocs)/float64(len(lgR)*(requests+w.Warmup)*maxTokens), "loadgen-allocs/token")
+	lgNs := float64(lgCPU) / float64(len(lgR)*requests*maxTokens)
+	minNs := float64(minCPU) / float64(len(minR)*requests*maxTokens)
+	b.ReportMetric(lgNs, "loadgen-cpu-ns/token")
+	b.ReportMetric(minNs, "minimal-cpu-ns/token")
+	b.ReportMetric(lgNs/minNs, "cpu-ratio")
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkMediansAtConcurrency64 measures how stable the load generator's

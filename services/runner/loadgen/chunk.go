@@ -19,342 +19,537 @@ type chunk struct {
 	// finish_reason ("" for null or none).
 	texts    [][]byte
 	finishes []string
+	// spans are where each text's string literal lies in the event,
+	// when the text is that literal's bytes as they are (chunkReader's
+	// template).
+	spans    []span
 	hasUsage bool
 	// The usage's counts.
 	promptTokens, completionTokens int
 }
 
+// span is where a string literal's bytes lie in an event: from the byte
+// after its opening quote to its closing quote. ok is false when no
+// single literal holds the text as it is (no text field, an escape, or a
+// text and a delta's content both given).
+type span struct {
+	from, to int
+	ok       bool
+}
+
 // errSyntax is the cause of a chunk that is not the JSON of an event.
 var errSyntax = errors.New("not valid JSON")
 
-// parseChunk reads one event's JSON into c (reset first), in one pass over
-// the bytes, without reflection: the fields the load generator needs are
-// read, every other value is checked and skipped. Anything that is not a
-// JSON object, or a field of the wrong type, is an error: the caller's
-// engine_bad_stream. Keys match as encoding/json matches them (without
-// regard to case; a key twice, its last value), and the texts read are
-// encoding/json's (TestParseChunkReadsWhatEncodingJSONReads,
-// FuzzParseChunk).
-func parseChunk(data []byte, c *chunk) error {
-	c.texts, c.finishes, c.hasUsage, c.promptTokens, c.completionTokens = c.texts[:0], c.finishes[:0], false, 0, 0
-	p := &jsonReader{data: data}
-	err := p.object(func(key []byte) error {
-		switch {
-		case keyIs(key, "choices"):
-			// A key given twice counts once, its last value (as
-			// encoding/json reads it).
-			c.texts, c.finishes = c.texts[:0], c.finishes[:0]
-			if p.null() {
-				return nil
-			}
-			return p.array(func() error { return p.choice(c) })
-		case keyIs(key, "usage"):
-			if p.null() {
-				c.hasUsage = false
-				return nil
-			}
-			c.hasUsage = true
-			return p.object(func(key []byte) error {
-				switch {
-				case keyIs(key, "prompt_tokens"):
-					n, err := p.integer()
-					c.promptTokens = n
-					return err
-				case keyIs(key, "completion_tokens"):
-					n, err := p.integer()
-					c.completionTokens = n
-					return err
-				}
-				return p.skip()
-			})
+// chunkReader reads a stream's events, each into c. An engine streams the
+// same event over and over with only the token's text changed, so the
+// reader keeps the last event it read in full whose one choice's text is
+// a string literal as it is (the template) and reads a next event that
+// is the template's bytes with only that literal's content changed
+// without parsing it again: the bytes before the literal and from its
+// closing quote on must equal the template's, and the content between
+// must be plain printable ASCII without a quote or a backslash (so the
+// literal still ends at the template's closing quote). Such an event is
+// valid JSON with the template's structure, finish_reason and usage, and
+// the new content as its text, exactly what parseChunk would read of it
+// (TestChunkReaderReadsWhatParseChunkReads, FuzzChunkReader). Any other
+// event, malformed ones included, is read in full by parseChunk.
+type chunkReader struct {
+	c chunk
+	// tmpl is a copy of the template; its text's literal is
+	// tmpl[from:to]. ok says whether there is one.
+	tmpl     []byte
+	from, to int
+	ok       bool
+	// reused counts the events read from the template.
+	reused int
+}
+
+// reset forgets the template (a new stream).
+func (r *chunkReader) reset() { r.ok = false }
+
+// read reads one event into r.c, whose texts are valid until the next
+// read or until data changes.
+func (r *chunkReader) read(data []byte) error {
+	if r.ok && len(data) >= len(r.tmpl)-(r.to-r.from) &&
+		bytes.Equal(data[:r.from], r.tmpl[:r.from]) && bytes.Equal(data[len(data)-(len(r.tmpl)-r.to):], r.tmpl[r.to:]) {
+		body := data[r.from : len(data)-(len(r.tmpl)-r.to)]
+		if plain(body) {
+			r.c.texts[0] = body
+			r.reused++
+			return nil
 		}
-		return p.skip()
-	})
-	if err != nil {
+	}
+	if err := parseChunk(data, &r.c); err != nil {
+		r.ok = false // r.c is half read
 		return err
 	}
-	p.ws()
-	if p.pos != len(p.data) {
+	r.ok = len(r.c.texts) == 1 && r.c.spans[0].ok
+	if r.ok {
+		r.tmpl = append(r.tmpl[:0], data...)
+		r.from, r.to = r.c.spans[0].from, r.c.spans[0].to
+	}
+	return nil
+}
+
+// plain reports whether b is a string literal's content as it is, with
+// no quote, backslash, control character or byte beyond ASCII.
+func plain(b []byte) bool {
+	for _, c := range b {
+		if strStop[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// role is what an open object or array is in an event: the fields read
+// are those of the event, its choices, a choice, its delta and the usage;
+// everything else (roleOther) is checked and passed.
+type role uint8
+
+const (
+	roleOther role = iota
+	roleEvent
+	roleChoices
+	roleChoice
+	roleDelta
+	roleUsage
+)
+
+// target is what the value about to be read is: which field it fills, and
+// so which JSON types it may be (a field of the wrong type is an error, as
+// encoding/json's *UnmarshalTypeError).
+type target uint8
+
+const (
+	tgtOther      target = iota // any value, passed
+	tgtEvent                    // the event: an object
+	tgtChoices                  // choices: an array or null
+	tgtChoice                   // an element of choices: an object
+	tgtText                     // text: a string or null
+	tgtFinish                   // finish_reason: a string or null
+	tgtDelta                    // delta: an object or null
+	tgtContent                  // delta.content: a string or null
+	tgtUsage                    // usage: an object or null
+	tgtPrompt                   // usage.prompt_tokens: an integer
+	tgtCompletion               // usage.completion_tokens: an integer
+)
+
+// want names the types a target takes, for the error.
+var want = [...]string{
+	tgtEvent: "an object", tgtChoices: "an array or null", tgtChoice: "an object", tgtText: "a string or null",
+	tgtFinish: "a string or null", tgtDelta: "an object or null", tgtContent: "a string or null",
+	tgtUsage: "an object or null", tgtPrompt: "a count", tgtCompletion: "a count",
+}
+
+// frame is an open object (obj) or array.
+type frame struct {
+	obj  bool
+	role role
+}
+
+// The reader's states between two tokens.
+const (
+	stValue      = iota // a value (of target tgt)
+	stKeyOrEnd          // just after '{': a key or '}'
+	stKey               // after ',' in an object: a key
+	stColon             // after a key
+	stCommaOrEnd        // after a value in an object or array
+	stElemOrEnd         // just after '[': a value or ']'
+)
+
+// parseChunk reads one event's JSON into c (reset first), in one pass over
+// the bytes in one loop, without reflection, closures or a call per
+// token: the fields the load generator needs are read, every other value
+// is checked and skipped. Anything that is not a JSON object, or a field
+// of the wrong type, is an error: the caller's engine_bad_stream. Keys
+// match as encoding/json matches them (without regard to case; a key
+// twice, its last value), and the texts read are encoding/json's
+// (TestParseChunkReadsWhatEncodingJSONReads, FuzzParseChunk). It is the
+// load generator's cost per token beside a client that checks nothing
+// (BenchmarkCeilingVsMinimal), so it is written as a state machine whose
+// position stays in a register.
+func parseChunk(data []byte, c *chunk) error {
+	c.texts, c.finishes, c.spans, c.hasUsage, c.promptTokens, c.completionTokens = c.texts[:0], c.finishes[:0], c.spans[:0], false, 0, 0
+	var stackBuf [8]frame
+	stack := stackBuf[:0]
+	// The open choice's fields: only one is open at a time (a choice
+	// inside a choice is not read).
+	var text, content []byte
+	var textAt, contentAt span
+	finish := ""
+	st, tgt := stValue, tgtEvent
+	i, n := 0, len(data)
+	for {
+		for i < n && data[i] <= ' ' && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t') {
+			i++
+		}
+		if i == n {
+			return fmt.Errorf("%w: the event ends early", errSyntax)
+		}
+		ch := data[i]
+		switch st {
+		case stKeyOrEnd, stKey:
+			if ch == '}' && st == stKeyOrEnd {
+				i++
+				break // closed below
+			}
+			if ch != '"' {
+				return fmt.Errorf("%w: want a key at byte %d", errSyntax, i)
+			}
+			key, next, _, err := str(data, i)
+			if err != nil {
+				return err
+			}
+			i, st = next, stColon
+			switch stack[len(stack)-1].role {
+			case roleEvent:
+				switch {
+				case keyIs(key, "choices"):
+					tgt = tgtChoices
+				case keyIs(key, "usage"):
+					tgt = tgtUsage
+				default:
+					tgt = tgtOther
+				}
+			case roleChoice:
+				switch {
+				case keyIs(key, "text"):
+					tgt = tgtText
+				case keyIs(key, "finish_reason"):
+					tgt = tgtFinish
+				case keyIs(key, "delta"):
+					tgt = tgtDelta
+				default:
+					tgt = tgtOther
+				}
+			case roleDelta:
+				tgt = tgtOther
+				if keyIs(key, "content") {
+					tgt = tgtContent
+				}
+			case roleUsage:
+				switch {
+				case keyIs(key, "prompt_tokens"):
+					tgt = tgtPrompt
+				case keyIs(key, "completion_tokens"):
+					tgt = tgtCompletion
+				default:
+					tgt = tgtOther
+				}
+			default:
+				tgt = tgtOther
+			}
+			continue
+		case stColon:
+			if ch != ':' {
+				return fmt.Errorf("%w: want ':' at byte %d", errSyntax, i)
+			}
+			i, st = i+1, stValue
+			continue
+		case stCommaOrEnd:
+			top := stack[len(stack)-1]
+			switch {
+			case ch == ',' && top.obj:
+				i, st = i+1, stKey
+				continue
+			case ch == ',':
+				i, st, tgt = i+1, stValue, elemTarget(top.role)
+				continue
+			case ch == '}' && top.obj, ch == ']' && !top.obj:
+				i++
+			case top.obj:
+				return fmt.Errorf("%w: want ',' or '}' at byte %d", errSyntax, i)
+			default:
+				return fmt.Errorf("%w: want ',' or ']' at byte %d", errSyntax, i)
+			}
+		case stElemOrEnd:
+			if ch == ']' {
+				i++
+				break // closed below
+			}
+			st, tgt = stValue, elemTarget(stack[len(stack)-1].role)
+			fallthrough
+		case stValue:
+			switch {
+			case ch == '{':
+				var r role
+				switch tgt {
+				case tgtEvent:
+					r = roleEvent
+				case tgtChoice:
+					r, text, content, finish = roleChoice, nil, nil, ""
+					textAt, contentAt = span{}, span{}
+				case tgtDelta:
+					r = roleDelta
+				case tgtUsage:
+					r, c.hasUsage = roleUsage, true
+				case tgtOther:
+					r = roleOther
+				default:
+					return typeError(tgt, i)
+				}
+				stack = append(stack, frame{obj: true, role: r})
+				i, st = i+1, stKeyOrEnd
+				continue
+			case ch == '[':
+				r := roleOther
+				switch tgt {
+				case tgtChoices:
+					// A key given twice counts once, its last value
+					// (as encoding/json reads it).
+					r, c.texts, c.finishes, c.spans = roleChoices, c.texts[:0], c.finishes[:0], c.spans[:0]
+				case tgtOther:
+				default:
+					return typeError(tgt, i)
+				}
+				stack = append(stack, frame{role: r})
+				i, st = i+1, stElemOrEnd
+				continue
+			case ch == '"':
+				s, next, raw, err := str(data, i)
+				if err != nil {
+					return err
+				}
+				switch tgt {
+				case tgtText:
+					text, textAt = s, span{i + 1, next - 1, raw}
+				case tgtContent:
+					content, contentAt = s, span{i + 1, next - 1, raw}
+				case tgtFinish:
+					finish = finishReason(s)
+				case tgtOther:
+				default:
+					return typeError(tgt, i)
+				}
+				i = next
+			case ch == 'n' && n-i >= 4 && string(data[i:i+4]) == "null":
+				// A null leaves a string field as it is, as
+				// encoding/json does; the counts and the
+				// event and its choices must be there.
+				switch tgt {
+				case tgtChoices:
+					c.texts, c.finishes, c.spans = c.texts[:0], c.finishes[:0], c.spans[:0]
+				case tgtUsage:
+					c.hasUsage = false
+				case tgtFinish:
+					finish = ""
+				case tgtEvent, tgtChoice, tgtPrompt, tgtCompletion:
+					return typeError(tgt, i)
+				}
+				i += 4
+			case ch == 't' && n-i >= 4 && string(data[i:i+4]) == "true",
+				ch == 'f' && n-i >= 5 && string(data[i:i+5]) == "false":
+				if tgt != tgtOther {
+					return typeError(tgt, i)
+				}
+				if ch == 't' {
+					i += 4
+				} else {
+					i += 5
+				}
+			case ch == '-' || (ch >= '0' && ch <= '9'):
+				end, err := number(data, i)
+				if err != nil {
+					return err
+				}
+				switch tgt {
+				case tgtPrompt, tgtCompletion:
+					v, err := strconv.Atoi(string(data[i:end]))
+					if err != nil {
+						return fmt.Errorf("%w: %s is not a count", errSyntax, data[i:end])
+					}
+					if tgt == tgtPrompt {
+						c.promptTokens = v
+					} else {
+						c.completionTokens = v
+					}
+				case tgtOther:
+				default:
+					return typeError(tgt, i)
+				}
+				i = end
+			default:
+				return fmt.Errorf("%w: no value at byte %d", errSyntax, i)
+			}
+			// A scalar was read, inside the event (the event itself
+			// is an object: tgtEvent refused any scalar above).
+			st = stCommaOrEnd
+			continue
+		}
+		// An object or array was closed (its '}' or ']' read).
+		if stack[len(stack)-1].role == roleChoice {
+			at := textAt
+			switch {
+			case len(content) == 0:
+			case len(text) == 0:
+				text, at = content, contentAt
+			default:
+				text, at = append(append([]byte(nil), text...), content...), span{}
+			}
+			c.texts = append(c.texts, text)
+			c.finishes = append(c.finishes, finish)
+			c.spans = append(c.spans, at)
+		}
+		stack = stack[:len(stack)-1]
+		st = stCommaOrEnd
+		if len(stack) == 0 {
+			break
+		}
+	}
+	for i < n && data[i] <= ' ' && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t') {
+		i++
+	}
+	if i != n {
 		return fmt.Errorf("%w: more after the event's end", errSyntax)
 	}
 	return nil
 }
 
-// choice reads one element of choices: text, delta.content, finish_reason.
-func (p *jsonReader) choice(c *chunk) error {
-	var text, content []byte
-	finish := ""
-	err := p.object(func(key []byte) error {
-		switch {
-		case keyIs(key, "text"):
-			return p.keepString(&text)
-		case keyIs(key, "finish_reason"):
-			if p.null() {
-				finish = ""
-				return nil
-			}
-			var f []byte
-			err := p.keepString(&f)
-			finish = string(f)
-			return err
-		case keyIs(key, "delta"):
-			if p.null() {
-				return nil
-			}
-			return p.object(func(key []byte) error {
-				if keyIs(key, "content") {
-					return p.keepString(&content)
-				}
-				return p.skip()
-			})
-		}
-		return p.skip()
-	})
-	if err != nil {
-		return err
+// elemTarget is what the elements of an array of role r are.
+func elemTarget(r role) target {
+	if r == roleChoices {
+		return tgtChoice
 	}
-	switch {
-	case len(content) == 0:
-	case len(text) == 0:
-		text = content
-	default:
-		text = append(append([]byte(nil), text...), content...)
-	}
-	c.texts = append(c.texts, text)
-	c.finishes = append(c.finishes, finish)
-	return nil
+	return tgtOther
 }
 
-// jsonReader reads JSON values from data, checking the syntax of
-// everything it passes.
-type jsonReader struct {
-	data []byte
-	pos  int
+func typeError(t target, at int) error {
+	return fmt.Errorf("%w: want %s at byte %d", errSyntax, want[t], at)
 }
 
-func (p *jsonReader) ws() {
-	for p.pos < len(p.data) {
-		switch p.data[p.pos] {
-		case ' ', '\t', '\n', '\r':
-			p.pos++
-		default:
-			return
-		}
+// finishReason is a finish_reason's string; the reasons engines give are
+// not allocated anew for every request.
+func finishReason(f []byte) string {
+	switch string(f) {
+	case "length":
+		return "length"
+	case "stop":
+		return "stop"
 	}
+	return string(f)
 }
 
-func (p *jsonReader) peek() byte {
-	p.ws()
-	if p.pos < len(p.data) {
-		return p.data[p.pos]
-	}
-	return 0
-}
-
-func (p *jsonReader) expect(c byte) error {
-	if p.peek() != c {
-		return fmt.Errorf("%w: want %q at byte %d", errSyntax, c, p.pos)
-	}
-	p.pos++
-	return nil
-}
-
-// null consumes a null and reports whether there was one.
-func (p *jsonReader) null() bool {
-	if p.peek() == 'n' && bytes.HasPrefix(p.data[p.pos:], []byte("null")) {
-		p.pos += 4
-		return true
-	}
-	return false
-}
-
-// object reads an object, calling field with each key positioned at its
-// value, which field must consume.
-func (p *jsonReader) object(field func(key []byte) error) error {
-	if err := p.expect('{'); err != nil {
-		return err
-	}
-	if p.peek() == '}' {
-		p.pos++
-		return nil
-	}
-	for {
-		if p.peek() != '"' {
-			return fmt.Errorf("%w: want a key at byte %d", errSyntax, p.pos)
-		}
-		key, err := p.str()
-		if err != nil {
-			return err
-		}
-		if err := p.expect(':'); err != nil {
-			return err
-		}
-		if err := field(key); err != nil {
-			return err
-		}
-		switch p.peek() {
-		case ',':
-			p.pos++
-		case '}':
-			p.pos++
-			return nil
-		default:
-			return fmt.Errorf("%w: want ',' or '}' at byte %d", errSyntax, p.pos)
-		}
-	}
-}
-
-// array reads an array, calling elem positioned at each element.
-func (p *jsonReader) array(elem func() error) error {
-	if err := p.expect('['); err != nil {
-		return err
-	}
-	if p.peek() == ']' {
-		p.pos++
-		return nil
-	}
-	for {
-		if err := elem(); err != nil {
-			return err
-		}
-		switch p.peek() {
-		case ',':
-			p.pos++
-		case ']':
-			p.pos++
-			return nil
-		default:
-			return fmt.Errorf("%w: want ',' or ']' at byte %d", errSyntax, p.pos)
-		}
-	}
-}
-
-// keepString reads a string into *dst, or a null, which leaves *dst as it
-// is (as encoding/json leaves a string field).
-func (p *jsonReader) keepString(dst *[]byte) error {
-	if p.null() {
-		return nil
-	}
-	if p.peek() != '"' {
-		return fmt.Errorf("%w: want a string at byte %d", errSyntax, p.pos)
-	}
-	s, err := p.str()
-	if err == nil {
-		*dst = s
-	}
-	return err
-}
-
-// keyIs matches a key to a field's name as encoding/json does: exactly,
-// or without regard to case.
+// keyIs matches a key to a field's name (lower case ASCII) as
+// encoding/json does: exactly, or without regard to case (Unicode's
+// simple folding). Keys of ASCII are compared here byte by byte; only a
+// key with a byte beyond ASCII before its first difference (the Kelvin
+// sign folds to k, the long s to s) goes to strings.EqualFold.
 func keyIs(key []byte, name string) bool {
-	return string(key) == name || strings.EqualFold(string(key), name)
+	n := min(len(key), len(name))
+	for i := range n {
+		k, c := key[i], name[i]
+		switch {
+		case k == c:
+		case k >= utf8.RuneSelf:
+			return strings.EqualFold(string(key), name)
+		case 'A' <= k && k <= 'Z' && k+('a'-'A') == c:
+		default:
+			// Both ASCII, aligned (every byte before matched one
+			// for one), and not the same letter.
+			return false
+		}
+	}
+	if len(key) > n {
+		for _, k := range key[n:] {
+			if k >= utf8.RuneSelf {
+				return strings.EqualFold(string(key), name)
+			}
+		}
+	}
+	return len(key) == len(name)
 }
 
-// str reads the string at pos: its bytes as they are when it holds no
-// escape and is valid UTF-8, else decoded as encoding/json decodes them
-// (escapes resolved, invalid UTF-8 replaced).
-func (p *jsonReader) str() ([]byte, error) {
-	p.pos++ // the opening quote
-	start, escaped, nonASCII := p.pos, false, false
-	for p.pos < len(p.data) {
-		switch c := p.data[p.pos]; {
+// strStop marks the bytes that end the fast scan of a string: its closing
+// quote, an escape, a control character (an error) and the bytes beyond
+// ASCII (checked as UTF-8).
+var strStop = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf
+	}
+	return t
+}()
+
+// str reads the string whose opening quote is at data[i] and returns it
+// and the index after its closing quote: its bytes as they are (raw) when
+// it holds no escape and is valid UTF-8, else decoded as encoding/json
+// decodes them (escapes resolved, invalid UTF-8 replaced). The bytes of
+// plain ASCII, which is nearly every string of an event, are passed by one
+// table look-up each.
+func str(data []byte, i int) (s []byte, next int, raw bool, err error) {
+	start := i + 1
+	j := start
+	for j < len(data) && !strStop[data[j]] {
+		j++
+	}
+	if j < len(data) && data[j] == '"' {
+		return data[start:j], j + 1, true, nil
+	}
+	return strRest(data, start, j)
+}
+
+// strRest is str past the first byte that is not plain ASCII, at j.
+func strRest(data []byte, start, j int) ([]byte, int, bool, error) {
+	escaped, nonASCII := false, false
+	for j < len(data) {
+		switch c := data[j]; {
 		case c == '"':
-			raw := p.data[start:p.pos]
-			p.pos++
+			raw := data[start:j]
 			if !escaped && (!nonASCII || utf8.Valid(raw)) {
-				return raw, nil
+				return raw, j + 1, true, nil
 			}
 			var s string
-			if err := json.Unmarshal(p.data[start-1:p.pos], &s); err != nil {
-				return nil, fmt.Errorf("%w: %w", errSyntax, err)
+			if err := json.Unmarshal(data[start-1:j+1], &s); err != nil {
+				return nil, 0, false, fmt.Errorf("%w: %w", errSyntax, err)
 			}
-			return []byte(s), nil
+			return []byte(s), j + 1, false, nil
 		case c == '\\':
 			escaped = true
-			p.pos += 2
+			j += 2
 		case c < 0x20:
-			return nil, fmt.Errorf("%w: a control character in a string at byte %d", errSyntax, p.pos)
+			return nil, 0, false, fmt.Errorf("%w: a control character in a string at byte %d", errSyntax, j)
 		default:
-			nonASCII = nonASCII || c >= 0x80
-			p.pos++
+			nonASCII = nonASCII || c >= utf8.RuneSelf
+			j++
 		}
 	}
-	return nil, fmt.Errorf("%w: a string does not end", errSyntax)
+	return nil, 0, false, fmt.Errorf("%w: a string does not end", errSyntax)
 }
 
-// number reads a number's literal, checking its grammar.
-func (p *jsonReader) number() ([]byte, error) {
-	p.ws()
-	start := p.pos
-	if p.pos < len(p.data) && p.data[p.pos] == '-' {
-		p.pos++
+// number checks the grammar of the number that starts at data[i] and
+// returns the index after it.
+func number(data []byte, i int) (int, error) {
+	start := i
+	if data[i] == '-' {
+		i++
 	}
 	digits := func() int {
-		n := 0
-		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
-			p.pos++
-			n++
+		from := i
+		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
+			i++
 		}
-		return n
+		return i - from
 	}
 	switch {
-	case p.pos < len(p.data) && p.data[p.pos] == '0':
-		p.pos++
+	case i < len(data) && data[i] == '0':
+		i++
 	case digits() == 0:
-		return nil, fmt.Errorf("%w: want a number at byte %d", errSyntax, start)
+		return 0, fmt.Errorf("%w: want a number at byte %d", errSyntax, start)
 	}
-	if p.pos < len(p.data) && p.data[p.pos] == '.' {
-		p.pos++
+	if i < len(data) && data[i] == '.' {
+		i++
 		if digits() == 0 {
-			return nil, fmt.Errorf("%w: a number without digits after its point at byte %d", errSyntax, start)
+			return 0, fmt.Errorf("%w: a number without digits after its point at byte %d", errSyntax, start)
 		}
 	}
-	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
-		p.pos++
-		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
-			p.pos++
+	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
+		i++
+		if i < len(data) && (data[i] == '+' || data[i] == '-') {
+			i++
 		}
 		if digits() == 0 {
-			return nil, fmt.Errorf("%w: a number without digits in its exponent at byte %d", errSyntax, start)
+			return 0, fmt.Errorf("%w: a number without digits in its exponent at byte %d", errSyntax, start)
 		}
 	}
-	return p.data[start:p.pos], nil
-}
-
-// integer reads a number that is an int (a count).
-func (p *jsonReader) integer() (int, error) {
-	lit, err := p.number()
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.Atoi(string(lit))
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s is not a count", errSyntax, lit)
-	}
-	return n, nil
-}
-
-// skip checks and passes the value at pos.
-func (p *jsonReader) skip() error {
-	switch c := p.peek(); {
-	case c == '{':
-		return p.object(func([]byte) error { return p.skip() })
-	case c == '[':
-		return p.array(p.skip)
-	case c == '"':
-		_, err := p.str()
-		return err
-	case c == 't' && bytes.HasPrefix(p.data[p.pos:], []byte("true")):
-		p.pos += 4
-	case c == 'f' && bytes.HasPrefix(p.data[p.pos:], []byte("false")):
-		p.pos += 5
-	case p.null():
-	case c == '-' || (c >= '0' && c <= '9'):
-		_, err := p.number()
-		return err
-	default:
-		return fmt.Errorf("%w: no value at byte %d", errSyntax, p.pos)
-	}
-	return nil
+	return i, nil
 }

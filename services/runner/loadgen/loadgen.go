@@ -180,13 +180,19 @@ func (c *Client) httpClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 0}}
 }
 
-// Run runs a workload: warm-up, then the measured requests, Concurrency at
-// a time. The first failed request ends the run with its *Error.
+// Run runs a workload: warm-up, then Concurrency connections opened (see
+// OpenConnections), then the measured requests, Concurrency at a time.
+// The first failed request ends the run with its *Error.
 func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
 	if w.Concurrency < 1 || (w.Requests < 1 && len(w.Prompts) == 0) {
 		return Result{}, fmt.Errorf("loadgen: workload %s needs concurrency and requests", w.Name)
 	}
 	hc := c.httpClient()
+	if c.HTTP == nil {
+		// The run's own connections end with it (they stayed open
+		// until the engine closed them).
+		defer hc.CloseIdleConnections()
+	}
 	measured := w.Prompts
 	if measured == nil {
 		measured = w.LoadPrompts(w.Warmup, w.Requests)
@@ -194,6 +200,7 @@ func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
 	if err := c.batch(ctx, hc, w, w.LoadPrompts(0, w.Warmup), nil); err != nil {
 		return Result{}, err
 	}
+	OpenConnections(ctx, hc, c.BaseURL, w.Concurrency, c.idle())
 	var (
 		mu      sync.Mutex
 		samples []Sample
@@ -210,6 +217,50 @@ func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
 		return Result{}, err
 	}
 	return summarize(w.Name, samples, elapsed), nil
+}
+
+func (c *Client) idle() time.Duration {
+	if c.IdleTimeout > 0 {
+		return c.IdleTimeout
+	}
+	return 30 * time.Second
+}
+
+// OpenConnections opens n connections to the engine at baseURL and leaves
+// them idle in hc's pool, so that the first n measured requests do not
+// each wait on a connection's set-up (the dial, the engine's accept):
+// without it the first wave of a run's requests measured a TTFT of its
+// own, slower and far more variable than the next waves', and a run of
+// two requests per slot put its median on the edge between the two
+// (BenchmarkMediansAtConcurrency64). It sends n requests for GET
+// /v1/models at once (served by vLLM, SGLang and the simulated engine;
+// any answer will do) and holds each answer until all n have theirs,
+// since a connection goes back to the pool only when its answer is read.
+// Nothing here fails a run: a request that fails, or is not answered
+// within timeout, leaves its connection to be opened by a measured
+// request, as before.
+func OpenConnections(ctx context.Context, hc *http.Client, baseURL string, n int, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := strings.TrimRight(baseURL, "/") + "/v1/models"
+	var answered, done sync.WaitGroup
+	answered.Add(n)
+	for range n {
+		done.Go(func() {
+			var resp *http.Response
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err == nil {
+				resp, err = hc.Do(req)
+			}
+			answered.Done()
+			answered.Wait()
+			if err == nil {
+				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+				resp.Body.Close()
+			}
+		})
+	}
+	done.Wait()
 }
 
 // batch sends the prompts, Concurrency at a time, handing each finished
@@ -268,9 +319,16 @@ feed:
 	}
 }
 
-// readers are the streams' buffered readers, reused from request to
-// request (64 KiB each: an event with logprobs can be long).
-var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+// streamReader is what reads one stream: its buffered reader (64 KiB: an
+// event with logprobs can be long) and its events' reader with its
+// template.
+type streamReader struct {
+	rd *bufio.Reader
+	cr chunkReader
+}
+
+// readers are the streams' readers, reused from request to request.
+var readers = sync.Pool{New: func() any { return &streamReader{rd: bufio.NewReaderSize(nil, 64<<10)} }}
 
 // completionRequest is the body of every request.
 type completionRequest struct {
@@ -303,10 +361,7 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		return Sample{}, fmt.Errorf("loadgen: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	idle := c.IdleTimeout
-	if idle <= 0 {
-		idle = 30 * time.Second
-	}
+	idle := c.idle()
 	// The idle watch cancels the request when no byte arrived for idle:
 	// each line read notes its time, and the timer, when it fires, ends
 	// the request or waits out the rest of the idle time from the last
@@ -353,22 +408,33 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return s, &Error{Code: CodeHTTP, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))}
 	}
-	rd := readers.Get().(*bufio.Reader)
+	sr := readers.Get().(*streamReader)
+	rd, cr := sr.rd, &sr.cr
 	rd.Reset(resp.Body)
+	cr.reset()
 	defer func() {
 		rd.Reset(nil)
-		readers.Put(rd)
+		readers.Put(sr)
 	}()
 	s.ITL = make([]time.Duration, 0, maxTokens)
 	text = make([]byte, 0, 8*maxTokens)
 	ends = make([]int, 0, maxTokens)
 	var last time.Time
 	reported := -1
-	var ch chunk
+	ch := &cr.c
+	var now time.Time
 	for {
+		// A line's time is read when its bytes came from the
+		// connection during this read; a line that was already
+		// buffered arrived no later than the last time read, so the
+		// idle watch loses nothing, and the blank line after each
+		// event costs no clock read.
+		buffered := rd.Buffered()
 		line, err := rd.ReadSlice('\n')
-		now := time.Now()
-		lastByte.Store(now.UnixNano())
+		if len(line) > buffered || err != nil || len(line) > 2 {
+			now = time.Now()
+			lastByte.Store(now.UnixNano())
+		}
 		if err != nil {
 			switch {
 			case hung():
@@ -393,7 +459,7 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		if string(data) == "[DONE]" {
 			break
 		}
-		if err := parseChunk(data, &ch); err != nil {
+		if err := cr.read(data); err != nil {
 			return s, &Error{Code: CodeBadStream, Message: fmt.Sprintf("a server-sent event is not JSON: %.80q", data), Err: err}
 		}
 		for i, t := range ch.texts {
@@ -420,6 +486,7 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		}
 	}
 	s.E2E, s.Last = time.Since(s.Start), last
+	drain(rd, cancel)
 	s.Claimed = reported
 	if s.OutputTokens == 0 {
 		return s, &Error{Code: CodeZeroTokens, Message: "the engine streamed no token"}
@@ -428,6 +495,26 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		return s, &Error{Code: CodeTokenMismatch, Message: fmt.Sprintf("the engine reported %d completion tokens and streamed %d", reported, s.OutputTokens)}
 	}
 	return s, nil
+}
+
+// drainLimit and drainWait bound what is read of a stream after its
+// [DONE].
+const (
+	drainLimit = 4 << 10
+	drainWait  = time.Second
+)
+
+// drain reads what follows a stream's [DONE] to the body's end (the
+// chunked encoding's last chunk, which comes right after), so that the
+// connection goes back to the pool: a body closed before its end closes
+// its connection, and the next request on the slot paid a new dial inside
+// its TTFT. An engine that sends more than drainLimit bytes after [DONE],
+// or does not end the body within drainWait, has the request cancelled
+// (its connection closed) instead; the sample is whole already.
+func drain(rd *bufio.Reader, cancel context.CancelFunc) {
+	t := time.AfterFunc(drainWait, cancel)
+	defer t.Stop()
+	_, _ = io.Copy(io.Discard, io.LimitReader(rd, drainLimit))
 }
 
 // held is the largest number of overlapping [First, Last] spans.
@@ -478,6 +565,11 @@ func summarize(name string, samples []Sample, elapsed time.Duration) Result {
 	if elapsed > 0 {
 		r.Rate = float64(r.OutputTokens) / elapsed.Seconds()
 	}
+	// Sorted once here, each percentile's own sort of its copy is one
+	// pass (a run at the ceiling has 32k ITLs, three percentiles).
+	slices.Sort(ttft)
+	slices.Sort(tpot)
+	slices.Sort(itl)
 	r.TTFTP50, r.TTFTP99 = stats.Percentile(ttft, 50), stats.Percentile(ttft, 99)
 	r.TPOTP50, r.TPOTP99 = stats.Percentile(tpot, 50), stats.Percentile(tpot, 99)
 	r.ITLP50, r.ITLP90, r.ITLP99 = stats.Percentile(itl, 50), stats.Percentile(itl, 90), stats.Percentile(itl, 99)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -24,9 +25,17 @@ type engine struct {
 	inflight atomic.Int64
 	peak     atomic.Int64
 	gap      time.Duration
+	// models counts GET /v1/models.
+	models atomic.Int64
 }
 
 func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
+		e.models.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"m","object":"model"}]}`))
+		return
+	}
 	var req struct {
 		MaxTokens int `json:"max_tokens"`
 	}
@@ -87,6 +96,13 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	leave()
 	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", reported)
 	fl.Flush()
+	switch e.mode {
+	case "late-end":
+		// The body's end (the last chunk) comes after [DONE].
+		time.Sleep(20 * time.Millisecond)
+	case "never-ends":
+		<-r.Context().Done()
+	}
 }
 
 func start(t testing.TB, e *engine) *loadgen.Client {
@@ -121,6 +137,95 @@ func TestRunMeasures(t *testing.T) {
 	require.InDelta(t, float64(r.OutputTokens)/r.Elapsed.Seconds(), r.Rate, 1e-9)
 	require.LessOrEqual(t, r.ITLP50, r.ITLP99)
 	require.LessOrEqual(t, r.TTFTP50, r.TTFTP99)
+}
+
+// TestRunMeasuresOnOpenConnections: a run opens Concurrency connections
+// (GET /v1/models, held until all are answered) before its measured
+// requests, so that none of them waits on a dial, and closes its
+// connections when it ends.
+func TestRunMeasuresOnOpenConnections(t *testing.T) {
+	t.Parallel()
+	e := &engine{gap: time.Millisecond}
+	var (
+		mu    sync.Mutex
+		seen  = map[string]bool{}
+		fresh int // completions that came on a connection never used before
+	)
+	var open atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if r.URL.Path == "/v1/completions" && !seen[r.RemoteAddr] {
+			fresh++
+		}
+		seen[r.RemoteAddr] = true
+		mu.Unlock()
+		e.ServeHTTP(w, r)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := &loadgen.Client{BaseURL: srv.URL, Model: "m", IdleTimeout: 5 * time.Second}
+	const conc, warmup = 8, 1
+	r, err := c.Run(context.Background(), loadgen.Workload{Name: "serve", Concurrency: conc, Requests: 3 * conc, Warmup: warmup, MaxTokens: 4})
+	require.NoError(t, err)
+	require.Equal(t, 3*conc*4, r.OutputTokens)
+	require.Equal(t, int64(conc), e.models.Load(), "one GET /v1/models per slot")
+	mu.Lock()
+	// Without the connections opened first, the first wave's seven
+	// measured requests would each open one. (A connection goes back to
+	// the pool a moment after its answer is read, so a request may
+	// rarely race ahead and dial: hence not exactly none.)
+	require.Less(t, fresh, conc/2, "the measured requests came on connections opened before them")
+	require.LessOrEqual(t, len(seen), conc+warmup, "each slot's connection opened once, not once per request")
+	mu.Unlock()
+	require.Eventually(t, func() bool { return open.Load() == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the run closes its idle connections when it ends")
+}
+
+// connCounter counts the connections a server accepted.
+func connCounter(srv *httptest.Server) *atomic.Int64 {
+	var n atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			n.Add(1)
+		}
+	}
+	return &n
+}
+
+// TestRunReusesConnectionsWhoseBodyEndsLate: a stream's body ends (the
+// chunked encoding's last chunk) a moment after its [DONE]; the load
+// generator reads it, so that one slot's requests share one connection
+// rather than each paying a dial in its TTFT; and an engine that never
+// ends the body after [DONE] does not hold the run (the request is
+// cancelled after drainWait, its sample whole).
+func TestRunReusesConnectionsWhoseBodyEndsLate(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"late-end", "never-ends"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewUnstartedServer(&engine{mode: mode})
+			conns := connCounter(srv)
+			srv.Start()
+			t.Cleanup(srv.Close)
+			c := &loadgen.Client{BaseURL: srv.URL, Model: "m", IdleTimeout: 10 * time.Second}
+			r, err := c.Run(context.Background(), loadgen.Workload{Name: "serve", Concurrency: 1, Requests: 3, MaxTokens: 3})
+			require.NoError(t, err)
+			require.Equal(t, 9, r.OutputTokens)
+			if mode == "late-end" {
+				require.Equal(t, int64(1), conns.Load(), "the slot's one connection served the GET and the three requests")
+			} else {
+				require.Equal(t, int64(3), conns.Load(), "each request's connection was closed when its body did not end")
+			}
+		})
+	}
 }
 
 // TestRunHeldIsWhatTheEngineAdmits: an engine that serves two at a time

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,30 +55,37 @@ func GPUSampleRows(n int) []store.GPUSample {
 // arena (store.Insert) and through raw (the driver alone) in turn, each op
 // one batch of each, the raw batch before or after the arena's by turns so
 // that a load spike hits both. Every batch has new keys. It reports each
-// side's rows per second (the median batch), arena over raw, and each
-// side's allocations per row.
+// side's rows per second (the median batch), arena over raw, each side's
+// allocations per row, and each side's CPU time per row in this process
+// (user and system: the driver's and, for chDB, the engine's; a
+// clickhouse-server's is its own process's), which a loaded machine moves
+// far less than the rates.
 func BenchInsertVsRaw(b *testing.B, arena, raw func([]store.GPUSample)) {
 	rows := GPUSampleRows(BatchRows)
 	var seq uint64
-	timed := func(insert func([]store.GPUSample)) (time.Duration, uint64) {
+	var arenaCPU, rawCPU time.Duration
+	timed := func(insert func([]store.GPUSample), cpu *time.Duration) (time.Duration, uint64) {
 		for i := range rows {
 			rows[i].Seq = seq
 			seq++
 		}
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
+		c0 := cpuTime(b)
 		t0 := time.Now()
 		insert(rows)
 		d := time.Since(t0)
+		*cpu += cpuTime(b) - c0
 		runtime.ReadMemStats(&m1)
 		return d, m1.Mallocs - m0.Mallocs
 	}
-	timed(arena)
-	timed(raw)
+	timed(arena, &arenaCPU)
+	timed(raw, &rawCPU)
+	arenaCPU, rawCPU = 0, 0
 	var rawT, arenaT []time.Duration
 	var mallocs, rawMallocs uint64
 	runRaw := func() {
-		d, m := timed(raw)
+		d, m := timed(raw, &rawCPU)
 		rawT = append(rawT, d)
 		rawMallocs += m
 	}
@@ -85,7 +93,7 @@ func BenchInsertVsRaw(b *testing.B, arena, raw func([]store.GPUSample)) {
 		if i%2 == 0 {
 			runRaw()
 		}
-		d, m := timed(arena)
+		d, m := timed(arena, &arenaCPU)
 		arenaT = append(arenaT, d)
 		mallocs += m
 		if i%2 == 1 {
@@ -101,4 +109,15 @@ func BenchInsertVsRaw(b *testing.B, arena, raw func([]store.GPUSample)) {
 	b.ReportMetric(a/r, "ratio")
 	b.ReportMetric(float64(mallocs)/float64(len(arenaT)*len(rows)), "arena-allocs/row")
 	b.ReportMetric(float64(rawMallocs)/float64(len(rawT)*len(rows)), "raw-allocs/row")
+	b.ReportMetric(float64(arenaCPU)/float64(len(arenaT)*len(rows)), "arena-cpu-ns/row")
+	b.ReportMetric(float64(rawCPU)/float64(len(rawT)*len(rows)), "raw-cpu-ns/row")
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
 
 // Minimal is the least a client does to measure a streaming engine: it
@@ -28,7 +30,9 @@ import (
 // events that carry text (a token each), and notes when the first and the
 // last arrived. It checks nothing else: not that the events are JSON, not
 // the engine's own count. The load generator does all that; the ratio of
-// the two is what it costs.
+// the two is what it costs. Like the load generator, it opens its
+// connections before it starts the clock (loadgen.OpenConnections), so
+// that both measure the engine and not their dials.
 type Minimal struct {
 	BaseURL, Model string
 	HTTP           *http.Client
@@ -52,6 +56,7 @@ func (m *Minimal) Run(ctx context.Context, concurrency, requests int, prompt str
 	body := fmt.Appendf(nil, `{"model":%q,"prompt":%q,"max_tokens":%d,"stream":true,"temperature":0,"seed":0,"ignore_eos":true}`,
 		m.Model, prompt, maxTokens)
 	url := strings.TrimRight(m.BaseURL, "/") + "/v1/completions"
+	loadgen.OpenConnections(ctx, hc, m.BaseURL, concurrency, 30*time.Second)
 	var (
 		mu  sync.Mutex
 		res MinimalResult
@@ -124,6 +129,9 @@ func (m *Minimal) one(ctx context.Context, hc *http.Client, url string, body []b
 			continue
 		}
 		if bytes.HasPrefix(data, []byte("[DONE]")) {
+			// Read on to the body's end, so that the connection
+			// is reused (a body closed before its end closes it).
+			_, _ = io.Copy(io.Discard, rd)
 			break
 		}
 		// A token is an event whose text is not empty.
@@ -188,13 +196,19 @@ func Paced(w http.ResponseWriter, n int, ttft, itl time.Duration) {
 }
 
 // FastHandler streams max_tokens tokens (read from the body without
-// decoding it all) for every completion.
+// decoding it all) for every POST /v1/completions, and answers GET
+// /v1/models as vLLM does.
 func FastHandler() http.Handler { return PacedHandler(0, 0) }
 
 // PacedHandler is FastHandler with Paced's pace.
 func PacedHandler(ttft, itl time.Duration) http.Handler {
 	key := []byte(`"max_tokens":`)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","owned_by":"vllm"}]}`)
+	})
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		n := 16
 		if i := bytes.Index(body, key); i >= 0 {
@@ -209,6 +223,7 @@ func PacedHandler(ttft, itl time.Duration) http.Handler {
 		}
 		Paced(w, n, ttft, itl)
 	})
+	return mux
 }
 
 // EnvServe makes a test binary serve FastHandler instead of running its
