@@ -167,6 +167,33 @@ type ConsumerConfig struct {
 	// dead-letter under their role's name, the one the operator reads and
 	// the NATS permissions allow.
 	DeadLetterAs string
+	// OnDeadLetter, when set, is told of every message about to be
+	// dead-lettered whose event decoded and passed its schema, before its
+	// dead-letter copy is stored: the owner of work that was given up
+	// (a runner's job, MaxDeliver deliveries without an outcome) publishes
+	// its end there, so whoever waits on it hears. It must be idempotent
+	// (a dead letter repeated after a crash calls it again): derive what it
+	// publishes from the event's id. An error keeps the message (Nak'ed
+	// for another try, as a failed dead-letter publish is); the server
+	// gives a message one delivery past MaxDeliver (see jsConfig), so a
+	// hook that fails on that last one leaves the message on the stream,
+	// undelivered, and logged.
+	OnDeadLetter func(ctx context.Context, dl DeadLetter) error
+}
+
+// DeadLetter is a message about to be dead-lettered, as OnDeadLetter sees
+// it.
+type DeadLetter struct {
+	// Event is the message's event (decoded and schema-valid).
+	Event event.Event
+	// Consumer is the durable that gives it up.
+	Consumer string
+	// Reason is the dead-letter reason code (max_deliver_exceeded, or a
+	// handler's Poison reason); Err the last error.
+	Reason string
+	Err    error
+	// Deliveries counts the deliveries of the message, this one included.
+	Deliveries uint64
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -333,11 +360,13 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		b.handlerTime.Record(ctx, time.Since(start).Seconds(), attrs)
 	}
 	// A dead-letter publish runs on a context of its own (see
-	// ackTimeout), made only when one is needed.
+	// ackTimeout), made only when one is needed. decoded is the event
+	// once it decoded and passed its schema (what OnDeadLetter sees).
+	var decoded *event.Event
 	poison := func(reason string, cause error) Outcome {
 		settle, cancel := settleContext(ctx)
 		defer cancel()
-		b.deadLetter(settle, cfg, m, meta, reason, cause)
+		b.deadLetter(settle, cfg, m, meta, reason, cause, decoded)
 		record("dead_lettered")
 		return Poison(reason, cause)
 	}
@@ -375,6 +404,7 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			ev.SetSubject(s)
 		}
 	}
+	decoded = &ev
 	if meta.NumDelivered > uint64(cfg.MaxDeliver) {
 		return poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
 	}
@@ -605,8 +635,20 @@ func backoff(delivered uint64) time.Duration {
 
 // deadLetter copies m with its headers to dlq.<consumer> with the reason,
 // then Terms m. Its Nats-Msg-Id is derived from the stream and sequence, so
-// a dead-letter repeated after a crash is stored once.
-func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error) {
+// a dead-letter repeated after a crash is stored once. ev, the decoded
+// event (nil when it did not decode), goes to cfg.OnDeadLetter first: the
+// copy is stored only once the hook has published what it publishes, so
+// a crash between the two repeats the (idempotent) hook, never skips it.
+func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) {
+	if cfg.OnDeadLetter != nil && ev != nil {
+		dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered}
+		if err := cfg.OnDeadLetter(ctx, dl); err != nil {
+			b.log.Error("dead-letter hook failed; message returned to the server", "consumer", cfg.Name, "reason", reason,
+				"id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+			_ = m.NakWithDelay(5 * time.Second)
+			return
+		}
+	}
 	name := cfg.Name
 	if cfg.DeadLetterAs != "" {
 		name = cfg.DeadLetterAs
