@@ -243,6 +243,15 @@ func (c ConsumerConfig) jsConfig() jetstream.ConsumerConfig {
 
 // EnsureConsumer creates the durable consumer, or updates its editable
 // settings.
+//
+// A durable the server already holds is compared with cfg first (see
+// ConsumerDrift): one whose ack policy or deliver policy differs, which
+// the server cannot change in place, is refused with a
+// *ConsumerMismatchError (code consumer_config_mismatch) and left as it
+// is, instead of the server's bare refusal of the update; one whose
+// filter subjects, ack wait or max deliver differ is updated in place,
+// keeping its queue and position (a runner narrows an older arena's
+// filter this way), and the change is logged with both values.
 func (b *Bus) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream.Consumer, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Name == "" {
@@ -250,17 +259,42 @@ func (b *Bus) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream
 	}
 	// The create request's subject carries the durable's name (and its
 	// filter when it has one); a user not allowed to create it is told
-	// so at once (see Guard).
+	// so at once (see Guard). A create of a durable that exists with the
+	// same configuration returns it; one that differs is compared (see
+	// checkDrift) before anything changes it.
+	create := "$JS.API.CONSUMER.CREATE." + cfg.Stream + "." + cfg.Name
 	var c jetstream.Consumer
 	err := b.Guard(ctx, func(ctx context.Context) error {
 		var err error
-		c, err = b.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cfg.jsConfig())
+		c, err = b.js.CreateConsumer(ctx, cfg.Stream, cfg.jsConfig())
 		return err
-	}, "$JS.API.CONSUMER.CREATE."+cfg.Stream+"."+cfg.Name, "$JS.API.CONSUMER.CREATE."+cfg.Stream+"."+cfg.Name+".>")
+	}, create, create+".>")
+	if consumerExists(err) {
+		drift, derr := b.checkDrift(ctx, cfg)
+		if derr != nil {
+			return nil, derr
+		}
+		for _, f := range drift {
+			b.log.Warn("durable consumer drifted from the code; updated in place", "consumer", cfg.Name, "stream", cfg.Stream,
+				"field", f.Field, "server", f.Server, "code", f.Code)
+		}
+		err = b.Guard(ctx, func(ctx context.Context) error {
+			var err error
+			c, err = b.js.UpdateConsumer(ctx, cfg.Stream, cfg.jsConfig())
+			return err
+		}, create, create+".>")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cfg.Name, cfg.Stream, err)
 	}
 	return c, nil
+}
+
+// consumerExists reports the server's refusal to create a durable that
+// exists with another configuration (JetStream API error 10148).
+func consumerExists(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeConsumerExists
 }
 
 // Consume runs handler on every message of the durable consumer until ctx
