@@ -261,10 +261,12 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	src := events.Source(Name)
 	run := fmt.Sprintf("%s-%d", req.JobID, d.NumDelivered)
 	var releases []func()
+	// exit is how the engine's process ended, for an engine failure.
+	exit := ""
 	fail := func(reason, msg, tail string, seconds float64) bus.Outcome {
-		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", reason, "message", msg)
+		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", reason, "exit", exit, "message", msg)
 		data := events.RunnerJobFailedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: reason, Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds)}
+			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: reason, Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds), Exit: clip(exit, 250)}
 		// On arena.runner.job.failed.<kind>.<job> (the bus reads the kind
 		// from the payload).
 		if _, err := bus.Emit(ctx, s.bus, events.Job.Failed, events.DeriveID(d.Event.ID(), string(events.RunnerJobFailed)), src, req.JobID, data); err != nil {
@@ -374,6 +376,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return fail(f.Reason, f.Message, "", res.Seconds)
 	case engine.AsFailure(err) != nil:
 		f := engine.AsFailure(err)
+		exit = f.Exit
 		return fail(f.Reason, prefix(err, f.Message), f.LogTail, res.Seconds)
 	case loadgen.AsError(err) != nil:
 		le := loadgen.AsError(err)
