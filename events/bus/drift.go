@@ -51,9 +51,9 @@ func (e *ConsumerMismatchError) Error() string {
 		names = append(names, f.Field)
 	}
 	return fmt.Sprintf("%s: the durable consumer %s on stream %s: %s. The server cannot change a durable's %s in place, and no provision mode does: "+
-		"as the operator, remove the durable (nats consumer rm %s %s) and start the service again, which creates it as its code sets it, "+
-		"starting where that deliver policy says (its handlers are idempotent). A durable's filter subjects, ack wait and max deliver "+
-		"are updated in place at start, keeping its queue and position",
+		"as the operator, remove the durable (nats consumer rm %s %s) and start the service again, which creates it as its code sets it "+
+		"(a deliver-all durable reads its stream again from the start, which its idempotent handlers allow; a deliver-new one starts at its end). "+
+		"A durable's filter subjects, ack wait and max deliver are updated in place at start, keeping its queue and position",
 		CodeConsumerMismatch, e.Consumer, e.Stream, strings.Join(diffs, "; "), strings.Join(names, " and "), e.Stream, e.Consumer)
 }
 
