@@ -255,6 +255,9 @@ type RunnerJobFailedData struct {
 	Message      string  `json:"message"`
 	LogTail      string  `json:"log_tail,omitempty"`
 	GPUHours     float64 `json:"gpu_hours"`
+	// Exit is how the engine's process ended ("exit status 1"), for a
+	// job an engine failure ended; empty otherwise.
+	Exit string `json:"exit,omitempty"`
 }
 
 // RoundStartedData is the payload of round.started.

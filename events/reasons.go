@@ -33,4 +33,10 @@ const (
 	// every client (services/runtime) and counted by the arena's server
 	// (events/access/enforce).
 	ReasonNATSAuthFailed = "nats_auth_failed"
+	// ReasonJobAbandoned is a runner job given up without an outcome: its
+	// message was delivered MaxDeliver times and no runner ended it (each
+	// one that held it stopped or died first), so it was dead-lettered.
+	// Given by the runner (as a runner.job.failed) and passed on by the
+	// stages and rounds that waited on the job.
+	ReasonJobAbandoned = "job_abandoned"
 )

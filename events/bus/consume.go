@@ -167,6 +167,33 @@ type ConsumerConfig struct {
 	// dead-letter under their role's name, the one the operator reads and
 	// the NATS permissions allow.
 	DeadLetterAs string
+	// OnDeadLetter, when set, is told of every message about to be
+	// dead-lettered whose event decoded and passed its schema, before its
+	// dead-letter copy is stored: the owner of work that was given up
+	// (a runner's job, MaxDeliver deliveries without an outcome) publishes
+	// its end there, so whoever waits on it hears. It must be idempotent
+	// (a dead letter repeated after a crash calls it again): derive what it
+	// publishes from the event's id. An error keeps the message (Nak'ed
+	// for another try, as a failed dead-letter publish is); the server
+	// gives a message one delivery past MaxDeliver (see jsConfig), so a
+	// hook that fails on that last one leaves the message on the stream,
+	// undelivered, and logged.
+	OnDeadLetter func(ctx context.Context, dl DeadLetter) error
+}
+
+// DeadLetter is a message about to be dead-lettered, as OnDeadLetter sees
+// it.
+type DeadLetter struct {
+	// Event is the message's event (decoded and schema-valid).
+	Event event.Event
+	// Consumer is the durable that gives it up.
+	Consumer string
+	// Reason is the dead-letter reason code (max_deliver_exceeded, or a
+	// handler's Poison reason); Err the last error.
+	Reason string
+	Err    error
+	// Deliveries counts the deliveries of the message, this one included.
+	Deliveries uint64
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -216,6 +243,15 @@ func (c ConsumerConfig) jsConfig() jetstream.ConsumerConfig {
 
 // EnsureConsumer creates the durable consumer, or updates its editable
 // settings.
+//
+// A durable the server already holds is compared with cfg first (see
+// ConsumerDrift): one whose ack policy or deliver policy differs, which
+// the server cannot change in place, is refused with a
+// *ConsumerMismatchError (code consumer_config_mismatch) and left as it
+// is, instead of the server's bare refusal of the update; one whose
+// filter subjects, ack wait or max deliver differ is updated in place,
+// keeping its queue and position (a runner narrows an older arena's
+// filter this way), and the change is logged with both values.
 func (b *Bus) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream.Consumer, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Name == "" {
@@ -223,17 +259,42 @@ func (b *Bus) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream
 	}
 	// The create request's subject carries the durable's name (and its
 	// filter when it has one); a user not allowed to create it is told
-	// so at once (see Guard).
+	// so at once (see Guard). A create of a durable that exists with the
+	// same configuration returns it; one that differs is compared (see
+	// checkDrift) before anything changes it.
+	create := "$JS.API.CONSUMER.CREATE." + cfg.Stream + "." + cfg.Name
 	var c jetstream.Consumer
 	err := b.Guard(ctx, func(ctx context.Context) error {
 		var err error
-		c, err = b.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cfg.jsConfig())
+		c, err = b.js.CreateConsumer(ctx, cfg.Stream, cfg.jsConfig())
 		return err
-	}, "$JS.API.CONSUMER.CREATE."+cfg.Stream+"."+cfg.Name, "$JS.API.CONSUMER.CREATE."+cfg.Stream+"."+cfg.Name+".>")
+	}, create, create+".>")
+	if consumerExists(err) {
+		drift, derr := b.checkDrift(ctx, cfg)
+		if derr != nil {
+			return nil, derr
+		}
+		for _, f := range drift {
+			b.log.Warn("durable consumer drifted from the code; updated in place", "consumer", cfg.Name, "stream", cfg.Stream,
+				"field", f.Field, "server", f.Server, "code", f.Code)
+		}
+		err = b.Guard(ctx, func(ctx context.Context) error {
+			var err error
+			c, err = b.js.UpdateConsumer(ctx, cfg.Stream, cfg.jsConfig())
+			return err
+		}, create, create+".>")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cfg.Name, cfg.Stream, err)
 	}
 	return c, nil
+}
+
+// consumerExists reports the server's refusal to create a durable that
+// exists with another configuration (JetStream API error 10148).
+func consumerExists(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeConsumerExists
 }
 
 // Consume runs handler on every message of the durable consumer until ctx
@@ -347,11 +408,13 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			semconv.MessagingConsumerGroupName(cfg.Name), attribute.Int64("lowbarena.deliveries", int64(meta.NumDelivered)))
 	}
 	// A dead-letter publish runs on a context of its own (see
-	// ackTimeout), made only when one is needed.
+	// ackTimeout), made only when one is needed. decoded is the event
+	// once it decoded and passed its schema (what OnDeadLetter sees).
+	var decoded *event.Event
 	poison := func(reason string, cause error) Outcome {
 		settle, cancel := settleContext(ctx)
 		defer cancel()
-		b.deadLetter(settle, cfg, m, meta, reason, cause)
+		b.deadLetter(settle, cfg, m, meta, reason, cause, decoded)
 		record("dead_lettered")
 		span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(reason))
 		span.SetStatus(codes.Error, reason)
@@ -394,6 +457,7 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			ev.SetSubject(s)
 		}
 	}
+	decoded = &ev
 	if meta.NumDelivered > uint64(cfg.MaxDeliver) {
 		return poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
 	}
@@ -627,8 +691,20 @@ func backoff(delivered uint64) time.Duration {
 
 // deadLetter copies m with its headers to dlq.<consumer> with the reason,
 // then Terms m. Its Nats-Msg-Id is derived from the stream and sequence, so
-// a dead-letter repeated after a crash is stored once.
-func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error) {
+// a dead-letter repeated after a crash is stored once. ev, the decoded
+// event (nil when it did not decode), goes to cfg.OnDeadLetter first: the
+// copy is stored only once the hook has published what it publishes, so
+// a crash between the two repeats the (idempotent) hook, never skips it.
+func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) {
+	if cfg.OnDeadLetter != nil && ev != nil {
+		dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered}
+		if err := cfg.OnDeadLetter(ctx, dl); err != nil {
+			b.log.Error("dead-letter hook failed; message returned to the server", "consumer", cfg.Name, "reason", reason,
+				"id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+			_ = m.NakWithDelay(5 * time.Second)
+			return
+		}
+	}
 	name := cfg.Name
 	if cfg.DeadLetterAs != "" {
 		name = cfg.DeadLetterAs

@@ -311,7 +311,20 @@ func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src string, timeout t
 	// namespace's init (--die-with-parent), whose death kills every process
 	// of the namespace: nothing of the run outlives it, whatever group or
 	// session it moved to.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: sb.cred}
+	//
+	// A grader that is killed (SIGKILL: no Cancel, no Kill of the group)
+	// must not leave bwrap behind either. bwrap's --die-with-parent sets
+	// its own parent death signal only once it has cloned the sandbox and
+	// dropped its privileges: a grader killed before then leaves a bwrap
+	// with no parent to die with, which goes on to run the program as the
+	// sandbox user, unowned. Pdeathsig closes that window: Go's child sets
+	// it after it has changed to the sandbox user's credentials (a
+	// credential change clears the parent death signal, so it comes last,
+	// as forkAndExecInChild1 orders it), checks that the grader is still
+	// its parent (else it kills itself), and the signal survives the exec
+	// of bwrap, which is not set-user-ID. It fires when the thread that
+	// started bwrap ends, hence LockOSThread below.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: sb.cred, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// Bounds Wait should a straggler still hold the output pipes.
 	cmd.WaitDelay = time.Second
@@ -323,10 +336,10 @@ func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src string, timeout t
 	mark := newMark()
 	cmd.Stdin = strings.NewReader(mark + "\n")
 
-	// --die-with-parent is the parent death signal of bwrap, which the
-	// kernel sends when the thread that started it exits: keep this
-	// goroutine on that thread until the run ends, so that no other
-	// goroutine can end the thread under the run.
+	// bwrap's parent death signal (Pdeathsig above, and the one its
+	// --die-with-parent sets) is sent when the thread that started it
+	// exits: keep this goroutine on that thread until the run ends, so
+	// that no other goroutine can end the thread under the run.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	err = cmd.Start()

@@ -263,16 +263,34 @@ func TestQualityPairsCandidateWithReference(t *testing.T) {
 	require.Equal(t, service.ReasonEmptyAnswers, f.Reason)
 }
 
+// TestRunnerFailureFailsTheStage: a runner's failure of a candidate's job
+// fails the stage with the runner's reason and message, whatever the
+// reason: an engine's, or a job the runners gave up (job_abandoned, which
+// has no log tail), so the submission's record says why.
 func TestRunnerFailureFailsTheStage(t *testing.T) {
 	h := setupRunning(t)
-	h.failed(t, service.JobID("sub9"), "sub9", "engine_crashed")
-	e := bustest.Await(t, h.b, "arena.quality.failed.sub9", events.QualityFailed)
-	f, err := events.Quality.Failed.Decode(e)
-	require.NoError(t, err)
-	require.Equal(t, events.DeriveID(service.JobID("sub9"), string(events.QualityFailed)), e.ID())
-	require.Equal(t, "engine_crashed", f.Reason)
-	require.Equal(t, "engine died while serving", f.Message)
-	require.JSONEq(t, `{"log_tail":"CUDA error","pod":"pod-0","runner":"r"}`, string(f.Detail), "the detail of earlier arenas")
+	for _, tc := range []struct {
+		sub, reason, message, tail string
+		detail                     string
+	}{
+		{"sub9", "engine_crashed", "engine died while serving", "CUDA error", `{"log_tail":"CUDA error","pod":"pod-0","runner":"r"}`},
+		{"sub8", events.ReasonJobAbandoned, "the runners gave the quality job up after 4 deliveries without an outcome", "", `{"log_tail":"","pod":"pod-0","runner":"r"}`},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			job := service.JobID(tc.sub)
+			fd := events.RunnerJobFailedData{JobID: job, Kind: events.JobQuality, SubmissionID: tc.sub, Runner: "r", Pod: "pod-0",
+				Reason: tc.reason, Message: tc.message, LogTail: tc.tail}
+			_, err := bus.Emit(h.ctx, h.b, events.Job.Failed, "failed-"+job, events.Source("runner"), job, fd)
+			require.NoError(t, err)
+			e := bustest.Await(t, h.b, "arena.quality.failed."+tc.sub, events.QualityFailed)
+			f, err := events.Quality.Failed.Decode(e)
+			require.NoError(t, err)
+			require.Equal(t, events.DeriveID(job, string(events.QualityFailed)), e.ID())
+			require.Equal(t, tc.reason, f.Reason)
+			require.Equal(t, tc.message, f.Message)
+			require.JSONEq(t, tc.detail, string(f.Detail), "the detail of earlier arenas")
+		})
+	}
 }
 
 // A ranked submission is evaluated on the held-out ranked suite, with its

@@ -161,6 +161,10 @@ type Engine struct {
 	stopped  bool
 }
 
+// exitDrain is how long the log of an exited engine is still read from
+// pipes a child of it holds open (see Start).
+const exitDrain = time.Second
+
 // Start starts the engine and waits until it is healthy, it exits, the
 // health deadline passes or ctx ends. On any failure the process group is
 // stopped before Start returns.
@@ -188,6 +192,14 @@ func Start(ctx context.Context, o Options) (*Engine, error) {
 	// kernel kills it if the runner dies (Pdeathsig), so no engine
 	// outlives a killed runner.
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// The engine has ended when its leader exits, whoever still holds its
+	// output: a child it started (an engine core, a wrapper's background
+	// process) inherits the log pipes, and Wait, which waits for them to
+	// close, would hold Exited, and with it the failure of an engine that
+	// exited before it was healthy, until the health deadline (minutes).
+	// WaitDelay closes the pipes that long after the exit; Stop then ends
+	// the group, children included.
+	e.cmd.WaitDelay = exitDrain
 	if err := e.cmd.Start(); err != nil {
 		return nil, &Failure{Reason: ReasonBadCommand, Message: fmt.Sprintf("the engine did not start: %v", err)}
 	}

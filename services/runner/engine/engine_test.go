@@ -54,6 +54,16 @@ func fakeEngine(mode, port string) {
 		fmt.Fprintln(os.Stderr, "ERROR safetensors: header_truncated: model.safetensors")
 		os.Exit(1)
 	}
+	if mode == "crash-leaving-child" {
+		// An engine that starts a worker sharing its log, then fails
+		// before it is healthy: the worker keeps the log pipes open.
+		child := exec.Command("sleep", "300")
+		child.Stdout, child.Stderr = os.Stdout, os.Stderr
+		_ = child.Start()
+		fmt.Println("child", child.Process.Pid)
+		fmt.Fprintln(os.Stderr, "RuntimeError: Engine core initialization failed. See root cause above.")
+		os.Exit(3)
+	}
 	if mode == "stubborn" {
 		signal.Ignore(syscall.SIGTERM)
 		child := exec.Command("sleep", "300")
@@ -149,6 +159,33 @@ func TestStartClassifiesFailures(t *testing.T) {
 			require.Contains(t, f.Message, "container log tail: ")
 		})
 	}
+}
+
+// TestEngineThatExitsBeforeHealthyFailsAtOnce: an engine whose process
+// exits before it is healthy fails Start with its exit status and log
+// tail, though a child it started still holds its log pipes (as an
+// engine core or a wrapper's background process does), and the health
+// deadline is an hour away: Start returns well before it (the test's
+// context bounds the wait; it is not a speed assertion), and the child
+// is ended with the engine's group.
+func TestEngineThatExitsBeforeHealthyFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	o := options(t, "crash-leaving-child")
+	o.HealthTimeout = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := engine.Start(ctx, o)
+	require.NoError(t, ctx.Err(), "Start waited for the pipes of the engine's child, not for the engine")
+	f := engine.AsFailure(err)
+	require.NotNil(t, f, "%v", err)
+	require.Equal(t, engine.ReasonCrashed, f.Reason, f.Message)
+	require.Equal(t, "exit status 3", f.Exit)
+	require.Contains(t, f.Message, "engine died before becoming healthy")
+	require.Contains(t, f.LogTail, "Engine core initialization failed")
+	m := regexp.MustCompile(`child (\d+)`).FindStringSubmatch(f.LogTail)
+	require.NotNil(t, m, f.LogTail)
+	child, _ := strconv.Atoi(m[1])
+	require.Eventually(t, func() bool { return !alive(child) }, 5*time.Second, 20*time.Millisecond, "the engine's child is ended with it")
 }
 
 func TestEngineDiesWhileServing(t *testing.T) {

@@ -149,15 +149,56 @@ func (s *Service) Kinds() []string { return s.registry.Names() }
 // is a work queue, whose durables' filters may not overlap, so a runner
 // narrows it (EnsureConsumer updates it in place, keeping its queue)
 // before it creates its pod's durable.
+//
+// A job it gives up (dead-lettered) ends as a runner.job.failed with
+// reason job_abandoned (see Abandon), so the stage or round waiting on it
+// hears.
 func (s *Service) Consumer() bus.ConsumerConfig {
 	return bus.ConsumerConfig{
-		Name:       Name,
-		Stream:     events.StreamRunnerJobs,
-		Subjects:   []string{events.JobSharedFilter},
-		AckWait:    s.opts.AckWait,
-		MaxDeliver: 3,
-		Prefetch:   1,
+		Name:         Name,
+		Stream:       events.StreamRunnerJobs,
+		Subjects:     []string{events.JobSharedFilter},
+		AckWait:      s.opts.AckWait,
+		MaxDeliver:   3,
+		Prefetch:     1,
+		OnDeadLetter: s.Abandon,
 	}
+}
+
+// Abandon ends a job the runners' consumer gives up (bus.OnDeadLetter):
+// one delivered MaxDeliver times without an outcome (every runner that
+// took it stopped or was killed first), or one its handler called poison.
+// It publishes the job's runner.job.failed with reason job_abandoned, the
+// deliveries and the last reason in its message, so the stage or round
+// that waits on the job fails it instead of waiting forever.
+//
+// Idempotent: the event's id is the one a runner's own failure of the job
+// gets (derived from the job event's id), so a hook repeated after a
+// crash, or one that follows a failure whose ack was lost, is stored once
+// (the stream's duplicate window). A message that is not a job request
+// has nothing to end; the dead letter keeps it.
+func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
+	if events.Type(dl.Event.Type()) != events.RunnerJobRequested {
+		return nil
+	}
+	req, err := events.Job.Requested.Decode(dl.Event)
+	if err != nil {
+		return nil
+	}
+	last := dl.Reason
+	if dl.Err != nil {
+		last += ": " + dl.Err.Error()
+	}
+	msg := fmt.Sprintf("the runners gave the %s job %s up after %d deliveries without an outcome (last: %s): each runner that took it stopped or died before it ended, so nothing was measured. "+
+		"Submit the checkpoint again; if it is given up again, ask the arena's operator to read the runners' logs and the job's dead letter on %s.%s",
+		req.Kind, req.JobID, dl.Deliveries, clip(last, 2048), events.SubjectRootDLQ, Name)
+	data := events.RunnerJobFailedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
+		Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: events.ReasonJobAbandoned, Message: msg}
+	if _, err := bus.Emit(ctx, s.bus, events.Job.Failed, events.DeriveID(dl.Event.ID(), string(events.RunnerJobFailed)), events.Source(Name), req.JobID, data); err != nil {
+		return fmt.Errorf("runner: publish the abandoned job %s: %w", req.JobID, err)
+	}
+	s.log.Warn("job abandoned", "job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "round", req.RoundID, "deliveries", dl.Deliveries, "last", last)
+	return nil
 }
 
 // PodConsumer is the durable of the jobs pinned to this runner's pod
@@ -224,10 +265,12 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	// The job's span (the bus's process span) says where it ran.
 	trace.SpanFromContext(ctx).SetAttributes(bus.AttrPod.String(s.opts.Pod), attribute.String("lowbarena.runner", s.opts.Runner))
 	var releases []func()
+	// exit is how the engine's process ended, for an engine failure.
+	exit := ""
 	fail := func(reason, msg, tail string, seconds float64) bus.Outcome {
-		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", reason, "message", msg)
+		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", reason, "exit", exit, "message", msg)
 		data := events.RunnerJobFailedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: reason, Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds)}
+			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: reason, Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds), Exit: clip(exit, 250)}
 		// On arena.runner.job.failed.<kind>.<job> (the bus reads the kind
 		// from the payload).
 		if _, err := bus.Emit(ctx, s.bus, events.Job.Failed, events.DeriveID(d.Event.ID(), string(events.RunnerJobFailed)), src, req.JobID, data); err != nil {
@@ -337,6 +380,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return fail(f.Reason, f.Message, "", res.Seconds)
 	case engine.AsFailure(err) != nil:
 		f := engine.AsFailure(err)
+		exit = f.Exit
 		return fail(f.Reason, prefix(err, f.Message), f.LogTail, res.Seconds)
 	case loadgen.AsError(err) != nil:
 		le := loadgen.AsError(err)

@@ -1,0 +1,90 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/events/bustest"
+)
+
+// TestDeadLetterHookSeesGivenUpWork: OnDeadLetter is told of a message the
+// consumer gives up, with its event, reason, last error and deliveries,
+// before the dead-letter copy is stored; a hook that fails keeps the
+// message (it comes back, and the hook is asked again) rather than losing
+// what the hook publishes.
+func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// failures is how many calls of the hook fail before one succeeds.
+		failures int
+		// calls and deliveries are what the hook sees in all and last.
+		calls      int
+		deliveries uint64
+		lastErr    string
+	}{
+		{"the hook publishes at once", 0, 1, 2, "store unreachable"},
+		// The failed call Naks the second delivery; the third is given up
+		// before the handler runs (it had its MaxDeliver).
+		{"a failing hook keeps the message", 1, 2, 3, "without an outcome"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, _ := bustest.Bus(t)
+			var mu sync.Mutex
+			var seen []bus.DeadLetter
+			dlqAtCall := []int{}
+			handled := 0
+			consume(t, b, bus.ConsumerConfig{Name: "hooked", MaxDeliver: 2, OnDeadLetter: func(_ context.Context, dl bus.DeadLetter) error {
+				mu.Lock()
+				defer mu.Unlock()
+				seen = append(seen, dl)
+				dlqAtCall = append(dlqAtCall, len(streamMsgs(t, b, events.StreamDLQ)))
+				if len(seen) <= tc.failures {
+					return errors.New("NATS away")
+				}
+				return nil
+			}}, func(_ context.Context, d *bus.Delivery) bus.Outcome {
+				mu.Lock()
+				handled++
+				mu.Unlock()
+				return bus.Retry(10*time.Millisecond, errors.New("store unreachable"))
+			})
+			publishSample(t, b, events.BuildStarted, "given-up-1")
+			require.Eventually(t, func() bool { return len(streamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, seen, tc.calls)
+			last := seen[len(seen)-1]
+			require.Equal(t, "given-up-1", last.Event.ID())
+			require.Equal(t, string(events.BuildStarted), last.Event.Type())
+			require.Equal(t, "hooked", last.Consumer)
+			require.Equal(t, bus.ReasonMaxDeliver, last.Reason)
+			require.Equal(t, tc.deliveries, last.Deliveries)
+			require.ErrorContains(t, last.Err, tc.lastErr)
+			require.Equal(t, make([]int, tc.calls), dlqAtCall, "the hook runs before the dead-letter copy is stored")
+			require.Equal(t, 2, handled, "the handler ran MaxDeliver times")
+		})
+	}
+}
+
+// TestDeadLetterHookIsNotToldOfUndecodableMessages: a message that is not
+// an event of the arena has no event to hand the hook; it is dead-lettered
+// as before.
+func TestDeadLetterHookIsNotToldOfUndecodableMessages(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	called := make(chan bus.DeadLetter, 4)
+	consume(t, b, bus.ConsumerConfig{Name: "hooked-raw", OnDeadLetter: func(_ context.Context, dl bus.DeadLetter) error {
+		called <- dl
+		return nil
+	}}, func(context.Context, *bus.Delivery) bus.Outcome { return bus.Ack() })
+	_, err := b.JetStream().Publish(tctx(t), "arena.build.started.x", []byte("not an event"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(streamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
+	require.Empty(t, called)
+}
