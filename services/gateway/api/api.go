@@ -148,7 +148,7 @@ type API struct {
 //	GET  /healthz                 200 when the records bucket answers
 //	GET  /                        the live page (and /ui/*)
 //	GET  /submissions/{id}        a submission's page (HTML; /rounds/{id}, /leaderboard, /participants/{name} too)
-//	GET  /v1/live                 records and round views as they change (Server-Sent Events)
+//	GET  /v1/live                 records and round views as they change (Server-Sent Events; ?recent=N: the newest N records first, not all)
 //	GET  /v1/submissions/{id}     a record
 //	GET  /v1/submissions          records, newest first (?limit, ?participant)
 //	POST /v1/submissions          submit a packed bundle (a participant's token)
@@ -270,20 +270,24 @@ func (a *API) listSubmissions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f := timeline.Filter{Viewer: v, Participant: r.URL.Query().Get("participant")}
-	var out []record.Submission
-	var err error
-	if a.o.Index != nil {
-		out, err = a.pageFromIndex(r.Context(), f, limit)
-	}
-	if a.o.Index == nil || errors.Is(err, timeline.ErrNotReady) {
-		out, err = scanPage(r.Context(), a.o.Records, f, limit)
-	}
+	out, err := a.newest(r.Context(), timeline.Filter{Viewer: v, Participant: r.URL.Query().Get("participant")}, limit)
 	if err != nil {
 		a.unavailable(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"submissions": out})
+}
+
+// newest is the newest limit records f keeps: through the index when there
+// is one and it is ready, else by scanning the bucket.
+func (a *API) newest(ctx context.Context, f timeline.Filter, limit int) ([]record.Submission, error) {
+	if a.o.Index != nil {
+		out, err := a.pageFromIndex(ctx, f, limit)
+		if !errors.Is(err, timeline.ErrNotReady) {
+			return out, err
+		}
+	}
+	return scanPage(ctx, a.o.Records, f, limit)
 }
 
 // pageFromIndex is a page of the list read through the index: the ids of

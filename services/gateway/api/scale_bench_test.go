@@ -44,7 +44,8 @@ import (
 //     gateway's draw, not the store's query: see score's
 //     BenchmarkScoresScale and arena's BenchmarkScoresCLIScale);
 //   - live/first: GET /v1/live?only=records until it has sent every
-//     record, what the live page (/) receives before its list is whole.
+//     record, what the live page (/) received before its list was whole;
+//   - live/recent: the same with recent=200, as the live page asks now.
 //
 // Each reports ms/op and that time per record held (ns/record): a flat
 // ns/record is a linear curve, a falling one sub-linear.
@@ -157,9 +158,20 @@ func BenchmarkListSubmissionsScale(b *testing.B) {
 			})
 		}
 	}
-	// live reads the live stream until it has sent every record.
-	live := func() {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, indexed+"/v1/live?only=records", nil)
+	var liveUntil func(int, string)
+	// live reads the live stream until it has sent want records (every
+	// record without recent).
+	live := func(recent int) func() {
+		return func() {
+			want, q := held, ""
+			if recent > 0 {
+				want, q = recent, "&recent="+strconv.Itoa(recent)
+			}
+			liveUntil(want, q)
+		}
+	}
+	liveUntil = func(want int, q string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, indexed+"/v1/live?only=records"+q, nil)
 		req.Header.Set("Authorization", "Bearer "+op)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -169,13 +181,13 @@ func BenchmarkListSubmissionsScale(b *testing.B) {
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(make([]byte, 1<<20), 16<<20)
 		seen := 0
-		for seen < held && sc.Scan() {
+		for seen < want && sc.Scan() {
 			if sc.Text() == "event: record" {
 				seen++
 			}
 		}
-		if seen < held {
-			b.Fatalf("the live stream sent %d records of %d: %v", seen, held, sc.Err())
+		if seen < want {
+			b.Fatalf("the live stream sent %d records of %d: %v", seen, want, sc.Err())
 		}
 	}
 	for _, n := range sizes {
@@ -204,7 +216,8 @@ func BenchmarkListSubmissionsScale(b *testing.B) {
 					}
 				})
 			}},
-			{"live/first", live},
+			{"live/first", live(0)},
+			{"live/recent", live(200)},
 		} {
 			b.Run(fmt.Sprintf("%s/records=%d", c.name, n), func(b *testing.B) {
 				c.op()
