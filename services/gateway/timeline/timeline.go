@@ -96,9 +96,16 @@ func New(kv jetstream.KeyValue) *Index {
 // ends applied is at least that sequence, even if the writes at its end
 // were deleted or purged since and never come.
 func (x *Index) Run(ctx context.Context) error {
+	// The bucket may not answer for a moment (a cluster electing its
+	// stream's leader): ask again rather than stop the gateway.
 	floor, err := x.lastSeq(ctx)
-	if err != nil {
-		return err
+	for delay := 100 * time.Millisecond; err != nil; delay = min(2*delay, 5*time.Second) {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		floor, err = x.lastSeq(ctx)
 	}
 	w, err := x.kv.WatchAll(ctx)
 	if err != nil {
