@@ -21,6 +21,7 @@ import (
 	"github.com/lowbarena/lowbarena/events/bustest"
 	"github.com/lowbarena/lowbarena/events/ctl"
 	"github.com/lowbarena/lowbarena/services/domain/participant"
+	"github.com/lowbarena/lowbarena/services/gateway/pages"
 	"github.com/lowbarena/lowbarena/services/gateway/participants"
 	"github.com/lowbarena/lowbarena/services/gateway/timeline"
 	"github.com/lowbarena/lowbarena/services/gateway/usage"
@@ -42,7 +43,8 @@ import (
 //   - page/leaderboard: GET /leaderboard with as many scores as records,
 //     from a score endpoint in this process answering in chunks (the
 //     gateway's draw, not the store's query: see score's
-//     BenchmarkScoresScale and arena's BenchmarkScoresCLIScale);
+//     BenchmarkScoresScale and arena's BenchmarkScoresCLIScale); it draws
+//     the first pages.MaxLeaderboardRows;
 //   - live/first: GET /v1/live?only=records until it has sent every
 //     record, what the live page (/) received before its list was whole;
 //   - live/recent: the same with recent=200, as the live page asks now.
@@ -211,8 +213,8 @@ func BenchmarkListSubmissionsScale(b *testing.B) {
 			}},
 			{"page/leaderboard", func() {
 				get(indexed+"/leaderboard", func(_ int, body []byte) {
-					if k := bytes.Count(body, []byte("<tr")); k < n {
-						b.Fatalf("the leaderboard has %d rows, not %d", k, n)
+					if k := bytes.Count(body, []byte("<tr data-submission=")); k != min(n, pages.MaxLeaderboardRows) {
+						b.Fatalf("the leaderboard draws %d rows, not %d", k, min(n, pages.MaxLeaderboardRows))
 					}
 				})
 			}},
