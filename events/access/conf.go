@@ -43,7 +43,7 @@ accounts {
 		fmt.Fprintf(&b, "          publish: { allow: %s }\n", confList(p.Publish, 10))
 		fmt.Fprintf(&b, "          subscribe: { allow: %s }\n", confList(p.Subscribe, 10))
 		if p.Responses {
-			b.WriteString("          allow_responses: true\n")
+			fmt.Fprintf(&b, "          allow_responses: { max: %d }\n", MaxResponses)
 		}
 		b.WriteString("        }\n      }\n")
 	}

@@ -10,14 +10,21 @@ import (
 
 // Permissions are one user's allow lists, in nats-server's terms: the
 // subjects it may publish to and subscribe to (wildcards allowed), and
-// whether it may answer the requests it receives (allow_responses: one
-// reply per request, to the request's reply subject). The server refuses
-// every subject on neither list.
+// whether it may answer the requests it receives (allow_responses: up to
+// MaxResponses replies per request, to the request's reply subject). The
+// server refuses every subject on neither list.
 type Permissions struct {
 	Publish   []string
 	Subscribe []string
 	Responses bool
 }
+
+// MaxResponses bounds the replies a service may send to one request: a
+// reply of rows in chunks (ctl.RowsEndpoint: a leaderboard past one
+// message's max_payload) is one message per chunk, so one reply, the
+// server's default, would refuse every chunk after the first. 1,024
+// chunks of 2 MiB hold 2 GiB of rows.
+const MaxResponses = 1024
 
 // JetStream API and protocol subjects a client touches.
 const (

@@ -85,6 +85,9 @@ type Query struct {
 	Campaign    string    `json:"campaign,omitempty"`
 	Participant string    `json:"participant,omitempty"`
 	Model       string    `json:"model,omitempty"`
+	// Chunked asks for the rows in as many replies as they need (see
+	// HeaderChunk); CallRows sets it.
+	Chunked bool `json:"chunked,omitempty"`
 }
 
 // Row is one score as the CLI shows it (a row of the scores table).
@@ -238,16 +241,7 @@ func Endpoint[Req, Rep any](ctx context.Context, svc micro.Service, name, subjec
 		defer cancel()
 		rep, err := fn(rctx, req)
 		if err != nil {
-			code := CodeInternal
-			var opts []micro.RespondOpt
-			var e *Error
-			if errors.As(err, &e) {
-				code = e.Code
-				if e.Reason != "" {
-					opts = append(opts, micro.WithHeaders(micro.Headers{HeaderReason: {e.Reason}}))
-				}
-			}
-			_ = r.Error(code, err.Error(), nil, opts...)
+			respondError(r, err)
 			return
 		}
 		if err := r.RespondJSON(rep); err != nil {
@@ -279,12 +273,8 @@ func Call[Rep any](ctx context.Context, nc *nats.Conn, subject string, req any) 
 	if err != nil {
 		return rep, fmt.Errorf("ctl: %s: %w", subject, err)
 	}
-	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" || msg.Header.Get(micro.ErrorCodeHeader) != "" {
-		code := msg.Header.Get(micro.ErrorCodeHeader)
-		if _, err := strconv.Atoi(code); err != nil {
-			code = CodeInternal
-		}
-		return rep, &Error{Code: code, Reason: msg.Header.Get(HeaderReason), Message: desc}
+	if err := replyError(msg); err != nil {
+		return rep, err
 	}
 	if err := json.Unmarshal(msg.Data, &rep); err != nil {
 		return rep, fmt.Errorf("ctl: decode the reply of %s: %w", subject, err)
@@ -300,16 +290,41 @@ func Call[Rep any](ctx context.Context, nc *nats.Conn, subject string, req any) 
 // again cannot do anything twice. Any other error, a refusal, or
 // ErrNoService past wait is returned as Call returns it.
 func CallWaiting[Rep any](ctx context.Context, nc *nats.Conn, subject string, req any, wait time.Duration) (Rep, error) {
+	var rep Rep
+	err := whileNoService(ctx, wait, func() error {
+		var err error
+		rep, err = Call[Rep](ctx, nc, subject, req)
+		return err
+	})
+	return rep, err
+}
+
+// whileNoService calls call again while it answers ErrNoService, for up
+// to wait, and returns its last error.
+func whileNoService(ctx context.Context, wait time.Duration, call func() error) error {
 	deadline := time.Now().Add(wait)
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		rep, err := Call[Rep](ctx, nc, subject, req)
+		err := call()
 		if !errors.Is(err, ErrNoService) || time.Now().Add(delay).After(deadline) {
-			return rep, err
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return rep, err
+			return err
 		case <-time.After(delay):
 		}
 	}
+}
+
+// replyError is the refusal a reply carries in micro's error headers, or
+// nil.
+func replyError(msg *nats.Msg) error {
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" || msg.Header.Get(micro.ErrorCodeHeader) != "" {
+		code := msg.Header.Get(micro.ErrorCodeHeader)
+		if _, err := strconv.Atoi(code); err != nil {
+			code = CodeInternal
+		}
+		return &Error{Code: code, Reason: msg.Header.Get(HeaderReason), Message: desc}
+	}
+	return nil
 }

@@ -11,6 +11,8 @@ require (
 	github.com/stretchr/testify v1.12.1
 )
 
+require github.com/google/btree v1.1.3
+
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0 // indirect

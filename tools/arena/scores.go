@@ -21,14 +21,16 @@ func ask(ctx context.Context, natsURL, subject string, q ctl.Query, timeout time
 	defer c.close()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	rep, err := ctl.CallWaiting[ctl.Rows](rctx, c.nc, subject, q, serviceWait)
+	// In chunks, so that any number of rows answers (one reply is
+	// bounded by the server's max_payload).
+	rows, err := ctl.CallRowsWaiting(rctx, c.nc, subject, q, serviceWait)
 	if errors.Is(err, ctl.ErrNoService) {
 		return nil, fmt.Errorf("%w: no score service answers (is `arena up` running with its score stage?)", ErrArenaDown)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the score service: %w", err)
 	}
-	return rep.Rows, nil
+	return rows, nil
 }
 
 func printRows(w io.Writer, rows []ctl.Row, asJSON bool) error {

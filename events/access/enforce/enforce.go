@@ -29,8 +29,9 @@ func Permissions(p access.Permissions) *server.Permissions {
 		Subscribe: &server.SubjectPermission{Allow: append([]string(nil), p.Subscribe...)},
 	}
 	if p.Responses {
-		// One reply per request, within the server's default window.
-		sp.Response = &server.ResponsePermission{MaxMsgs: 1}
+		// Up to MaxResponses replies per request (the chunks of a reply
+		// of rows), within the server's default window.
+		sp.Response = &server.ResponsePermission{MaxMsgs: access.MaxResponses}
 	}
 	return sp
 }

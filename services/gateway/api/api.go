@@ -13,6 +13,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,6 +29,7 @@ import (
 	"github.com/lowbarena/lowbarena/services/gateway/pages"
 	"github.com/lowbarena/lowbarena/services/gateway/participants"
 	"github.com/lowbarena/lowbarena/services/gateway/rounds"
+	"github.com/lowbarena/lowbarena/services/gateway/timeline"
 	"github.com/lowbarena/lowbarena/services/gateway/usage"
 	"github.com/lowbarena/lowbarena/services/store"
 )
@@ -86,6 +88,15 @@ type Options struct {
 	Log *slog.Logger
 	// Refusals counts refusals (nil: not counted).
 	Refusals *Refusals
+	// Index keeps the records in list order, for GET /v1/submissions to
+	// read a page without reading the bucket (nil, or not ready yet: the
+	// list reads every record, linear in the bucket). Its Run is the
+	// caller's to start.
+	Index *timeline.Index
+	// IndexWait bounds how long a list waits for the index to hold the
+	// writes the bucket had when the list was asked (default 2 s; then
+	// the page is at most that stale).
+	IndexWait time.Duration
 }
 
 func (o *Options) defaults() {
@@ -125,6 +136,9 @@ func (o *Options) defaults() {
 	if o.Tracer == nil {
 		o.Tracer = otel.GetTracerProvider()
 	}
+	if o.IndexWait <= 0 {
+		o.IndexWait = 2 * time.Second
+	}
 }
 
 // API serves the gateway's HTTP API.
@@ -142,7 +156,7 @@ type API struct {
 //	GET  /healthz                 200 when the records bucket answers
 //	GET  /                        the live page (and /ui/*)
 //	GET  /submissions/{id}        a submission's page (HTML; /rounds/{id}, /leaderboard, /participants/{name} too)
-//	GET  /v1/live                 records and round views as they change (Server-Sent Events)
+//	GET  /v1/live                 records and round views as they change (Server-Sent Events; ?recent=N: the newest N records first, not all)
 //	GET  /v1/submissions/{id}     a record
 //	GET  /v1/submissions          records, newest first (?limit, ?participant)
 //	POST /v1/submissions          submit a packed bundle (a participant's token)
@@ -264,30 +278,122 @@ func (a *API) listSubmissions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	who := r.URL.Query().Get("participant")
-	raws, err := listRaw(r.Context(), a.o.Records)
+	out, err := a.newest(r.Context(), timeline.Filter{Viewer: v, Participant: r.URL.Query().Get("participant")}, limit)
 	if err != nil {
 		a.unavailable(w, r, err)
 		return
 	}
-	// Every record is read for the three fields that choose and order
-	// the page, and only the page's records are decoded whole: a full
-	// decode of every record (6 to 15 KB each) was most of the request's
-	// time (BenchmarkListSubmissionsScale).
+	writeJSON(w, http.StatusOK, map[string]any{"submissions": out})
+}
+
+// newest is the newest limit records f keeps: through the index when there
+// is one and it is ready, else by scanning the bucket.
+func (a *API) newest(ctx context.Context, f timeline.Filter, limit int) ([]record.Submission, error) {
+	if a.o.Index != nil {
+		out, err := a.pageFromIndex(ctx, f, limit)
+		if !errors.Is(err, timeline.ErrNotReady) {
+			return out, err
+		}
+	}
+	return scanPage(ctx, a.o.Records, f, limit)
+}
+
+// pageFromIndex is a page of the list read through the index: the ids of
+// the page, newest first, then those records from the bucket, limit at
+// a time at most (O(limit + log n) in the bucket's n records). A record
+// deleted, or become unreadable, between the two is left out and the
+// next one taken, so the page is the linear scan's page of the same
+// moment.
+func (a *API) pageFromIndex(ctx context.Context, f timeline.Filter, limit int) ([]record.Submission, error) {
+	if err := a.o.Index.Sync(ctx, a.o.IndexWait); err != nil {
+		return nil, err
+	}
+	out := []record.Submission{}
+	skip := 0
+	for len(out) < limit {
+		need := limit - len(out)
+		var ids []string
+		n := 0
+		err := a.o.Index.Walk(f, func(h timeline.Head) bool {
+			if n++; n > skip {
+				ids = append(ids, h.ID)
+			}
+			return len(ids) < need
+		})
+		if err != nil {
+			return nil, err
+		}
+		skip += len(ids)
+		recs, err := getRecords(ctx, a.o.Records, ids)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range recs {
+			if s != nil && f.Match(timeline.Head{ID: s.ID, CreatedAt: s.CreatedAt, Participant: s.Participant, Split: s.Split}) {
+				out = append(out, *s)
+			}
+		}
+		if len(ids) < need {
+			break // the index has no more
+		}
+	}
+	return out, nil
+}
+
+// getRecords reads ids from kv, recordGets at once; a key that is gone
+// or a value that does not decode is nil.
+func getRecords(ctx context.Context, kv jetstream.KeyValue, ids []string) ([]*record.Submission, error) {
+	out := make([]*record.Submission, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, recordGets)
+	for i, id := range ids {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			e, err := kv.Get(ctx, id)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				errs[i] = err
+			default:
+				var s record.Submission
+				if json.Unmarshal(e.Value(), &s) == nil {
+					out[i] = &s
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// recordGets is how many records a page reads at once: each is a round
+// trip to NATS.
+const recordGets = 16
+
+// scanPage is a page of the list read from every record of kv, linear
+// in the bucket: the list before the index, and while the index is not
+// ready. Every record is read for the fields that choose and order the
+// page, and only the page's records are decoded whole.
+func scanPage(ctx context.Context, kv jetstream.KeyValue, f timeline.Filter, limit int) ([]record.Submission, error) {
+	raws, err := listRaw(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
 	type head struct {
-		CreatedAt   time.Time `json:"created_at"`
-		Participant string    `json:"participant"`
-		Split       string    `json:"split"`
-		raw         []byte
+		timeline.Head
+		raw []byte
 	}
 	heads := make([]head, 0, len(raws))
 	for _, raw := range raws {
 		h := head{raw: raw}
-		if json.Unmarshal(raw, &h) == nil && v.CanRead(h.Participant, h.Split) && (who == "" || h.Participant == who) {
+		if json.Unmarshal(raw, &h.Head) == nil && f.Match(h.Head) {
 			heads = append(heads, h)
 		}
 	}
-	sort.Slice(heads, func(i, j int) bool { return heads[i].CreatedAt.After(heads[j].CreatedAt) })
+	sort.Slice(heads, func(i, j int) bool { return heads[i].Newer(heads[j].Head) })
 	out := []record.Submission{}
 	for _, h := range heads {
 		if len(out) == limit {
@@ -298,7 +404,7 @@ func (a *API) listSubmissions(w http.ResponseWriter, r *http.Request) {
 			out = append(out, s)
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"submissions": out})
+	return out, nil
 }
 
 // me answers who the token is, its quotas and what counts against them.

@@ -230,7 +230,7 @@ func TestSecurityHeaders(t *testing.T) {
 		path, contentType, csp, contains string
 	}{
 		{"/", "text/html; charset=utf-8", pageCSP, `<script src="/ui/app.js" defer></script>`},
-		{"/ui/app.js", "text/javascript; charset=utf-8", pageCSP, `fetch("/v1/live"`},
+		{"/ui/app.js", "text/javascript; charset=utf-8", pageCSP, `fetch("/v1/live?recent="`},
 		{"/ui/app.css", "text/css; charset=utf-8", pageCSP, "progress"},
 		{"/ui/page.js", "text/javascript; charset=utf-8", pageCSP, `"Lowbarena-Fragment": "main"`},
 		{"/ui/pages.css", "text/css; charset=utf-8", pageCSP, "svg.plot"},

@@ -7,12 +7,15 @@ import (
 	"mime"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/gateway/timeline"
 )
 
 //go:embed ui
@@ -41,10 +44,16 @@ func serveAsset(w http.ResponseWriter, name string) bool {
 // liveFilter is what a live stream follows: ?submission=ID (that
 // record only), ?round=ID (that round only), ?participant=NAME (that
 // participant's records), ?only=records or rounds; nothing: every record
-// the viewer may read and every round.
+// the viewer may read and every round. ?recent=N (1 to 1000) starts the
+// records with the newest N only (the live page asks for its first
+// paint: every record would be the whole bucket), then every change.
 type liveFilter struct {
 	submission, round, participant string
 	records, rounds                bool
+	// recent, when not 0, starts the records with the newest recent the
+	// viewer may read (as GET /v1/submissions?limit= lists them, through
+	// the index) instead of every record, then carries every change.
+	recent int
 }
 
 // parseLive reads the filter, or says what is wrong with it.
@@ -55,6 +64,13 @@ func parseLive(r *http.Request) (liveFilter, string) {
 		if v != "" && !events.ValidID(v) {
 			return f, name + " is 1 to 128 letters, digits, '-' or '_'"
 		}
+	}
+	if r := q.Get("recent"); r != "" {
+		n, err := strconv.Atoi(r)
+		if err != nil || n < 1 || n > 1000 {
+			return f, "recent is a number from 1 to 1000"
+		}
+		f.recent = n
 	}
 	switch q.Get("only") {
 	case "":
@@ -112,13 +128,13 @@ func (a *API) liveStream(w http.ResponseWriter, r *http.Request) {
 		data []byte
 	}
 	ch := make(chan update, 64)
-	watch := func(b jetstream.KeyValue, key, kind string, visible func([]byte) bool) error {
+	watch := func(b jetstream.KeyValue, key, kind string, visible func([]byte) bool, opts ...jetstream.WatchOpt) error {
 		var wt jetstream.KeyWatcher
 		var err error
 		if key == "" {
-			wt, err = b.WatchAll(ctx)
+			wt, err = b.WatchAll(ctx, opts...)
 		} else {
-			wt, err = b.Watch(ctx, key)
+			wt, err = b.Watch(ctx, key, opts...)
 		}
 		if err != nil {
 			return err
@@ -142,7 +158,23 @@ func (a *API) liveStream(w http.ResponseWriter, r *http.Request) {
 		var o owner
 		return json.Unmarshal(b, &o) == nil && v.CanRead(o.Participant, o.Split) && (f.participant == "" || o.Participant == f.participant)
 	}
-	if f.records {
+	// first are the records sent before the changes: with recent, the
+	// newest the viewer may read. The watcher of changes starts before
+	// they are read, so no change between the two is lost (one may come
+	// twice: a later value of the same record, which the page keeps).
+	var first []record.Submission
+	if f.records && f.recent > 0 && f.submission == "" {
+		if err := watch(a.o.Records, "", "record", readable, jetstream.UpdatesOnly()); err != nil {
+			a.unavailable(w, r, err)
+			return
+		}
+		var err error
+		first, err = a.newest(ctx, timeline.Filter{Viewer: v, Participant: f.participant}, f.recent)
+		if err != nil {
+			a.unavailable(w, r, err)
+			return
+		}
+	} else if f.records {
 		if err := watch(a.o.Records, f.submission, "record", readable); err != nil {
 			a.unavailable(w, r, err)
 			return
@@ -160,6 +192,21 @@ func (a *API) liveStream(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 	ping := time.NewTicker(15 * time.Second)
 	defer ping.Stop()
+	// The newest last, as a page that draws them as they come would
+	// have them in time.
+	for i := len(first) - 1; i >= 0; i-- {
+		body, err := json.Marshal(first[i])
+		if err != nil {
+			continue
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(a.o.WriteTimeout))
+		if _, err := fmt.Fprintf(w, "event: record\ndata: %s\n\n", body); err != nil {
+			return
+		}
+	}
+	if len(first) > 0 {
+		fl.Flush()
+	}
 	for {
 		var out string
 		select {

@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/services/gateway/timeline"
 )
 
 // liveEvents opens the live stream as token ("" for the public) and
@@ -134,4 +138,72 @@ func TestLiveBound(t *testing.T) {
 	status, m, _ = f.get(t, "/v1/live", "lbp_nope")
 	require.Equal(t, http.StatusUnauthorized, status)
 	require.Equal(t, CodeTokenMalformed, code(m))
+}
+
+// TestLiveRecent: with ?recent=N the stream starts with the newest N
+// records the viewer may read, the very page GET /v1/submissions?limit=N
+// answers it (through the index), not every record; then it carries
+// every change, of an old record too. A bad N is refused.
+func TestLiveRecent(t *testing.T) {
+	var idx *timeline.Index
+	f := newFixture(t, func(o *Options) { idx = timeline.New(o.Records); o.Index = idx })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() { _ = idx.Run(ctx) }()
+	for i := range 30 {
+		split := []string{"ranked", "dev"}[i%2]
+		f.putRecord(t, fmt.Sprintf("r%02d", i), []string{"alice", "bob"}[i%3%2], split, time.Unix(int64(1000+i), 0))
+	}
+	for _, tc := range []struct {
+		name, token, query string
+		n                  int
+	}{
+		{"public", "", "", 5},
+		{"alice", f.alice, "", 7},
+		{"operator", f.op, "", 12},
+		{"operator, bob's", f.op, "&participant=bob", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, m, _ := f.get(t, fmt.Sprintf("/v1/submissions?limit=%d%s", tc.n, tc.query), tc.token)
+			require.Equal(t, http.StatusOK, status)
+			var want []string
+			for _, s := range m["submissions"].([]any) {
+				want = append(want, s.(map[string]any)["id"].(string))
+			}
+			require.Len(t, want, tc.n)
+			sctx, stop := context.WithCancel(ctx)
+			defer stop()
+			ch := liveAt(t, sctx, fmt.Sprintf("%s/v1/live?only=records&recent=%d%s", f.srv.URL, tc.n, tc.query), tc.token)
+			var got []string
+			for range tc.n {
+				select {
+				case e := <-ch:
+					var v struct{ ID string }
+					require.NoError(t, json.Unmarshal([]byte(e[1]), &v))
+					got = append(got, v.ID)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("only %v on the stream", got)
+				}
+			}
+			slices.Reverse(got) // sent oldest first
+			require.Equal(t, want, got)
+			// Nothing more until a change: then the change, of the
+			// oldest readable record of all.
+			select {
+			case e := <-ch:
+				t.Fatalf("the stream sent more than %d records first: %v", tc.n, e)
+			case <-time.After(300 * time.Millisecond):
+			}
+			f.putRecord(t, "r00", "bob", "ranked", time.Unix(1000, 0))
+			select {
+			case e := <-ch:
+				require.Contains(t, e[1], `"id":"r00"`)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the change of r00 did not come")
+			}
+		})
+	}
+	status, m, _ := f.get(t, "/v1/live?recent=0", "")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, CodeInvalidQuery, code(m))
 }

@@ -24,7 +24,7 @@ var errScoresUnreachable = errors.New("this gateway does not reach the score ser
 // readableScores asks the score service for the rows of subject
 // (leaderboard or history) and keeps those the viewer may read: the
 // ranked split's to everyone, a participant's dev rows to it and the
-// operators. Its errors are errScoresUnreachable and ctl.Call's
+// operators. Its errors are errScoresUnreachable and ctl.CallRows's
 // (ctl.ErrNoService, a *ctl.Error); the JSON API and the pages each answer
 // them in their own form.
 func (a *API) readableScores(ctx context.Context, v participant.Viewer, subject string, q ctl.Query) ([]ctl.Row, error) {
@@ -33,12 +33,14 @@ func (a *API) readableScores(ctx context.Context, v participant.Viewer, subject 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	rep, err := ctl.Call[ctl.Rows](ctx, a.o.NC, subject, q)
+	// In chunks: a leaderboard past one message's max_payload (about
+	// 8,000 rows under `arena up`) answers too.
+	all, err := ctl.CallRows(ctx, a.o.NC, subject, q)
 	if err != nil {
 		return nil, err
 	}
 	rows := []ctl.Row{}
-	for _, row := range rep.Rows {
+	for _, row := range all {
 		if v.CanRead(row.Participant, row.Split) {
 			rows = append(rows, row)
 		}

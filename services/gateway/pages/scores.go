@@ -57,6 +57,8 @@ type Leaderboard struct {
 	Rows   []ScoreRow
 	// Hidden counts the rows the filter left out.
 	Hidden int
+	// More counts the rows past MaxLeaderboardRows, kept but not drawn.
+	More int
 	// Sim says how many rows come from a simulated engine.
 	Sim SimNote
 }
@@ -70,8 +72,16 @@ type ScoreRow struct {
 	Simulated bool
 }
 
+// MaxLeaderboardRows bounds the rows the leaderboard page draws: past
+// it a page grows with every score held (100,000 rows took 11.6 s to draw,
+// BenchmarkListSubmissionsScale page/leaderboard) and no one reads it. The
+// rest are counted; `arena leaderboard` and GET /v1/leaderboard give
+// every row.
+const MaxLeaderboardRows = 1000
+
 // NewLeaderboard orders rows best first (qualified before not) and keeps
-// those the filter asks for; the rank counts the qualified rows only. The
+// those the filter asks for, the first MaxLeaderboardRows of them to draw
+// (More counts the rest); the rank counts the qualified rows only. The
 // rows of sim's submissions are marked simulated.
 func NewLeaderboard(rows []ctl.Row, f Filter, sim Simulated) *Leaderboard {
 	l := &Leaderboard{Filter: f}
@@ -88,9 +98,15 @@ func NewLeaderboard(rows []ctl.Row, f Filter, sim Simulated) *Leaderboard {
 			l.Hidden++
 			continue
 		}
-		row := scoreRow(r, sim)
 		if r.Qualified == 1 {
 			rank++
+		}
+		if len(l.Rows) == MaxLeaderboardRows {
+			l.More++
+			continue
+		}
+		row := scoreRow(r, sim)
+		if r.Qualified == 1 {
 			row.Rank = rank
 		}
 		l.Rows = append(l.Rows, row)

@@ -67,6 +67,51 @@ func TestLeaderboard(t *testing.T) {
 	has(t, empty, "No scores of campaign qwen3-tiny that this viewer may read (1 left out by the filter)")
 }
 
+// TestLeaderboardBound: past MaxLeaderboardRows the page draws the best
+// rows and counts the rest, ranked as if every row were drawn; at the
+// bound it draws them all and says nothing more.
+func TestLeaderboardBound(t *testing.T) {
+	for _, tt := range []struct {
+		rows, unqualified int
+		drawn, more       int
+	}{
+		{MaxLeaderboardRows, 0, MaxLeaderboardRows, 0},
+		{MaxLeaderboardRows + 1, 0, MaxLeaderboardRows, 1},
+		{2500, 700, MaxLeaderboardRows, 1500},
+	} {
+		t.Run(strconv.Itoa(tt.rows), func(t *testing.T) {
+			var rows []ctl.Row
+			for i := range tt.rows {
+				q := uint8(1)
+				if i < tt.unqualified {
+					q = 0 // the best scores, not qualified: drawn after the qualified
+				}
+				rows = append(rows, ctl.Row{SubmissionID: "s" + strconv.Itoa(i), Participant: "p", Split: "ranked", Qualified: q, Score: float64(tt.rows - i)})
+			}
+			l := NewLeaderboard(rows, Filter{}, nil)
+			require.Len(t, l.Rows, tt.drawn)
+			require.Equal(t, tt.more, l.More)
+			// The qualified come first, ranked 1, 2, ... in score order.
+			qualified := tt.rows - tt.unqualified
+			for i, r := range l.Rows {
+				if i < qualified {
+					require.Equal(t, i+1, r.Rank)
+					require.Equal(t, "s"+strconv.Itoa(tt.unqualified+i), r.SubmissionID)
+				} else {
+					require.Zero(t, r.Rank)
+				}
+			}
+			page := render(t, KindLeaderboard, Page{Title: "x", Body: l})
+			require.Equal(t, tt.drawn, strings.Count(page, "<tr data-submission="))
+			if tt.more > 0 {
+				has(t, page, strconv.Itoa(tt.more)+" more rows below these are not drawn here")
+			} else {
+				require.NotContains(t, page, `id="leaderboard-more"`)
+			}
+		})
+	}
+}
+
 func TestHistory(t *testing.T) {
 	h := NewHistory("alice", "", scoreRows[:3], nil)
 	page := render(t, KindHistory, Page{Title: "alice", Body: h})

@@ -26,6 +26,7 @@ import (
 	"github.com/lowbarena/lowbarena/services/gateway/projector"
 	"github.com/lowbarena/lowbarena/services/gateway/rounds"
 	"github.com/lowbarena/lowbarena/services/gateway/server"
+	"github.com/lowbarena/lowbarena/services/gateway/timeline"
 	"github.com/lowbarena/lowbarena/services/gateway/usage"
 	"github.com/lowbarena/lowbarena/services/runtime"
 )
@@ -136,7 +137,10 @@ func New(ctx context.Context, rt *runtime.Runtime, o Options) (*Gateway, error) 
 		return nil, fmt.Errorf("gateway: listen on %s: %w", o.HTTPAddr, err)
 	}
 	tlsOn := o.TLSCert != "" || o.TLSKey != ""
-	a, err := api.New(api.Options{Records: kv, Views: views, Registry: reg, Ledger: ledger, Bus: rt.Bus, NC: rt.NC, Store: rt.Store,
+	// The list's index, rebuilt from the bucket each start (actor
+	// gateway-timeline); until it is through, the list reads the bucket.
+	idx := timeline.New(kv)
+	a, err := api.New(api.Options{Records: kv, Index: idx, Views: views, Registry: reg, Ledger: ledger, Bus: rt.Bus, NC: rt.NC, Store: rt.Store,
 		Defaults: o.Quotas, MaxUploadBytes: o.MaxUploadBytes, UploadsPerParticipant: o.UploadsPerParticipant,
 		Uploads: o.Uploads, LiveStreams: o.LiveStreams, UploadMinRate: o.UploadMinRate, UploadIdle: o.UploadIdle, UploadGrace: o.UploadGrace,
 		Spool: o.Spool, TLS: tlsOn, Now: o.Now, Log: rt.Log, Refusals: refusals, Tracer: rt.Tracer})
@@ -157,6 +161,7 @@ func New(ctx context.Context, rt *runtime.Runtime, o Options) (*Gateway, error) 
 	return &Gateway{
 		Actors: []runtime.Actor{
 			{Name: "gateway-projector", Run: p.Run},
+			{Name: "gateway-timeline", Run: idx.Run},
 			{Name: "gateway-rounds", Run: rp.Run},
 			{Name: "gateway-usage", Run: tally.Run},
 			{Name: "gateway-participants", Run: func(ctx context.Context) error { return c.serve(ctx, rt.NC) }},

@@ -35,9 +35,11 @@ func (s *Service) serveRequests(ctx context.Context) error {
 	}
 	defer func() { _ = svc.Stop() }()
 	err = errors.Join(
-		ctl.Endpoint(ctx, svc, "leaderboard", ctl.SubjectLeaderboard, requestTimeout, rows(s.leaderboard)),
-		ctl.Endpoint(ctx, svc, "history", ctl.SubjectHistory, requestTimeout, rows(s.history)),
-		ctl.Endpoint(ctx, svc, "rescore", ctl.SubjectRescore, requestTimeout, rows(s.rescore)),
+		// Rows past one message's max_payload go in chunks when asked
+		// (ctl.RowsEndpoint): `arena leaderboard` of 100,000 scores.
+		ctl.RowsEndpoint(ctx, svc, s.bus.Conn(), "leaderboard", ctl.SubjectLeaderboard, requestTimeout, s.opts.ReplyChunkBytes, s.leaderboard),
+		ctl.RowsEndpoint(ctx, svc, s.bus.Conn(), "history", ctl.SubjectHistory, requestTimeout, s.opts.ReplyChunkBytes, s.history),
+		ctl.RowsEndpoint(ctx, svc, s.bus.Conn(), "rescore", ctl.SubjectRescore, requestTimeout, s.opts.ReplyChunkBytes, s.rescore),
 		ctl.Endpoint(ctx, svc, "standing", ctl.SubjectStanding, requestTimeout, s.standing),
 	)
 	if err != nil {
@@ -45,20 +47,6 @@ func (s *Service) serveRequests(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return nil
-}
-
-// rows wraps a query as an endpoint answering ctl.Rows (never null rows).
-func rows(fn func(context.Context, ctl.Query) ([]ctl.Row, error)) func(context.Context, ctl.Query) (ctl.Rows, error) {
-	return func(ctx context.Context, q ctl.Query) (ctl.Rows, error) {
-		rs, err := fn(ctx, q)
-		if err != nil {
-			return ctl.Rows{}, err
-		}
-		if rs == nil {
-			rs = []ctl.Row{}
-		}
-		return ctl.Rows{Rows: rs}, nil
-	}
 }
 
 func (s *Service) leaderboard(ctx context.Context, q ctl.Query) ([]ctl.Row, error) {

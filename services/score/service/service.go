@@ -48,6 +48,9 @@ type Options struct {
 	Policy string
 	// Store receives scores rows and answers queries (required).
 	Store store.Store
+	// ReplyChunkBytes bounds one chunk of a chunked reply of rows (0: the
+	// connection's max_payload; tests set less to cut many chunks).
+	ReplyChunkBytes int
 }
 
 // Service is the score stage.

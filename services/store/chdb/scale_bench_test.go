@@ -4,9 +4,11 @@ package chdbstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +24,10 @@ import (
 // rows just written and times one job's memory trace, the per-sample peak
 // of its process memory over its 8 GPUs, for a job of fixed size (2,000
 // samples of 8 GPUs, written first). A flat query time and ingest rate
-// are the curve the table's key (job_id first) promises.
+// are the curve the table's key (job_id first) promises. It logs the
+// table's sorting key and, at each size, the trace's EXPLAIN indexes = 1
+// (the parts and granules the key selects), and reports the granules read
+// as a metric: 8,192 rows each at most.
 func BenchmarkGPUSamplesScale(b *testing.B) {
 	sizes := []int{100_000, 1_000_000, 10_000_000}
 	if os.Getenv("LOWBARENA_BENCH_36M") == "1" {
@@ -91,12 +96,51 @@ func BenchmarkGPUSamplesScale(b *testing.B) {
 			b.Fatalf("the probe's trace has %d points, not 2000", len(pts))
 		}
 	}
+	var key []struct {
+		Key string `ch:"sorting_key"`
+	}
+	if err := st.Select(ctx, &key, "SELECT sorting_key FROM system.tables WHERE database = currentDatabase() AND name = 'gpu_samples'"); err != nil || len(key) != 1 {
+		b.Fatalf("the table's sorting key: %v (%d rows)", err, len(key))
+	}
+	b.Logf("gpu_samples ORDER BY %s", key[0].Key)
+	// granules reads the primary key's line of EXPLAIN indexes = 1: the
+	// granules the trace reads of those the table holds.
+	granules := func() (read, total int) {
+		t, err := st.QueryTable(ctx, "EXPLAIN indexes = 1 SELECT ts_ms, max(proc_mem) AS peak FROM gpu_samples WHERE job_id = 'job-probe' GROUP BY ts_ms ORDER BY ts_ms",
+			store.Limits{MaxRows: 1000, MaxBytes: 1 << 20, MaxSeconds: 60})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var lines []string
+		for _, row := range t.Rows {
+			var line string
+			if json.Unmarshal(row[0], &line) == nil {
+				lines = append(lines, line)
+			}
+		}
+		b.Logf("EXPLAIN indexes = 1 at %d rows:\n%s", held, strings.Join(lines, "\n"))
+		inKey := false
+		for _, l := range lines {
+			l = strings.TrimSpace(l)
+			if l == "PrimaryKey" {
+				inKey = true
+			}
+			if inKey && strings.HasPrefix(l, "Granules: ") {
+				if _, err := fmt.Sscanf(l, "Granules: %d/%d", &read, &total); err == nil {
+					return read, total
+				}
+			}
+		}
+		b.Fatalf("no Granules line under PrimaryKey in EXPLAIN:\n%s", strings.Join(lines, "\n"))
+		return 0, 0
+	}
 	for _, n := range sizes {
 		from, start := held, time.Now()
 		for held < n {
 			write()
 		}
 		rate := float64(held-from) / time.Since(start).Seconds()
+		read, total := granules()
 		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
 			trace()
 			for b.Loop() {
@@ -104,6 +148,8 @@ func BenchmarkGPUSamplesScale(b *testing.B) {
 			}
 			b.ReportMetric(rate, "ingest-rows/s")
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "trace-µs")
+			b.ReportMetric(float64(read), "granules-read")
+			b.ReportMetric(float64(total), "granules-held")
 		})
 	}
 }

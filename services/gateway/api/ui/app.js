@@ -7,6 +7,7 @@
 // this tab's sessionStorage only.
 "use strict";
 const KEY = "lowbarena-token";
+const RECENT = 200;
 const subs = new Map(), rounds = new Map();
 const $ = id => document.getElementById(id);
 const esc = s => String(s ?? "").replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;"}[c]));
@@ -40,10 +41,14 @@ function drawRounds() {
   }).join("");
 }
 
+// Drawing is once a frame, whatever the events that came in it: a
+// redraw per event made the first paint quadratic in the records.
+let pending = null;
 function handle(kind, data) {
   const v = JSON.parse(data);
-  if (kind === "record") { subs.set(v.id, v); drawSubs(); }
-  if (kind === "round") { rounds.set(v.round_id, v); drawRounds(); }
+  if (kind === "record") subs.set(v.id, v);
+  if (kind === "round") rounds.set(v.round_id, v);
+  pending = pending || requestAnimationFrame(() => { pending = null; drawSubs(); drawRounds(); });
 }
 
 let generation = 0;
@@ -58,7 +63,9 @@ async function follow() {
   }
   while (mine === generation) {
     try {
-      const resp = await fetch("/v1/live", {headers: headers(), cache: "no-store"});
+      // The newest RECENT records, then every change: not the whole
+      // bucket (GET /v1/live?recent=).
+      const resp = await fetch("/v1/live?recent=" + RECENT, {headers: headers(), cache: "no-store"});
       if (!resp.ok) {
         const body = await resp.json().catch(() => ({}));
         $("status").textContent = "refused: " + ((body.error || {}).message || resp.status);
