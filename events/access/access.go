@@ -232,7 +232,10 @@ var Users = []User{
 		Publishes: []events.Type{events.RunnerJobStarted, events.RunnerJobProgress, events.RunnerJobCompleted, events.RunnerJobFailed},
 		Consumers: []Consumer{{Stream: events.StreamRunnerJobs, Name: "runner", Filters: []string{events.JobSharedFilter}},
 			{Stream: events.StreamRunnerJobs, Name: "runner-<pod>", Filters: []string{events.JobPodFilter("*")}, PerPod: true, DeadLetterAs: "runner"}},
-		KV:      []Bucket{{Name: bus.BucketReferences, Mode: Write}},
+		// Its entry in the pods registry, and its pod's lease (watched:
+		// no shared job while a round holds the pod).
+		KV: []Bucket{{Name: bus.BucketReferences, Mode: Write}, {Name: bus.BucketPods, Mode: Write},
+			{Name: bus.BucketRounds, Mode: Read, Keys: "pod.*"}},
 		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Read}},
 	},
 	{
@@ -268,7 +271,7 @@ var Streams = []string{
 	events.StreamArena, events.StreamRunnerJobs, events.StreamDLQ,
 	KVStream(bus.BucketSubmissions), KVStream(bus.BucketRounds), KVStream(bus.BucketBundles),
 	KVStream(bus.BucketReferences), KVStream(bus.BucketQualityReferences), KVStream(bus.BucketRoundViews),
-	KVStream(bus.BucketScoreInputs), KVStream(bus.BucketParticipants), KVStream(bus.BucketUsage),
+	KVStream(bus.BucketScoreInputs), KVStream(bus.BucketParticipants), KVStream(bus.BucketUsage), KVStream(bus.BucketPods),
 	ObjectStream(bus.ObjectUploads), ObjectStream(bus.ObjectArtifacts),
 }
 

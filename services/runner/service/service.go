@@ -49,6 +49,9 @@ type Options struct {
 	Pod string
 	// Runner names this worker (default pod/pid).
 	Runner string
+	// GPU is NVML's index of the device this runner drives on its pod
+	// (one runner per GPU). Job.NVML, when set, is bound to it.
+	GPU int
 	// WorkDir holds checkpoints fetched from the artifact store, one
 	// folder per bundle digest, kept across jobs.
 	WorkDir string
@@ -85,6 +88,9 @@ type Service struct {
 	cache *staging.Cache
 	// registry holds the job kinds this runner runs (see kinds).
 	registry *Registry
+	// pod follows the pod's lease and keeps the runner's entry in the
+	// pods registry.
+	pod *pod
 }
 
 // New opens the stores the runner needs.
@@ -128,8 +134,17 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	o.Job.Log = log
+	if o.GPU < 0 {
+		return nil, fmt.Errorf("runner: GPU index %d: use 0 or more", o.GPU)
+	}
+	rounds, pods, err := openPod(ctx, js)
+	if err != nil {
+		return nil, err
+	}
 	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log, cache: cache}
 	s.registry = s.kinds()
+	s.pod = newPod(rounds, pods, log, events.PodEntry{Pod: o.Pod, Runner: o.Runner, GPUIndex: o.GPU, GPU: s.gpu(),
+		Simulated: o.Job.NVML == nil, Kinds: s.registry.Names(), StartedAt: time.Now().UTC()})
 	return s, nil
 }
 
@@ -191,11 +206,43 @@ func (s *Service) Actors() []runtime.Actor {
 // Run consumes jobs until ctx is cancelled (see Actors). The shared
 // durable is ensured first: an older arena's, filtered on jobs.>, is
 // narrowed before the pod's durable is created beside it.
+//
+// While a round holds the pod (its lease, watched in the rounds bucket)
+// the runner asks only its pod's durable: the round's jobs have the pod
+// to themselves, and shared jobs go to the other pods' runners, or wait
+// for the lease to end. No scheduler picks a pod for a shared job: the
+// shared durable is a pull consumer, so the server hands each job to a
+// runner that asks, and only idle runners of unheld pods ask.
 func (s *Service) Run(ctx context.Context) error {
 	if _, err := s.bus.EnsureConsumer(ctx, s.Consumer()); err != nil {
 		return fmt.Errorf("runner: %w", err)
 	}
-	return s.bus.ConsumeFirst(ctx, []bus.ConsumerConfig{s.PodConsumer(), s.Consumer()}, pollWait, s.Handle)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan struct{})
+	watched := make(chan error, 1)
+	go func() { watched <- s.pod.watchLease(ctx, ready) }()
+	select {
+	case <-ready:
+	case err := <-watched:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+	announced := make(chan struct{})
+	go func() { defer close(announced); _ = s.pod.announce(ctx) }()
+	defer func() { cancel(); <-announced }()
+	const shared = 1
+	open := func(i int) bool { return i != shared || s.pod.sharedOpen() }
+	return s.bus.ConsumeFirstWhen(ctx, []bus.ConsumerConfig{s.PodConsumer(), s.Consumer()}, pollWait, open, s.Handle)
+}
+
+// gpu names the runner's device.
+func (s *Service) gpu() string {
+	if s.opts.Job.NVML != nil {
+		return s.opts.Job.NVML.GPU()
+	}
+	return "simulated (no NVML)"
 }
 
 // Handle runs one job of a registered kind.
@@ -219,11 +266,16 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 	src := events.Source(Name)
 	run := fmt.Sprintf("%s-%d", req.JobID, d.NumDelivered)
+	s.pod.setJob(&events.PodJob{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
+		Since: time.Now().UTC(), Delivery: d.NumDelivered})
+	defer s.pod.setJob(nil)
+	gpu, gpuIndex := s.gpu(), s.opts.GPU
 	var releases []func()
 	fail := func(reason, msg, tail string, seconds float64) bus.Outcome {
 		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", reason, "message", msg)
 		data := events.RunnerJobFailedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: reason, Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds)}
+			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: reason, Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds),
+			GPU: gpu, GPUIndex: gpuIndex}
 		// On arena.runner.job.failed.<kind>.<job> (the bus reads the kind
 		// from the payload).
 		if _, err := bus.Emit(ctx, s.bus, events.Job.Failed, events.DeriveID(d.Event.ID(), string(events.RunnerJobFailed)), src, req.JobID, data); err != nil {
@@ -240,12 +292,8 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	if err != nil {
 		return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
 	}
-	gpu := "simulated (no NVML)"
-	if s.opts.Job.NVML != nil {
-		gpu = s.opts.Job.NVML.GPU()
-	}
 	started := events.RunnerJobStartedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Pod: s.opts.Pod, Runner: s.opts.Runner, GPU: gpu, Simulated: s.opts.Job.NVML == nil}
+		Pod: s.opts.Pod, Runner: s.opts.Runner, GPU: gpu, Simulated: s.opts.Job.NVML == nil, GPUIndex: gpuIndex}
 	if _, err := bus.Emit(ctx, s.bus, events.Job.Started, events.DeriveID(d.Event.ID(), string(events.RunnerJobStarted), fmt.Sprint(d.NumDelivered)),
 		src, req.JobID, started); err != nil {
 		return bus.Retry(0, err)
@@ -345,7 +393,8 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Poison("result_unencodable", err)
 	}
 	done := events.RunnerJobCompletedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: body, CheckpointDigest: req.Checkpoint.SHA256}
+		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: body, CheckpointDigest: req.Checkpoint.SHA256,
+		GPU: gpu, GPUIndex: gpuIndex}
 	// On arena.runner.job.completed.<kind>.<job>.
 	if _, err := bus.Emit(ctx, s.bus, events.Job.Completed, events.DeriveID(d.Event.ID(), string(events.RunnerJobCompleted)), src, req.JobID, done); err != nil {
 		return bus.Retry(0, err)
