@@ -9,11 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/access"
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/services/domain/podlease"
 	runner "github.com/lowbarena/lowbarena/services/runner/service"
+	"github.com/lowbarena/lowbarena/services/runtime"
 	"github.com/lowbarena/lowbarena/services/store"
 )
 
@@ -137,4 +141,65 @@ func TestPodsListsRunnersLeasesAndGPUHours(t *testing.T) {
 		require.Contains(t, lines[i+1], "simulated")
 	}
 	require.Equal(t, "(2 pods, 3 runners)", lines[4])
+}
+
+// TestRunnerPodsUnderItsPermissions runs a runner as the runner's NATS
+// user of the permission table, on a server that enforces it: it
+// watches its pod's lease in the rounds bucket (it sees the round), writes
+// its entry in the pods registry, and deletes it when it stops; the
+// operator reads both.
+func TestRunnerPodsUnderItsPermissions(t *testing.T) {
+	a := natsArena(t, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	op := a.busAs(t, access.Operator).JetStream()
+	// The lease as the round service writes it, with its user.
+	rounds, err := a.busAs(t, access.Round).JetStream().KeyValue(ctx, bus.BucketRounds)
+	require.NoError(t, err)
+	body, err := json.Marshal(podlease.Lease{Round: "round-0123456789abcdef", Holder: "round-svc", ExpiresAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	_, err = rounds.Put(ctx, podlease.Key("pod-a"), body)
+	require.NoError(t, err)
+
+	s, err := runner.New(ctx, a.busAs(t, access.Runner), quietLog(), runner.Options{Pod: "pod-a", Runner: "a1", GPU: 1, WorkDir: t.TempDir()})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+
+	pods, err := op.KeyValue(ctx, bus.BucketPods)
+	require.NoError(t, err)
+	key := runner.PodKey("pod-a", "a1")
+	require.Eventually(t, func() bool {
+		e, err := pods.Get(ctx, key)
+		if err != nil {
+			return false
+		}
+		var pe events.PodEntry
+		return json.Unmarshal(e.Value(), &pe) == nil && pe.HeldBy == "round-0123456789abcdef" && pe.GPUIndex == 1
+	}, 30*time.Second, 50*time.Millisecond, "the runner's entry, with the round it read")
+
+	// `arena pods` as the operator: the registry and the leases; no
+	// query service runs here, so it says why the hours are missing.
+	for _, k := range []string{runtime.EnvNATSNkey, runtime.EnvNATSUser, runtime.EnvNATSPassword, runtime.EnvNATSPasswordFile} {
+		t.Setenv(k, "")
+	}
+	t.Setenv(runtime.EnvNATSCreds, a.creds.SeedFile(access.Operator))
+	serviceWait = 200 * time.Millisecond
+	t.Cleanup(func() { serviceWait = 5 * time.Second })
+	var out, errs bytes.Buffer
+	require.NoError(t, run(ctx, []string{"pods", "--json", "--nats", a.url}, &out, &errs), errs.String())
+	var v podsView
+	require.NoError(t, json.Unmarshal(out.Bytes(), &v), out.String())
+	require.Len(t, v.Pods, 1)
+	require.Equal(t, "round-0123456789abcdef", v.Pods[0].HeldBy)
+	require.Len(t, v.Pods[0].Runners, 1)
+	require.Nil(t, v.Pods[0].GPUHours)
+	require.Contains(t, v.GPUHoursError, "no query service answers")
+	require.Contains(t, errs.String(), "no GPU-hours")
+
+	stop()
+	require.NoError(t, <-done, "no permission was refused")
+	_, err = pods.Get(ctx, key)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a runner that stops deletes its entry")
 }
