@@ -153,7 +153,9 @@ var Users = []User{
 			{Stream: events.StreamArena, Name: "gateway-usage", Filters: []string{events.FilterFor(events.RunnerJobCompleted), events.FilterFor(events.RunnerJobFailed)}},
 		},
 		KV: []Bucket{{Name: bus.BucketSubmissions, Mode: Write}, {Name: bus.BucketRoundViews, Mode: Write},
-			{Name: bus.BucketParticipants, Mode: Write}, {Name: bus.BucketUsage, Mode: Write}},
+			{Name: bus.BucketParticipants, Mode: Write}, {Name: bus.BucketUsage, Mode: Write},
+			// GET /v1/pods: the registry and the pods' leases.
+			{Name: bus.BucketPods, Mode: Read}, {Name: bus.BucketRounds, Mode: Read, Keys: "pod.*"}},
 		Objects: []Bucket{{Name: bus.ObjectUploads, Mode: Write}},
 		Serves: []Service{{Name: ctl.ServiceGateway, Subjects: []string{ctl.SubjectParticipantAdd, ctl.SubjectParticipantToken,
 			ctl.SubjectParticipantList, ctl.SubjectParticipantRevoke}}},

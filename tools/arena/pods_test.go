@@ -15,6 +15,7 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/access"
 	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/events/ctl"
 	"github.com/lowbarena/lowbarena/services/domain/podlease"
 	runner "github.com/lowbarena/lowbarena/services/runner/service"
 	"github.com/lowbarena/lowbarena/services/runtime"
@@ -98,7 +99,7 @@ func TestPodsListsRunnersLeasesAndGPUHours(t *testing.T) {
 
 	var out, errs bytes.Buffer
 	require.NoError(t, run(ctx, []string{"pods", "--json", "--nats", url}, &out, &errs), errs.String())
-	var v podsView
+	var v ctl.PodsView
 	require.NoError(t, json.Unmarshal(out.Bytes(), &v), out.String())
 	require.Empty(t, v.GPUHoursError)
 	require.Len(t, v.Pods, 2, "pod-c's lapsed lease holds nothing and it has no runner: %s", out.String())
@@ -122,7 +123,7 @@ func TestPodsListsRunnersLeasesAndGPUHours(t *testing.T) {
 	require.Equal(t, []int{0, 1}, []int{bp.Runners[0].GPUIndex, bp.Runners[1].GPUIndex})
 	require.Equal(t, 1, bp.Jobs, "the redelivered job counts once")
 	require.InDelta(t, 9/3600.0, *bp.GPUHours, 1e-6, "its last delivery's time only")
-	require.Equal(t, []gpuHours{{GPU: 0, Jobs: 1, GPUHours: roundHours(9 / 3600.0), Simulated: true}}, bp.GPUs, "on GPU 0, where it ended")
+	require.Equal(t, []ctl.GPUHours{{GPU: 0, Jobs: 1, GPUHours: ctl.RoundHours(9 / 3600.0), Simulated: true}}, bp.GPUs, "on GPU 0, where it ended")
 
 	out.Reset()
 	require.NoError(t, run(ctx, []string{"pods", "--nats", url}, &out, &errs), errs.String())
@@ -189,7 +190,7 @@ func TestRunnerPodsUnderItsPermissions(t *testing.T) {
 	t.Cleanup(func() { serviceWait = 5 * time.Second })
 	var out, errs bytes.Buffer
 	require.NoError(t, run(ctx, []string{"pods", "--json", "--nats", a.url}, &out, &errs), errs.String())
-	var v podsView
+	var v ctl.PodsView
 	require.NoError(t, json.Unmarshal(out.Bytes(), &v), out.String())
 	require.Len(t, v.Pods, 1)
 	require.Equal(t, "round-0123456789abcdef", v.Pods[0].HeldBy)
