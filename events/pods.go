@@ -17,6 +17,10 @@ type PodEntry struct {
 	GPUIndex  int    `json:"gpu_index"`
 	GPU       string `json:"gpu"`
 	Simulated bool   `json:"simulated"`
+	// GPUUUID is NVML's UUID of the GPU (none when simulated): the index
+	// is the container's view where a device plugin hands each runner
+	// one GPU (every runner's is 0 there), the UUID names the device.
+	GPUUUID string `json:"gpu_uuid,omitempty"`
 	// Kinds are the job kinds it runs.
 	Kinds []string `json:"kinds"`
 	// StartedAt is when the runner started; SeenAt its last write.

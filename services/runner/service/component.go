@@ -57,7 +57,7 @@ func Component() runtime.Component {
 		Flags: func(fs *flag.FlagSet) {
 			pod = fs.String("pod", runtime.EnvOr("LOWBARENA_POD", "pod-0"), "name of this machine; BF16 references are measured once per pod (env LOWBARENA_POD)")
 			gpu = fs.Int("gpu", envInt("LOWBARENA_GPU", 0), "NVML index of the GPU this runner drives on its pod: one runner per GPU, each with its own index; its engines see only that GPU (env LOWBARENA_GPU)")
-			name = fs.String("name", "", "name of this runner in its events (default POD/PID)")
+			name = fs.String("name", "", "name of this runner in its events and the pods registry, unique among its pod's runners (default POD/HOST/PID)")
 			work = fs.String("work", runtime.EnvOr("LOWBARENA_RUNNER_WORK", filepath.Join(os.TempDir(), "lowbarena-runner")), "folder of fetched checkpoints (env LOWBARENA_RUNNER_WORK)")
 			ackWait = fs.Duration("ack-wait", 30*time.Second, "job ack deadline: a runner that dies is noticed after about this long")
 			health = fs.Duration("health-timeout", 10*time.Minute, "longest an engine may take to become healthy")

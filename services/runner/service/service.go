@@ -47,7 +47,9 @@ const (
 type Options struct {
 	// Pod names the machine; BF16 references are cached per pod.
 	Pod string
-	// Runner names this worker (default pod/pid).
+	// Runner names this worker (default pod/host/pid); it keys the
+	// worker's entry in the pods registry, so no two runners of a pod
+	// may share it.
 	Runner string
 	// GPU is NVML's index of the device this runner drives on its pod
 	// (one runner per GPU). Job.NVML, when set, is bound to it.
@@ -111,7 +113,11 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 		return nil, fmt.Errorf("runner: pod %q names a job subject and a durable: use letters, digits, - and _ only", o.Pod)
 	}
 	if o.Runner == "" {
-		o.Runner = fmt.Sprintf("%s/%d", o.Pod, os.Getpid())
+		// Unique among the pod's runners, which also key the pods
+		// registry by it: in containers every runner may be pid 1 (the
+		// host name tells them apart there), on one host the pids do.
+		host, _ := os.Hostname()
+		o.Runner = fmt.Sprintf("%s/%s/%d", o.Pod, host, os.Getpid())
 	}
 	if o.WorkDir == "" {
 		o.WorkDir = filepath.Join(os.TempDir(), "lowbarena-runner")
@@ -143,8 +149,12 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	}
 	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log, cache: cache}
 	s.registry = s.kinds()
-	s.pod = newPod(rounds, pods, log, events.PodEntry{Pod: o.Pod, Runner: o.Runner, GPUIndex: o.GPU, GPU: s.gpu(),
-		Simulated: o.Job.NVML == nil, Kinds: s.registry.Names(), StartedAt: time.Now().UTC()})
+	entry := events.PodEntry{Pod: o.Pod, Runner: o.Runner, GPUIndex: o.GPU, GPU: s.gpu(),
+		Simulated: o.Job.NVML == nil, Kinds: s.registry.Names(), StartedAt: time.Now().UTC()}
+	if o.Job.NVML != nil {
+		entry.GPUUUID = o.Job.NVML.UUID()
+	}
+	s.pod = newPod(rounds, pods, log, entry)
 	return s, nil
 }
 
