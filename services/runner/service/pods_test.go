@@ -255,3 +255,40 @@ func TestPodRegistryEntryLapses(t *testing.T) {
 		"an entry nobody renews lapses after the bucket's TTL")
 	require.NotNil(t, entry(t, ctx, pods, "pod-c", "g0"), "the live runners' entries stay")
 }
+
+// TestPodRegistryNamesTheRunningJob: while a runner runs a job (here an
+// efficiency job whose engine never becomes healthy), its entry names
+// the job, its kind, submission and delivery; when the runner stops, the
+// job goes back to the queue and the entry is deleted.
+func TestPodRegistryNamesTheRunningJob(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pods, err := b.JetStream().KeyValue(ctx, bus.BucketPods)
+	require.NoError(t, err)
+	// The runner's own context has no deadline, as in production: a
+	// read of the object store started before the stop ignores the
+	// cancellation until its read deadline, the context's deadline when
+	// it has one (nats.go's objResult.Read), else 5 s.
+	stop := runPod(t, context.Background(), b, "pod-e", "e0", 2)
+	ref := putCheckpoint(t, ctx, b, "BF16", 1<<20)
+	cand := putCheckpoint(t, ctx, b, "U8", 1<<20)
+	request(t, ctx, b, "busy1", cand, ref, "sleep 600", small())
+
+	var e *events.PodEntry
+	require.Eventually(t, func() bool {
+		e = entry(t, ctx, pods, "pod-e", "e0")
+		return e != nil && e.Job != nil
+	}, 30*time.Second, 20*time.Millisecond, "the entry names the job it runs")
+	require.Equal(t, events.PodJob{JobID: "busy1", Kind: events.JobEfficiency, SubmissionID: "sub-busy1", Since: e.Job.Since, Delivery: 1}, *e.Job)
+	require.False(t, e.Job.Since.IsZero())
+	require.Equal(t, 2, e.GPUIndex)
+
+	stop()
+	require.Nil(t, entry(t, ctx, pods, "pod-e", "e0"), "a runner that stops deletes its entry")
+	shared, err := b.JetStream().Consumer(ctx, events.StreamRunnerJobs, service.Name)
+	require.NoError(t, err)
+	info, err := shared.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.NumPending+uint64(info.NumAckPending)+uint64(info.NumRedelivered), "the job is back on the queue, not lost: %+v", info)
+}
