@@ -204,6 +204,9 @@ type RunnerJobStartedData struct {
 	Runner       string `json:"runner"`
 	GPU          string `json:"gpu"`
 	Simulated    bool   `json:"simulated"`
+	// GPUIndex is the runner's GPU on its pod (NVML's index; absent for
+	// 0, all a runner before pods had).
+	GPUIndex int `json:"gpu_index,omitempty"`
 }
 
 // RunnerJobProgressData is the payload of runner.job.progress.
@@ -240,6 +243,11 @@ type RunnerJobCompletedData struct {
 	Result       json.RawMessage `json:"result"`
 	// CheckpointDigest is the bundle digest of the checkpoint the job ran.
 	CheckpointDigest string `json:"checkpoint_digest,omitempty"`
+	// GPU and GPUIndex name the device the job ran on (its name, "...
+	// (simulated)" for a simulation, and NVML's index on the pod; absent
+	// from runners before pods).
+	GPU      string `json:"gpu,omitempty"`
+	GPUIndex int    `json:"gpu_index,omitempty"`
 }
 
 // RunnerJobFailedData is the payload of runner.job.failed: a classified
@@ -258,6 +266,9 @@ type RunnerJobFailedData struct {
 	// Exit is how the engine's process ended ("exit status 1"), for a
 	// job an engine failure ended; empty otherwise.
 	Exit string `json:"exit,omitempty"`
+	// GPU and GPUIndex: as in RunnerJobCompletedData.
+	GPU      string `json:"gpu,omitempty"`
+	GPUIndex int    `json:"gpu_index,omitempty"`
 }
 
 // RoundStartedData is the payload of round.started.

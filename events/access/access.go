@@ -153,7 +153,9 @@ var Users = []User{
 			{Stream: events.StreamArena, Name: "gateway-usage", Filters: []string{events.FilterFor(events.RunnerJobCompleted), events.FilterFor(events.RunnerJobFailed)}},
 		},
 		KV: []Bucket{{Name: bus.BucketSubmissions, Mode: Write}, {Name: bus.BucketRoundViews, Mode: Write},
-			{Name: bus.BucketParticipants, Mode: Write}, {Name: bus.BucketUsage, Mode: Write}},
+			{Name: bus.BucketParticipants, Mode: Write}, {Name: bus.BucketUsage, Mode: Write},
+			// GET /v1/pods: the registry and the pods' leases.
+			{Name: bus.BucketPods, Mode: Read}, {Name: bus.BucketRounds, Mode: Read, Keys: "pod.*"}},
 		Objects: []Bucket{{Name: bus.ObjectUploads, Mode: Write}},
 		Serves: []Service{{Name: ctl.ServiceGateway, Subjects: []string{ctl.SubjectParticipantAdd, ctl.SubjectParticipantToken,
 			ctl.SubjectParticipantList, ctl.SubjectParticipantRevoke}}},
@@ -232,7 +234,10 @@ var Users = []User{
 		Publishes: []events.Type{events.RunnerJobStarted, events.RunnerJobProgress, events.RunnerJobCompleted, events.RunnerJobFailed},
 		Consumers: []Consumer{{Stream: events.StreamRunnerJobs, Name: "runner", Filters: []string{events.JobSharedFilter}},
 			{Stream: events.StreamRunnerJobs, Name: "runner-<pod>", Filters: []string{events.JobPodFilter("*")}, PerPod: true, DeadLetterAs: "runner"}},
-		KV:      []Bucket{{Name: bus.BucketReferences, Mode: Write}},
+		// Its entry in the pods registry, and its pod's lease (watched:
+		// no shared job while a round holds the pod).
+		KV: []Bucket{{Name: bus.BucketReferences, Mode: Write}, {Name: bus.BucketPods, Mode: Write},
+			{Name: bus.BucketRounds, Mode: Read, Keys: "pod.*"}},
 		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Read}},
 	},
 	{
@@ -268,7 +273,7 @@ var Streams = []string{
 	events.StreamArena, events.StreamRunnerJobs, events.StreamDLQ,
 	KVStream(bus.BucketSubmissions), KVStream(bus.BucketRounds), KVStream(bus.BucketBundles),
 	KVStream(bus.BucketReferences), KVStream(bus.BucketQualityReferences), KVStream(bus.BucketRoundViews),
-	KVStream(bus.BucketScoreInputs), KVStream(bus.BucketParticipants), KVStream(bus.BucketUsage),
+	KVStream(bus.BucketScoreInputs), KVStream(bus.BucketParticipants), KVStream(bus.BucketUsage), KVStream(bus.BucketPods),
 	ObjectStream(bus.ObjectUploads), ObjectStream(bus.ObjectArtifacts),
 }
 

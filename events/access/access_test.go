@@ -48,6 +48,7 @@ var bucketOwners = map[string]string{
 	bus.BucketSubmissions: access.Gateway, bus.BucketRoundViews: access.Gateway, bus.BucketBundles: access.Build,
 	bus.BucketQualityReferences: access.Quality, bus.BucketReferences: access.Runner, bus.BucketScoreInputs: access.Score,
 	bus.BucketRounds: access.Round, bus.BucketParticipants: access.Gateway, bus.BucketUsage: access.Gateway,
+	bus.BucketPods: access.Runner,
 }
 
 // subjectOf is the subject an event of type t about id is published to

@@ -597,6 +597,16 @@ func (b *Bus) Next(ctx context.Context, cfg ConsumerConfig, wait time.Duration, 
 // asks for a retry, which hands it back at once) and its settlement
 // flushed before ConsumeFirst returns nil.
 func (b *Bus) ConsumeFirst(ctx context.Context, cfgs []ConsumerConfig, wait time.Duration, handler Handler) error {
+	return b.ConsumeFirstWhen(ctx, cfgs, wait, nil, handler)
+}
+
+// ConsumeFirstWhen is ConsumeFirst that asks durable i only while open(i)
+// is true (nil: always): a closed durable keeps its messages for other
+// processes. A runner closes its shared durable while a round holds its
+// pod. open is read before each fetch, so a message fetched just before
+// it closed is still handled; when every durable is closed the loop
+// waits wait before it asks again.
+func (b *Bus) ConsumeFirstWhen(ctx context.Context, cfgs []ConsumerConfig, wait time.Duration, open func(i int) bool, handler Handler) error {
 	if len(cfgs) == 0 {
 		return errors.New("bus: ConsumeFirst needs a consumer")
 	}
@@ -628,11 +638,15 @@ func (b *Bus) ConsumeFirst(ctx context.Context, cfgs []ConsumerConfig, wait time
 		}
 	}()
 	for ctx.Err() == nil {
-		handled := false
-		for _, d := range ds {
+		handled, asked := false, false
+		for i, d := range ds {
 			if ctx.Err() != nil {
 				return nil
 			}
+			if open != nil && !open(i) {
+				continue
+			}
+			asked = true
 			batch, err := d.cons.Fetch(1, jetstream.FetchMaxWait(wait))
 			if err != nil {
 				// The server or the connection is away: try again after
@@ -654,6 +668,9 @@ func (b *Bus) ConsumeFirst(ctx context.Context, cfgs []ConsumerConfig, wait time
 			if handled {
 				break // the next message: from the first durable again
 			}
+		}
+		if !asked {
+			sleep(ctx, wait)
 		}
 	}
 	return nil

@@ -51,6 +51,12 @@ const (
 	// submissions of the last day and the GPU-hours charged to it over
 	// the last week. The gateway owns it.
 	BucketUsage = "participant_usage"
+	// BucketPods is the registry of the arena's runners: one key per
+	// runner (<pod>.<runner>), its pod, GPU and what it runs now,
+	// rewritten by the runner every third of the bucket's TTL and gone
+	// a TTL after its runner stopped renewing it (Topology.PodsTTL). The
+	// runners own it; `arena pods` reads it.
+	BucketPods = "pods"
 	// ObjectUploads holds bundles as participants upload them.
 	ObjectUploads = "uploads"
 	// ObjectArtifacts holds bundles the build stage accepted, content
@@ -72,7 +78,13 @@ type Topology struct {
 	Duplicates time.Duration
 	// DLQMaxAge bounds how long poison messages are kept. Zero means 30 days.
 	DLQMaxAge time.Duration
+	// PodsTTL is how long a runner's entry in BucketPods outlives its
+	// last heartbeat (the bucket's max age). Zero means 30 s.
+	PodsTTL time.Duration
 }
+
+// DefaultPodsTTL is Topology.PodsTTL's default.
+const DefaultPodsTTL = 30 * time.Second
 
 func (t Topology) withDefaults() Topology {
 	if t.Replicas <= 0 {
@@ -83,6 +95,9 @@ func (t Topology) withDefaults() Topology {
 	}
 	if t.DLQMaxAge <= 0 {
 		t.DLQMaxAge = 30 * 24 * time.Hour
+	}
+	if t.PodsTTL <= 0 {
+		t.PodsTTL = DefaultPodsTTL
 	}
 	return t
 }
@@ -145,6 +160,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		{Bucket: BucketScoreInputs, Description: "stage outcomes joined per submission for its score", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketParticipants, Description: "participants, operators and their API tokens (hashed)", History: 4, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketUsage, Description: "each participant's submissions and GPU-hours within its quota windows", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketPods, Description: "the runners: pod, GPU and what each runs now; an entry lapses a TTL after its last heartbeat", History: 1, TTL: t.PodsTTL, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 	} {
 		if err := placed(ctx, func() error { _, err := js.CreateOrUpdateKeyValue(ctx, kv); return err }); err != nil {
 			return fmt.Errorf("bus: provision KV bucket %s: %w", kv.Bucket, err)

@@ -48,6 +48,9 @@ other verb asks a running arena and needs nothing else):
                follow pipeline and round events live (--round: one round, step by step)
   arena round start --campaign C --candidates ID... [--pod P] [--wait]
                run a round: the in-round baseline, the leader and up to 5 candidates on one pod
+  arena pods   [--json] [--nats URL]
+               the pods: each runner's GPU and what it runs, the round holding a pod,
+               and each pod's GPU-hours
   arena show   ID [--json] [--nats URL]
                print a submission's record
   arena leaderboard [--campaign C] [--policy V] [--json]
@@ -133,6 +136,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdWatch(ctx, rest, stdout, stderr)
 	case "show":
 		return cmdShow(ctx, rest, stdout, stderr)
+	case "pods":
+		return cmdPods(ctx, rest, stdout, stderr)
 	case "leaderboard":
 		return cmdLeaderboard(ctx, rest, stdout, stderr)
 	case "history":

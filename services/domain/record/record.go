@@ -474,6 +474,9 @@ type Audit struct {
 	// earlier job on the same pod; Pod is where both were measured.
 	ReferenceCached bool   `json:"reference_cached"`
 	Pod             string `json:"pod,omitempty"`
+	// GPUIndex is the GPU of the pod they ran on (NVML's index; absent
+	// for 0, all a pod had before several runners per pod).
+	GPUIndex int `json:"gpu_index,omitempty"`
 	// Verdict is fail when any audit failed (Reason and Message are the
 	// first failed one's, in the order below), pass when every audit
 	// ran and passed, skipped when none ran; empty in records older

@@ -69,6 +69,9 @@ func (s *Service) result(ctx context.Context, c events.RunnerJobCompletedData) (
 		}
 	}
 	judged := audit.Judge(in)
+	if a := out.Engine.Audit; a != nil {
+		judged.GPUIndex = a.GPUIndex // where it ran: not the audits' to judge
+	}
 	out.Engine.Audit = &judged
 	if reason, msg := audit.Failed(&judged); reason != "" {
 		out.AuditReason = "audit " + reason + ": " + msg

@@ -51,8 +51,10 @@ func measurement(r record.Submission) events.EfficiencyJobResult {
 func TestBlockReproducesTheFixture(t *testing.T) {
 	r := load(t, rec27b)
 	res := r.Result
-	out, err := service.Block(events.RunnerJobCompletedData{SubmissionID: r.ID, Pod: "pod-0", GPUHours: *res.GPUHours}, measurement(r))
+	out, err := service.Block(events.RunnerJobCompletedData{SubmissionID: r.ID, Pod: "pod-0", GPUIndex: 3, GPUHours: *res.GPUHours}, measurement(r))
 	require.NoError(t, err)
+	require.Equal(t, "pod-0", out.Engine.Audit.Pod, "the record names the pod")
+	require.Equal(t, 3, out.Engine.Audit.GPUIndex, "and the pod's GPU the job ran on")
 	require.Equal(t, res.Efficiency, out.Efficiency)
 	require.Equal(t, res.AnchorEfficiency, out.AnchorEfficiency)
 	require.Equal(t, res.PeakMemory, out.PeakMemory)

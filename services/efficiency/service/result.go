@@ -68,7 +68,7 @@ func Block(c events.RunnerJobCompletedData, res events.EfficiencyJobResult) (eve
 	}
 	// The audit block holds the KV check here; the stage adds the
 	// engine's audits (audit.Judge) once it can compare them.
-	audit := &record.Audit{KVCacheDTypeDeclared: res.KVCacheDType, KVCacheDTypeEngine: running, ReferenceCached: res.Cached, Pod: c.Pod}
+	audit := &record.Audit{KVCacheDTypeDeclared: res.KVCacheDType, KVCacheDTypeEngine: running, ReferenceCached: res.Cached, Pod: c.Pod, GPUIndex: c.GPUIndex}
 	out.Engine = record.Engine{Audit: audit, Budget: res.Budget, HardCap: res.HardCap, Startup: res.Candidate.Startup,
 		StoredGiB: formula.StoredGiB(res.StoredBytes)}
 	if out.Engine.Budget == nil {

@@ -166,6 +166,7 @@ type API struct {
 //	GET  /v1/leaderboard          scores, best first (?campaign, ?policy)
 //	GET  /v1/history              scores over time (?participant, ?campaign, ?model)
 //	POST /v1/sql                  read-only SQL on the store, as arena sql (an operator's token; ?format=json|csv|tsv)
+//	GET  /v1/pods                 the pods, their runners and GPU-hours, as arena pods --json (an operator's token)
 //	GET  /schemas/...             the JSON Schemas events name in dataschema (public, read-only)
 //
 // Every answer about records follows participant.Viewer.CanRead: ranked
@@ -210,6 +211,7 @@ func New(o Options) (*API, error) {
 	mux.HandleFunc("GET /v1/leaderboard", a.scores(leaderboard))
 	mux.HandleFunc("GET /v1/history", a.scores(history))
 	mux.HandleFunc("POST /v1/sql", a.sql)
+	mux.HandleFunc("GET /v1/pods", a.pods)
 	mux.Handle("GET "+schemas.PathPrefix, schemas.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no endpoint answers this method and path; the README's \"HTTP API\" lists them")

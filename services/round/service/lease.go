@@ -5,75 +5,37 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/ctl"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/services/domain/podlease"
 )
 
-// Lease is the value of a pod's key (pod.<pod> in the rounds bucket): the
-// round that holds the pod, the instance that drives it, and when the
-// lease lapses unless that instance renews it.
-//
-// Known limit: the expiry is written with the holder's clock and read
-// with the reader's. An instance whose clock runs ahead of the holder's
-// by more than the remaining time takes over a live round early, and one
-// that runs behind waits longer for a dead holder. Taking over early is
-// safe (every change to a round is a compare-and-set and every event has
-// a deterministic id: two drivers do the same work twice, never
-// different work), so skew costs time, not correctness; keep the
-// instances' clocks in sync (NTP) and the TTL well above their skew.
-type Lease struct {
-	Round     string    `json:"round"`
-	Holder    string    `json:"holder"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
+// Lease is the value of a pod's key (pod.<pod> in the rounds bucket):
+// the round that holds the pod, the instance that drives it, and when the
+// lease lapses unless that instance renews it. Its type and the rule
+// that decides whether it holds (podlease.Read) live in the domain core,
+// where the pod's runners read them too: a lease whose holder died lapses
+// for both at the same moment.
+type Lease = podlease.Lease
 
 // leaseState is what a pod's key says about the pod.
-type leaseState int
+type leaseState = podlease.State
 
 const (
-	// leaseFree: no key; the pod is taken with Create.
-	leaseFree leaseState = iota
-	// leaseHeld: a lease that has not expired; the pod is busy.
-	leaseHeld
-	// leaseExpired: a lease whose holder did not renew it in time (it
-	// died), or a value this service did not write (an older arena kept
-	// the bare round id there, forever after a crash). It is taken over
-	// by compare-and-set on its revision.
-	leaseExpired
+	leaseFree    = podlease.Free
+	leaseHeld    = podlease.Held
+	leaseExpired = podlease.Expired
 )
-
-func (s leaseState) String() string {
-	return [...]string{"free", "held", "expired"}[s]
-}
 
 // readLease decides what a pod's key says at now; value is nil when the
 // key does not exist.
-func readLease(value []byte, now time.Time) (Lease, leaseState) {
-	if value == nil {
-		return Lease{}, leaseFree
-	}
-	var l Lease
-	if err := json.Unmarshal(value, &l); err != nil || l.Round == "" {
-		// The old format: the bare round id. Treated as expired.
-		id := strings.TrimSpace(string(value))
-		if !record.ValidID(id) {
-			id = ""
-		}
-		return Lease{Round: id}, leaseExpired
-	}
-	if now.Before(l.ExpiresAt) {
-		return l, leaseHeld
-	}
-	return l, leaseExpired
-}
+func readLease(value []byte, now time.Time) (Lease, leaseState) { return podlease.Read(value, now) }
 
-func podKey(pod string) string { return bus.Key("pod", pod) }
+func podKey(pod string) string { return podlease.Key(pod) }
 
 // errLeaseLost is a lease another instance took over (or released)
 // between the read and the write.

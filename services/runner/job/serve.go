@@ -47,6 +47,9 @@ type Runner struct {
 	Requests func(ctx context.Context, run string, res loadgen.Result) error
 	// Progress is told of each phase; may be nil.
 	Progress func(phase string, done, total int)
+	// Env is added to each engine's environment (the runner's
+	// CUDA_VISIBLE_DEVICES: the one GPU it drives).
+	Env []string
 	// Log is the runner's logger.
 	Log *slog.Logger
 }
@@ -198,7 +201,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 		}
 		family = engine.Detect(argv)
 		e, err = engine.Start(ctx, engine.Options{Command: argv, Port: port, HealthPath: family.HealthPath,
-			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200})
+			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200, Env: r.Env})
 		if err == nil {
 			break
 		}

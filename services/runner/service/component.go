@@ -28,6 +28,15 @@ func envInt64(key string, def int64) int64 {
 	return def
 }
 
+// envInt is the non-negative integer in the environment variable key,
+// or def.
+func envInt(key string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(key)); err == nil && n >= 0 {
+		return n
+	}
+	return def
+}
+
 // Component is the runner as one component, with one set of defaults
 // for its own binary and `arena up` (which sets --work, --pod, --name
 // and --ack-wait, and puts its own folder first on PATH so that engines
@@ -37,6 +46,7 @@ func envInt64(key string, def int64) int64 {
 func Component() runtime.Component {
 	var (
 		pod, name, work                            *string
+		gpu                                        *int
 		ackWait, health, idle, interval, stopGrace *time.Duration
 		cacheBytes                                 *int64
 		hubOptions                                 func(*slog.Logger) (hub.Options, error)
@@ -46,7 +56,8 @@ func Component() runtime.Component {
 		Store: true,
 		Flags: func(fs *flag.FlagSet) {
 			pod = fs.String("pod", runtime.EnvOr("LOWBARENA_POD", "pod-0"), "name of this machine; BF16 references are measured once per pod (env LOWBARENA_POD)")
-			name = fs.String("name", "", "name of this runner in its events (default POD/PID)")
+			gpu = fs.Int("gpu", envInt("LOWBARENA_GPU", 0), "NVML index of the GPU this runner drives on its pod: one runner per GPU, each with its own index; its engines see only that GPU (env LOWBARENA_GPU)")
+			name = fs.String("name", "", "name of this runner in its events and the pods registry, unique among its pod's runners (default POD/HOST/PID)")
 			work = fs.String("work", runtime.EnvOr("LOWBARENA_RUNNER_WORK", filepath.Join(os.TempDir(), "lowbarena-runner")), "folder of fetched checkpoints (env LOWBARENA_RUNNER_WORK)")
 			ackWait = fs.Duration("ack-wait", 30*time.Second, "job ack deadline: a runner that dies is noticed after about this long")
 			health = fs.Duration("health-timeout", 10*time.Minute, "longest an engine may take to become healthy")
@@ -59,21 +70,26 @@ func Component() runtime.Component {
 		},
 		Build: func(ctx context.Context, rt *runtime.Runtime) ([]runtime.Actor, error) {
 			jr := job.Runner{SampleInterval: *interval, HealthTimeout: *health, IdleTimeout: *idle, StopGrace: *stopGrace}
-			src, err := telemetry.Open()
+			src, err := telemetry.Open(*gpu)
 			switch {
 			case errors.Is(err, telemetry.ErrNoNVML):
-				rt.Log.Warn("no NVML: engines are watched through a simulated GPU and every figure says simulated", "err", err)
+				rt.Log.Warn("no NVML: engines are watched through a simulated GPU and every figure says simulated", "err", err, "gpu_index", *gpu)
 			case err != nil:
-				return nil, fmt.Errorf("runner: GPU telemetry: %w", err)
+				return nil, fmt.Errorf("runner: GPU telemetry (--gpu %d): %w", *gpu, err)
 			default:
 				jr.NVML = src
-				rt.Log.Info("GPU telemetry", "gpu", src.GPU())
+				if uuid := src.UUID(); uuid != "" {
+					// By UUID: CUDA numbers devices fastest first, NVML
+					// by PCI bus, so an index could name another GPU.
+					jr.Env = []string{"CUDA_VISIBLE_DEVICES=" + uuid}
+				}
+				rt.Log.Info("GPU telemetry", "gpu", src.GPU(), "gpu_index", *gpu, "uuid", src.UUID())
 			}
 			ho, err := hubOptions(rt.Log)
 			if err != nil {
 				return nil, err
 			}
-			s, err := New(ctx, rt.Bus, rt.Log, Options{Pod: *pod, Runner: *name, WorkDir: *work, AckWait: *ackWait, Job: jr, Store: rt.Store,
+			s, err := New(ctx, rt.Bus, rt.Log, Options{Pod: *pod, Runner: *name, GPU: *gpu, WorkDir: *work, AckWait: *ackWait, Job: jr, Store: rt.Store,
 				Hub: ho, CacheBytes: *cacheBytes})
 			if err != nil {
 				return nil, err

@@ -25,7 +25,11 @@ func (s *Service) samples(ctx context.Context, req events.RunnerJobRequestedData
 		if x.Simulated {
 			sim = 1
 		}
-		rows[i] = store.GPUSample{TsMs: uint64(x.At.UnixMilli()), Pod: s.opts.Pod, GPU: uint32(x.GPU), GPUUUID: x.UUID,
+		gpu := x.GPU
+		if x.Simulated {
+			gpu = s.opts.GPU // one simulated device per engine; the runner's index names it
+		}
+		rows[i] = store.GPUSample{TsMs: uint64(x.At.UnixMilli()), Pod: s.opts.Pod, GPU: uint32(gpu), GPUUUID: x.UUID,
 			RunID: run, JobID: req.JobID, Seq: seq.Add(1), MemUsed: x.MemUsed, MemTotal: x.MemTotal, ProcMem: x.ProcMem,
 			Util: x.Util, Power: x.PowerW, Simulated: sim}
 	}

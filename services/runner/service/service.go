@@ -49,8 +49,13 @@ const (
 type Options struct {
 	// Pod names the machine; BF16 references are cached per pod.
 	Pod string
-	// Runner names this worker (default pod/pid).
+	// Runner names this worker (default pod/host/pid); it keys the
+	// worker's entry in the pods registry, so no two runners of a pod
+	// may share it.
 	Runner string
+	// GPU is NVML's index of the device this runner drives on its pod
+	// (one runner per GPU). Job.NVML, when set, is bound to it.
+	GPU int
 	// WorkDir holds checkpoints fetched from the artifact store, one
 	// folder per bundle digest, kept across jobs.
 	WorkDir string
@@ -87,6 +92,9 @@ type Service struct {
 	cache *staging.Cache
 	// registry holds the job kinds this runner runs (see kinds).
 	registry *Registry
+	// pod follows the pod's lease and keeps the runner's entry in the
+	// pods registry.
+	pod *pod
 }
 
 // New opens the stores the runner needs.
@@ -107,7 +115,11 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 		return nil, fmt.Errorf("runner: pod %q names a job subject and a durable: use letters, digits, - and _ only", o.Pod)
 	}
 	if o.Runner == "" {
-		o.Runner = fmt.Sprintf("%s/%d", o.Pod, os.Getpid())
+		// Unique among the pod's runners, which also key the pods
+		// registry by it: in containers every runner may be pid 1 (the
+		// host name tells them apart there), on one host the pids do.
+		host, _ := os.Hostname()
+		o.Runner = fmt.Sprintf("%s/%s/%d", o.Pod, host, os.Getpid())
 	}
 	if o.WorkDir == "" {
 		o.WorkDir = filepath.Join(os.TempDir(), "lowbarena-runner")
@@ -130,8 +142,21 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	o.Job.Log = log
+	if o.GPU < 0 {
+		return nil, fmt.Errorf("runner: GPU index %d: use 0 or more", o.GPU)
+	}
+	rounds, pods, err := openPod(ctx, js)
+	if err != nil {
+		return nil, err
+	}
 	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log, cache: cache}
 	s.registry = s.kinds()
+	entry := events.PodEntry{Pod: o.Pod, Runner: o.Runner, GPUIndex: o.GPU, GPU: s.gpu(),
+		Simulated: o.Job.NVML == nil, Kinds: s.registry.Names(), StartedAt: time.Now().UTC()}
+	if o.Job.NVML != nil {
+		entry.GPUUUID = o.Job.NVML.UUID()
+	}
+	s.pod = newPod(rounds, pods, log, entry)
 	return s, nil
 }
 
@@ -234,11 +259,43 @@ func (s *Service) Actors() []runtime.Actor {
 // Run consumes jobs until ctx is cancelled (see Actors). The shared
 // durable is ensured first: an older arena's, filtered on jobs.>, is
 // narrowed before the pod's durable is created beside it.
+//
+// While a round holds the pod (its lease, watched in the rounds bucket)
+// the runner asks only its pod's durable: the round's jobs have the pod
+// to themselves, and shared jobs go to the other pods' runners, or wait
+// for the lease to end. No scheduler picks a pod for a shared job: the
+// shared durable is a pull consumer, so the server hands each job to a
+// runner that asks, and only idle runners of unheld pods ask.
 func (s *Service) Run(ctx context.Context) error {
 	if _, err := s.bus.EnsureConsumer(ctx, s.Consumer()); err != nil {
 		return fmt.Errorf("runner: %w", err)
 	}
-	return s.bus.ConsumeFirst(ctx, []bus.ConsumerConfig{s.PodConsumer(), s.Consumer()}, pollWait, s.Handle)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan struct{})
+	watched := make(chan error, 1)
+	go func() { watched <- s.pod.watchLease(ctx, ready) }()
+	select {
+	case <-ready:
+	case err := <-watched:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+	announced := make(chan struct{})
+	go func() { defer close(announced); _ = s.pod.announce(ctx) }()
+	defer func() { cancel(); <-announced }()
+	const shared = 1
+	open := func(i int) bool { return i != shared || s.pod.sharedOpen() }
+	return s.bus.ConsumeFirstWhen(ctx, []bus.ConsumerConfig{s.PodConsumer(), s.Consumer()}, pollWait, open, s.Handle)
+}
+
+// gpu names the runner's device.
+func (s *Service) gpu() string {
+	if s.opts.Job.NVML != nil {
+		return s.opts.Job.NVML.GPU()
+	}
+	return "simulated (no NVML)"
 }
 
 // Handle runs one job of a registered kind.
@@ -264,13 +321,18 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	run := fmt.Sprintf("%s-%d", req.JobID, d.NumDelivered)
 	// The job's span (the bus's process span) says where it ran.
 	trace.SpanFromContext(ctx).SetAttributes(bus.AttrPod.String(s.opts.Pod), attribute.String("lowbarena.runner", s.opts.Runner))
+	s.pod.setJob(&events.PodJob{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
+		Since: time.Now().UTC(), Delivery: d.NumDelivered})
+	defer s.pod.setJob(nil)
+	gpu, gpuIndex := s.gpu(), s.opts.GPU
 	var releases []func()
 	// exit is how the engine's process ended, for an engine failure.
 	exit := ""
 	fail := func(reason, msg, tail string, seconds float64) bus.Outcome {
 		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", reason, "exit", exit, "message", msg)
 		data := events.RunnerJobFailedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: reason, Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds), Exit: clip(exit, 250)}
+			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: reason, Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds), Exit: clip(exit, 250),
+			GPU: gpu, GPUIndex: gpuIndex}
 		// On arena.runner.job.failed.<kind>.<job> (the bus reads the kind
 		// from the payload).
 		if _, err := bus.Emit(ctx, s.bus, events.Job.Failed, events.DeriveID(d.Event.ID(), string(events.RunnerJobFailed)), src, req.JobID, data); err != nil {
@@ -287,12 +349,8 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	if err != nil {
 		return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
 	}
-	gpu := "simulated (no NVML)"
-	if s.opts.Job.NVML != nil {
-		gpu = s.opts.Job.NVML.GPU()
-	}
 	started := events.RunnerJobStartedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Pod: s.opts.Pod, Runner: s.opts.Runner, GPU: gpu, Simulated: s.opts.Job.NVML == nil}
+		Pod: s.opts.Pod, Runner: s.opts.Runner, GPU: gpu, Simulated: s.opts.Job.NVML == nil, GPUIndex: gpuIndex}
 	if _, err := bus.Emit(ctx, s.bus, events.Job.Started, events.DeriveID(d.Event.ID(), string(events.RunnerJobStarted), fmt.Sprint(d.NumDelivered)),
 		src, req.JobID, started); err != nil {
 		return bus.Retry(0, err)
@@ -393,7 +451,8 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Poison("result_unencodable", err)
 	}
 	done := events.RunnerJobCompletedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: body, CheckpointDigest: req.Checkpoint.SHA256}
+		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: body, CheckpointDigest: req.Checkpoint.SHA256,
+		GPU: gpu, GPUIndex: gpuIndex}
 	// On arena.runner.job.completed.<kind>.<job>.
 	if _, err := bus.Emit(ctx, s.bus, events.Job.Completed, events.DeriveID(d.Event.ID(), string(events.RunnerJobCompleted)), src, req.JobID, done); err != nil {
 		return bus.Retry(0, err)

@@ -177,7 +177,7 @@ func TestNVMLGroupMemory(t *testing.T) {
 		DeviceGetCountFunc:         func() (int, nvml.Return) { return 1, nvml.SUCCESS },
 		DeviceGetHandleByIndexFunc: func(int) (nvml.Device, nvml.Return) { return dev, nvml.SUCCESS },
 	}
-	src, err := telemetry.FromNVML(lib, false)
+	src, err := telemetry.FromNVML(lib, false, 0)
 	require.NoError(t, err)
 	defer src.Close()
 	require.Equal(t, uint64(141<<30), src.TotalBytes())

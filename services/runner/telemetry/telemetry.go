@@ -28,33 +28,54 @@ import (
 // no GPU).
 var ErrNoNVML = errors.New("telemetry: NVML is not available")
 
-// Source is an initialised NVML.
+// Source is an initialised NVML, bound to one device: a runner drives
+// one GPU, and on a machine of several (one runner per GPU) it must
+// neither read nor cap on its neighbours' memory.
 type Source struct {
 	lib       nvml.Interface
 	simulated bool
+	index     int
 	gpu       string
+	uuid      string
 }
 
-// Open initialises the machine's NVML. Only after it succeeded is any other
-// NVML call made.
-func Open() (*Source, error) {
-	return open(nvml.New(), false)
+// Open initialises the machine's NVML and binds it to the device of the
+// given index (NVML's order, as nvidia-smi lists them). Only after Init
+// succeeded is any other NVML call made. An index the machine does not
+// have is an error (ErrNoDevice).
+func Open(index int) (*Source, error) {
+	return open(nvml.New(), false, index)
 }
+
+// ErrNoDevice is returned by Open for a device index the machine does
+// not have.
+var ErrNoDevice = errors.New("telemetry: no such GPU")
 
 // FromNVML initialises lib (any nvml.Interface: the machine's, or
-// go-nvml's mock in tests) and returns its Source.
-func FromNVML(lib nvml.Interface, simulated bool) (*Source, error) {
-	return open(lib, simulated)
+// go-nvml's mock in tests) and returns its Source, bound to device index.
+func FromNVML(lib nvml.Interface, simulated bool, index int) (*Source, error) {
+	return open(lib, simulated, index)
 }
 
-func open(lib nvml.Interface, simulated bool) (*Source, error) {
+func open(lib nvml.Interface, simulated bool, index int) (*Source, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("%w: %s", ErrNoNVML, nvml.ErrorString(ret))
 	}
-	s := &Source{lib: lib, simulated: simulated}
-	if d, ret := lib.DeviceGetHandleByIndex(0); ret == nvml.SUCCESS {
+	if index < 0 {
+		_ = lib.Shutdown()
+		return nil, fmt.Errorf("%w: index %d", ErrNoDevice, index)
+	}
+	if n, ret := lib.DeviceGetCount(); ret == nvml.SUCCESS && index >= n {
+		_ = lib.Shutdown()
+		return nil, fmt.Errorf("%w: index %d, the machine has %d (0 to %d)", ErrNoDevice, index, n, n-1)
+	}
+	s := &Source{lib: lib, simulated: simulated, index: index}
+	if d, ret := lib.DeviceGetHandleByIndex(index); ret == nvml.SUCCESS {
 		if name, ret := d.GetName(); ret == nvml.SUCCESS {
 			s.gpu = name
+		}
+		if uuid, ret := d.GetUUID(); ret == nvml.SUCCESS {
+			s.uuid = uuid
 		}
 	}
 	return s, nil
@@ -66,12 +87,21 @@ func (s *Source) Close() { _ = s.lib.Shutdown() }
 // Simulated reports whether the devices are simulated.
 func (s *Source) Simulated() bool { return s.simulated }
 
-// GPU names the first device ("NVIDIA H200 (simulated)" for a simulation).
+// Index is the device the source reads (NVML's index).
+func (s *Source) Index() int { return s.index }
+
+// UUID is the device's NVML UUID ("GPU-..."; empty when NVML does not
+// say). CUDA_VISIBLE_DEVICES accepts it, and unlike an index it names
+// the same device in NVML's order (PCI bus) and CUDA's (fastest first).
+func (s *Source) UUID() string { return s.uuid }
+
+// GPU names the source's device ("NVIDIA H200 (simulated)" for a
+// simulation).
 func (s *Source) GPU() string { return s.gpu }
 
-// TotalBytes is the first device's memory (0 when NVML does not say).
+// TotalBytes is the device's memory (0 when NVML does not say).
 func (s *Source) TotalBytes() uint64 {
-	d, ret := s.lib.DeviceGetHandleByIndex(0)
+	d, ret := s.lib.DeviceGetHandleByIndex(s.index)
 	if ret != nvml.SUCCESS {
 		return 0
 	}
@@ -99,17 +129,14 @@ type Sample struct {
 	Simulated bool
 }
 
-// Read reads every device once. pid, when not zero, is the engine's
-// process and process group (the runner starts it as a group leader):
-// the memory of every process of that group is reported in ProcMem.
+// Read reads the source's device once. pid, when not zero, is the
+// engine's process and process group (the runner starts it as a group
+// leader): the memory of every process of that group is reported in
+// ProcMem.
 func (s *Source) Read(pid int) ([]Sample, error) {
-	n, ret := s.lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("telemetry: device count: %s", nvml.ErrorString(ret))
-	}
 	now := time.Now()
-	out := make([]Sample, 0, n)
-	for i := range n {
+	out := make([]Sample, 0, 1)
+	for _, i := range []int{s.index} {
 		d, ret := s.lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
 			return nil, fmt.Errorf("telemetry: device %d: %s", i, nvml.ErrorString(ret))
@@ -223,7 +250,7 @@ func Simulated(baseURL string, pid func() int) (*Source, error) {
 		DeviceGetCountFunc:         func() (int, nvml.Return) { return 1, nvml.SUCCESS },
 		DeviceGetHandleByIndexFunc: func(int) (nvml.Device, nvml.Return) { return dev, nvml.SUCCESS },
 	}
-	return open(lib, true)
+	return open(lib, true, 0)
 }
 
 // Sampler reads a Source at an interval and flushes batches to Sink.
@@ -247,7 +274,7 @@ type Sampler struct {
 	procPeak uint64
 }
 
-// Peak returns the highest used memory seen on any device.
+// Peak returns the highest used memory seen on the source's device.
 func (s *Sampler) Peak() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

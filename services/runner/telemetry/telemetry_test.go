@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"
@@ -18,12 +20,69 @@ import (
 // TestOpenWithoutDriver: on a machine without NVIDIA's library, Open is an
 // error, not a crash (the test process surviving is the point).
 func TestOpenWithoutDriver(t *testing.T) {
-	s, err := telemetry.Open()
+	s, err := telemetry.Open(0)
 	if err == nil {
 		s.Close()
 		t.Skip("this machine has NVML")
 	}
 	require.ErrorIs(t, err, telemetry.ErrNoNVML)
+}
+
+// TestSourceReadsItsOwnDevice: on a machine of several GPUs (one runner
+// each), a source reads, names and sizes only the device it is bound to,
+// so a runner's peak and hard cap never count its neighbours' memory; an
+// index the machine lacks is refused.
+func TestSourceReadsItsOwnDevice(t *testing.T) {
+	devs := []*mock.Device{gpuOf("GPU zero", 70<<30, 141<<30), gpuOf("GPU one", 5<<30, 80<<30)}
+	lib := &mock.Interface{
+		InitFunc:           func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc:       func() nvml.Return { return nvml.SUCCESS },
+		DeviceGetCountFunc: func() (int, nvml.Return) { return len(devs), nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
+			if i < 0 || i >= len(devs) {
+				return nil, nvml.ERROR_INVALID_ARGUMENT
+			}
+			return devs[i], nvml.SUCCESS
+		},
+	}
+	for _, c := range []struct {
+		index       int
+		name        string
+		used, total uint64
+	}{
+		{0, "GPU zero", 70 << 30, 141 << 30},
+		{1, "GPU one", 5 << 30, 80 << 30},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := telemetry.FromNVML(lib, false, c.index)
+			require.NoError(t, err)
+			require.Equal(t, c.index, s.Index())
+			require.Equal(t, c.name, s.GPU())
+			require.Equal(t, "GPU-"+c.name, s.UUID())
+			require.Equal(t, c.total, s.TotalBytes())
+			smps, err := s.Read(0)
+			require.NoError(t, err)
+			require.Len(t, smps, 1, "one device: the source's own")
+			require.Equal(t, c.index, smps[0].GPU)
+			require.Equal(t, c.used, smps[0].MemUsed)
+		})
+	}
+	for _, bad := range []int{2, -1} {
+		_, err := telemetry.FromNVML(lib, false, bad)
+		require.ErrorIs(t, err, telemetry.ErrNoDevice, "index %d", bad)
+	}
+}
+
+func gpuOf(name string, used, total uint64) *mock.Device {
+	return &mock.Device{
+		GetNameFunc:       func() (string, nvml.Return) { return name, nvml.SUCCESS },
+		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Used: used, Total: total}, nvml.SUCCESS },
+		GetUUIDFunc:       func() (string, nvml.Return) { return "GPU-" + name, nvml.SUCCESS },
+		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) {
+			return nvml.Utilization{Gpu: 50}, nvml.SUCCESS
+		},
+		GetPowerUsageFunc: func() (uint32, nvml.Return) { return 300000, nvml.SUCCESS },
+	}
 }
 
 // simEngine serves a memory report whose used bytes the test sets.
