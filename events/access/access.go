@@ -162,6 +162,10 @@ var Users = []User{
 		// The HTTP API's leaderboard and history, and its operators'
 		// read-only SQL (POST /v1/sql, the query service's).
 		Calls: []string{ctl.SubjectLeaderboard, ctl.SubjectHistory, ctl.SubjectSQL},
+		// A stage event that overtakes its submission.received (the
+		// gateway that held the received died with it unsettled) is
+		// folded onto the received read back from the stream.
+		ReadsEvents: true,
 	},
 	{
 		Name: Build, Role: "the build stage",

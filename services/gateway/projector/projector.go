@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/events/ce"
 	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/store"
 )
@@ -25,6 +28,9 @@ type Projector struct {
 	kv  jetstream.KeyValue
 	st  store.Store
 	log *slog.Logger
+	// arena is the ARENA stream, looked up on first need (foldReceived).
+	arenaMu sync.Mutex
+	arena   jetstream.Stream
 }
 
 // New returns a projector that writes records to kv and, when st is not
@@ -77,8 +83,18 @@ func (p *Projector) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		}
 		next, changed, err := Fold(cur, e)
 		if errors.Is(err, ErrNoRecord) {
-			// The submission.received may still be on its way.
-			return bus.Retry(time.Second, err)
+			// The stage event overtook its submission.received: that
+			// event is in the stream (a stage only acts on a received
+			// submission) but is not folded yet, because the projector
+			// that held it died with it unsettled and it comes back only
+			// after its ack deadline, by when this event would have
+			// spent its deliveries and been dead-lettered. Fold the
+			// received read back from the stream first; its own
+			// redelivery then finds the record and changes nothing.
+			if next, changed, err = p.foldReceived(ctx, id, e); errors.Is(err, ErrNoRecord) {
+				// Not in the stream either: it may still be on its way.
+				return bus.Retry(time.Second, err)
+			}
 		}
 		if err != nil {
 			return bus.Poison("fold_failed", err)
@@ -107,6 +123,49 @@ func (p *Projector) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Retry(0, err)
 	}
 	return bus.Ack()
+}
+
+// foldReceived folds the submission's submission.received, read back
+// from the ARENA stream, and then e onto it. It returns ErrNoRecord when
+// the stream holds no submission.received for id.
+func (p *Projector) foldReceived(ctx context.Context, id string, e event.Event) (*record.Submission, bool, error) {
+	subject, err := events.Subject(events.SubmissionReceived, id)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrBadEvent, err)
+	}
+	arena, err := p.arenaStream(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", subject, err)
+	}
+	m, err := arena.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, false, ErrNoRecord
+	} else if err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", subject, err)
+	}
+	received, err := ce.Decode(m.Header, m.Data)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %s: %w", ErrBadEvent, subject, err)
+	}
+	rec, _, err := Fold(nil, received)
+	if err != nil {
+		return nil, false, err
+	}
+	next, changed, err := Fold(rec, e)
+	return next, changed || err == nil, err
+}
+
+func (p *Projector) arenaStream(ctx context.Context) (jetstream.Stream, error) {
+	p.arenaMu.Lock()
+	defer p.arenaMu.Unlock()
+	if p.arena == nil {
+		s, err := p.b.JetStream().Stream(ctx, events.StreamArena)
+		if err != nil {
+			return nil, err
+		}
+		p.arena = s
+	}
+	return p.arena, nil
 }
 
 func (p *Projector) writeStageResult(ctx context.Context, spec events.Spec, d *bus.Delivery) error {
