@@ -52,6 +52,7 @@ type jobFields struct {
 	SubmissionID string `json:"submission_id"`
 	Kind         string `json:"kind"`
 	Pod          string `json:"pod"`
+	RoundID      string `json:"round_id"`
 }
 
 // eventAttrs returns the span attributes of an event of type typ with
@@ -81,7 +82,7 @@ func eventAttrs(typ, subject string, data []byte) []attribute.KeyValue {
 		for _, kv := range []struct {
 			k attribute.Key
 			v string
-		}{{AttrSubmission, f.SubmissionID}, {AttrJobKind, f.Kind}, {AttrPod, f.Pod}} {
+		}{{AttrSubmission, f.SubmissionID}, {AttrJobKind, f.Kind}, {AttrPod, f.Pod}, {AttrRound, f.RoundID}} {
 			if kv.v != "" {
 				attrs = append(attrs, kv.k.String(kv.v))
 			}

@@ -55,14 +55,22 @@ func TestRoundIsOneTrace(t *testing.T) {
 	st, _ := h.state(rep.RoundID)
 	require.NotEmpty(t, st.Trace["traceparent"], "the round keeps its trace context")
 
+	// The round.completed is stored (awaitEnd saw it) before its publish
+	// span ends: wait for the span.
+	var producers []sdktrace.ReadOnlySpan
 	published := map[string]int{}
-	for _, s := range rec.Ended() {
-		if s.SpanKind() != trace.SpanKindProducer || attr(s, string(bus.AttrRound)) != rep.RoundID {
-			continue
+	require.Eventually(t, func() bool {
+		producers, published = nil, map[string]int{}
+		for _, s := range rec.Ended() {
+			if s.SpanKind() == trace.SpanKindProducer && attr(s, string(bus.AttrRound)) == rep.RoundID {
+				producers = append(producers, s)
+				published[attr(s, string(bus.AttrEventType))]++
+			}
 		}
-		typ := attr(s, string(bus.AttrEventType))
-		published[typ]++
-		require.Equal(t, start.SpanContext().TraceID(), s.SpanContext().TraceID(), "%s is in the round's trace", typ)
+		return published[string(events.RoundCompleted)] > 0
+	}, 15*time.Second, 10*time.Millisecond)
+	for _, s := range producers {
+		require.Equal(t, start.SpanContext().TraceID(), s.SpanContext().TraceID(), "%s is in the round's trace", attr(s, string(bus.AttrEventType)))
 	}
 	require.NotZero(t, published[string(events.RoundStarted)])
 	require.NotZero(t, published[string(events.RoundCompleted)], "the end, carried out on a tick")
