@@ -165,6 +165,9 @@ func (g *CodeGrader) probe(ctx context.Context, bwrap string) (*sandbox, error) 
 		sb.uid, sb.gid = SandboxUID, SandboxGID
 		sb.cred = &syscall.Credential{Uid: SandboxUID, Gid: SandboxGID, Groups: []uint32{}}
 	}
+	// A grader killed before this process started may have left sandbox
+	// inits behind (see SweepOrphans); a new grader ends them first.
+	_, _ = SweepOrphans(sb.uid)
 	// The interpreter: a name looked up in PATH, or a path; a launcher
 	// such as a pyenv shim is resolved to the interpreter itself by asking
 	// it, as the grader, for sys.executable.
@@ -360,8 +363,10 @@ func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src string, timeout t
 		sourceW.Close()
 	}()
 	runErr := cmd.Wait()
-	// Whatever happened, nothing of the run outlives it.
+	// Whatever happened, nothing of the run outlives it; nor, now and
+	// then, anything a killed grader left on this machine.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	maybeSweep(sb.uid)
 
 	o := outcome{runErr: runErr, stderr: stderr.String(), ctxErr: ctx.Err()}
 	o.stdout, o.finished = cutMark(stdout.String(), mark)
