@@ -174,10 +174,9 @@ type ConsumerConfig struct {
 	// its end there, so whoever waits on it hears. It must be idempotent
 	// (a dead letter repeated after a crash calls it again): derive what it
 	// publishes from the event's id. An error keeps the message (Nak'ed
-	// for another try, as a failed dead-letter publish is); the server
-	// gives a message one delivery past MaxDeliver (see jsConfig), so a
-	// hook that fails on that last one leaves the message on the stream,
-	// undelivered, and logged.
+	// for another try, as a failed dead-letter publish is): it comes back
+	// and the hook is asked again, however many deliveries that takes (see
+	// jsConfig).
 	OnDeadLetter func(ctx context.Context, dl DeadLetter) error
 }
 
@@ -214,17 +213,25 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 
 // jsConfig is the server-side consumer configuration.
 //
-// The server's MaxDeliver is one more than ours: the loop dead-letters a
-// message on the delivery numbered MaxDeliver when the handler still asks
-// for a retry, and before calling the handler at all on a later delivery
-// (a handler that crashes its process every time). The extra delivery is
-// that last chance; after it the server stops, so nothing loops forever.
+// The server's MaxDeliver is unlimited (-1); the loop counts deliveries
+// itself. It dead-letters a message on the delivery numbered MaxDeliver
+// when the handler still asks for a retry, and before calling the handler
+// at all on a later delivery (a handler that crashes its process every
+// time), so no handler runs more than MaxDeliver times. The dead-letter
+// itself (the hook, then the copy, then Term) may fail or be cut short by
+// a crash: the message is then Nak'ed or its ack deadline passes, it comes
+// back, and the dead-letter is tried again, for as long as it takes. A
+// server-side limit would stop those returns and leave a given-up message
+// on the stream, undelivered, with its owner never told (a job whose last
+// runner died while it ended it, a hook that could not reach NATS on the
+// last delivery). Nothing loops: a message past MaxDeliver only ever gets
+// its dead-letter retried, every few seconds.
 func (c ConsumerConfig) jsConfig() jetstream.ConsumerConfig {
 	cc := jetstream.ConsumerConfig{
 		Durable:       c.Name,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       c.AckWait,
-		MaxDeliver:    c.MaxDeliver + 1,
+		MaxDeliver:    -1,
 		MaxAckPending: max(c.Prefetch*4, 64),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}

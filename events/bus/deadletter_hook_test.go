@@ -17,8 +17,9 @@ import (
 // TestDeadLetterHookSeesGivenUpWork: OnDeadLetter is told of a message the
 // consumer gives up, with its event, reason, last error and deliveries,
 // before the dead-letter copy is stored; a hook that fails keeps the
-// message (it comes back, and the hook is asked again) rather than losing
-// what the hook publishes.
+// message (it comes back, and the hook is asked again, on as many
+// deliveries past MaxDeliver as it takes) rather than losing what the hook
+// publishes.
 func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -33,6 +34,11 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 		// The failed call Naks the second delivery; the third is given up
 		// before the handler runs (it had its MaxDeliver).
 		{"a failing hook keeps the message", 1, 2, 3, "without an outcome"},
+		// Past MaxDeliver the message still comes back while its hook
+		// fails (the server's limit is the loop's, not one delivery past
+		// it), so the hook is asked until it succeeds; the handler does
+		// not run again.
+		{"a hook failing past the last delivery is asked again", 2, 3, 4, "without an outcome"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, _ := bustest.Bus(t)

@@ -19,8 +19,8 @@ const CodeConsumerMismatch = "consumer_config_mismatch"
 var ErrConsumerMismatch = errors.New(CodeConsumerMismatch)
 
 // FieldDrift is one setting of a durable consumer on which the server and
-// the code differ, both as the server holds them (max deliver is one past
-// ConsumerConfig.MaxDeliver: see jsConfig).
+// the code differ, both as the server holds them (the code's max deliver
+// is -1, unlimited, whatever ConsumerConfig.MaxDeliver says: see jsConfig).
 type FieldDrift struct {
 	// Field names the setting: filter_subjects, ack_policy, ack_wait,
 	// max_deliver or deliver_policy.

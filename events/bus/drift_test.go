@@ -35,7 +35,7 @@ func TestConsumerDrift(t *testing.T) {
 		{"the code's own durable", func(*jetstream.ConsumerConfig) {}, "", false, "", ""},
 		{"filter subjects", func(c *jetstream.ConsumerConfig) { c.FilterSubject = "arena.>" }, "filter_subjects", false, "[arena.>]", "[arena.build.>]"},
 		{"ack wait", func(c *jetstream.ConsumerConfig) { c.AckWait = time.Minute }, "ack_wait", false, "1m0s", "20s"},
-		{"max deliver", func(c *jetstream.ConsumerConfig) { c.MaxDeliver = 9 }, "max_deliver", false, "9", "5"},
+		{"max deliver", func(c *jetstream.ConsumerConfig) { c.MaxDeliver = 9 }, "max_deliver", false, "9", "-1"},
 		{"ack policy", func(c *jetstream.ConsumerConfig) { c.AckPolicy = jetstream.AckAllPolicy }, "ack_policy", true, "AckAll", "AckExplicit"},
 		{"deliver policy", func(c *jetstream.ConsumerConfig) { c.DeliverPolicy = jetstream.DeliverNewPolicy }, "deliver_policy", true, "new", "all"},
 	} {
