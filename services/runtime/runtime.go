@@ -154,14 +154,15 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 		rt.Store = o.store
 	} else if cfg.Store != "" {
 		rt.ownStore = true
-		if rt.Store, err = store.Open(ctx, cfg.Store); err != nil {
+		// A server that is down for a while (a restart, a failover) is
+		// waited for: at the start (up to RetryOptions' MaxWait, instead
+		// of exiting into a crash loop), and inside each call, so that
+		// the service's handlers keep their messages instead of
+		// spending their deliveries.
+		if rt.Store, err = store.OpenWaiting(ctx, cfg.Store, store.RetryOptions{Log: rt.Log}); err != nil {
 			return nil, fmt.Errorf("runtime: open store: %w", err)
 		}
 		rt.Log.Info("store open", "engine", rt.Store.Engine())
-		// A server that is down for a while (a restart, a failover) is
-		// waited for inside each call, so that the service's handlers
-		// keep their messages instead of spending their deliveries.
-		rt.Store = store.Retrying(rt.Store, store.RetryOptions{Log: rt.Log})
 	}
 	return rt, nil
 }

@@ -65,17 +65,43 @@ type RetryOptions struct {
 // embeds Store alone would hide it, and a service that serves queries
 // (the score service) would refuse to start.
 func Retrying(st Store, o RetryOptions) Store {
+	r := &retrying{Store: st, o: o.withDefaults()}
+	if t, ok := st.(Tabler); ok {
+		return &retryingTabler{retrying: r, tab: t}
+	}
+	return r
+}
+
+func (o RetryOptions) withDefaults() RetryOptions {
 	if o.MaxWait <= 0 {
 		o.MaxWait = 5 * time.Minute
 	}
 	if o.First <= 0 {
 		o.First = 250 * time.Millisecond
 	}
-	r := &retrying{Store: st, o: o}
-	if t, ok := st.(Tabler); ok {
-		return &retryingTabler{retrying: r, tab: t}
+	return o
+}
+
+// OpenWaiting is Open for a service that may start before its store's
+// server does, or while it restarts: an open that finds the store out of
+// reach (Unreachable) is tried again with Retrying's pauses, until it
+// succeeds, fails otherwise (a wrong password, a bad URL: at once), ctx
+// ends or o.MaxWait has passed (then the error wraps ErrUnavailable). The
+// store it returns is wrapped in Retrying with o. A service so waits out a
+// ClickHouse outage where it would otherwise exit and be restarted in a
+// loop by its orchestrator until the server is back.
+func OpenWaiting(ctx context.Context, rawURL string, o RetryOptions) (Store, error) {
+	o = o.withDefaults()
+	var st Store
+	err := (&retrying{o: o}).retry(ctx, "open", func() error {
+		var err error
+		st, err = Open(ctx, rawURL)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return r
+	return Retrying(st, o), nil
 }
 
 // retryingTabler is retrying over a store that answers tables.
