@@ -198,14 +198,10 @@ func submit(ctx context.Context, c *client, p *packed, progress io.Writer) (stri
 	dir, decl, sum, tmp := p.dir, p.decl, p.sum, p.tmp
 	id := newSubmissionID()
 	obj := id + ".tar.gz"
-	store, err := c.js.ObjectStore(ctx, bus.ObjectUploads)
-	if err != nil {
-		return "", fmt.Errorf("submit: open the uploads store: %w", err)
-	}
 	meta := jetstream.ObjectMeta{Name: obj, Description: "bundle " + filepath.Base(dir),
 		Headers: map[string][]string{"Lowbarena-Sha256": {sum.SHA256}}}
-	if _, err := store.Put(ctx, meta, newProgressReader(tmp, sum.Size, "uploading "+filepath.Base(dir), progress)); err != nil {
-		return "", fmt.Errorf("submit: upload bundle: %w", err)
+	if err := upload(ctx, c, meta, tmp, sum.Size, filepath.Base(dir), progress); err != nil {
+		return "", err
 	}
 
 	b, err := bus.New(c.nc)
@@ -231,6 +227,33 @@ func submit(ctx context.Context, c *client, p *packed, progress io.Writer) (stri
 		return "", fmt.Errorf("submit: %w", err)
 	}
 	return id, nil
+}
+
+// uploadOutage is how long `arena submit` goes on trying an upload that
+// a cluster in failover interrupted, from the first interruption.
+var uploadOutage = time.Minute
+
+// uploadPause is the pause before an interrupted upload starts again.
+var uploadPause = time.Second
+
+// upload puts the bundle in tmp (label names it in progress lines) into
+// the uploads object store as meta. An upload that a cluster electing the
+// uploads stream's leader interrupts starts again, for up to uploadOutage
+// (bus.PutObject says why that stores it once).
+func upload(ctx context.Context, c *client, meta jetstream.ObjectMeta, tmp io.ReadSeeker, size int64, label string, progress io.Writer) error {
+	_, err := bus.PutObject(ctx, c.js, bus.ObjectUploads, meta, tmp, bus.PutRetry{
+		Outage: uploadOutage, Pause: uploadPause,
+		Wrap: func(r io.Reader) io.Reader { return newProgressReader(r, size, "uploading "+label, progress) },
+		Retried: func(err error) {
+			if progress != nil {
+				fmt.Fprintf(progress, "  upload of %s interrupted (%v); starting it again\n", label, err)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("submit: upload bundle: %w", err)
+	}
+	return nil
 }
 
 // waitFor follows a record until done(record) holds, printing each change

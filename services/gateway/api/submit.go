@@ -316,17 +316,14 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 // is stored once.
 func (a *API) publish(ctx context.Context, id, who string, in *bundle.Inspection, f *os.File, size int64, sum string) (events.SubmissionReceivedData, error) {
 	var data events.SubmissionReceivedData
-	store, err := a.o.Bus.JetStream().ObjectStore(ctx, bus.ObjectUploads)
-	if err != nil {
-		return data, fmt.Errorf("api: open the uploads store: %w", err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return data, fmt.Errorf("api: %w", err)
-	}
 	obj := id + ".tar.gz"
 	meta := jetstream.ObjectMeta{Name: obj, Description: "bundle of " + who + " over HTTP",
 		Headers: map[string][]string{"Lowbarena-Sha256": {sum}}}
-	if _, err := store.Put(ctx, meta, bufio.NewReaderSize(f, 1<<20)); err != nil {
+	// A put that a cluster electing the uploads stream's leader
+	// interrupts starts again (bus.PutObject), so a participant's upload
+	// outlives a node's restart as the arena's own publishes do.
+	put := bus.PutRetry{Wrap: func(r io.Reader) io.Reader { return bufio.NewReaderSize(r, 1<<20) }}
+	if _, err := bus.PutObject(ctx, a.o.Bus.JetStream(), bus.ObjectUploads, meta, f, put); err != nil {
 		return data, fmt.Errorf("api: upload %s: %w", obj, err)
 	}
 	d := in.Declaration
