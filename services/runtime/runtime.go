@@ -141,13 +141,12 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 	if rt.Bus, err = bus.New(rt.NC, bus.WithLogger(rt.Log), bus.WithTracerProvider(rt.Tracer)); err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	if cfg.provisions() {
-		if err = provision(pctx, rt.Bus, cfg.Replicas); err != nil {
-			return nil, err
-		}
-	} else if err = checkProvisioned(pctx, rt.Bus, cfg.Replicas); err != nil {
+		err = waitForNATS(ctx, rt.Log, "provision", func(ctx context.Context) error { return provision(ctx, rt.Bus, cfg.Replicas) })
+	} else {
+		err = waitForNATS(ctx, rt.Log, "check the arena's streams", func(ctx context.Context) error { return checkProvisioned(ctx, rt.Bus, cfg.Replicas) })
+	}
+	if err != nil {
 		return nil, err
 	}
 	if o.store != nil {
@@ -165,6 +164,47 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 		rt.Log.Info("store open", "engine", rt.Store.Engine())
 	}
 	return rt, nil
+}
+
+// NATSOutage bounds how long a service waits, at its start, for a NATS
+// that does not answer its JetStream requests: a cluster electing its
+// streams' leaders after a node died. TryTimeout bounds one try.
+var (
+	NATSOutage = 2 * time.Minute
+	TryTimeout = 30 * time.Second
+)
+
+// waitForNATS runs try, bounded by TryTimeout, and again while its error
+// says that JetStream answers nobody for the moment (bus.Interrupted), up
+// to NATSOutage from the first such error, with pauses of 1 s doubling to
+// 8 s. Any other error, and ctx ending, return at once. Without this, a
+// service started while a node of the cluster was down exited (`look up
+// stream ARENA: context deadline exceeded`) and its orchestrator started
+// it again and again: three of a chaos run's restarts.
+func waitForNATS(ctx context.Context, log *slog.Logger, what string, try func(ctx context.Context) error) error {
+	var giveUp time.Time
+	for pause := time.Second; ; pause = min(2*pause, 8*time.Second) {
+		tctx, cancel := context.WithTimeout(ctx, TryTimeout)
+		err := try(tctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !bus.Interrupted(err) {
+			return err
+		}
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(NATSOutage)
+		}
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("%w (NATS answered nothing for %s)", err, NATSOutage)
+		}
+		if log != nil {
+			log.Warn("NATS does not answer yet: trying again", "what", what, "err", err, "pause", pause)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
 }
 
 // Connect opens an anonymous NATS connection named name (see
@@ -371,7 +411,17 @@ func run(cfg *Config, fs *flag.FlagSet, args []string, build Build) int {
 		return 1
 	}
 	defer rt.Close()
-	actors, err := build(ctx, rt)
+	// A build that NATS interrupts (an object store or bucket opened while
+	// its stream elects a leader) builds again: every Build leaves nothing
+	// behind that a second call would collide with (the gateway closes its
+	// listener on a failure).
+	var actors []Actor
+	err = waitForNATS(ctx, rt.Log, "build "+cfg.Service, func(context.Context) error {
+		// ctx, not the try's: a build's actors keep what it is given.
+		var err error
+		actors, err = build(ctx, rt)
+		return err
+	})
 	if err != nil {
 		rt.Log.Error("start", "err", err)
 		return 1
