@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,11 +58,14 @@ func TestWaitForNATS(t *testing.T) {
 }
 
 // TestStartWaitsForJetStream: a service started while JetStream answers
-// nothing (the server's JetStream off, on again 2 s later) waits for it
-// and starts, instead of exiting into its orchestrator's restarts.
+// nothing (the server's JetStream off, on again once the service has said
+// that it waits) waits for it and starts, instead of exiting into its
+// orchestrator's restarts.
 func TestStartWaitsForJetStream(t *testing.T) {
-	defer func(o, tt time.Duration) { NATSOutage, TryTimeout = o, tt }(NATSOutage, TryTimeout)
-	NATSOutage, TryTimeout = time.Minute, time.Second
+	defer func(o, tt, p time.Duration) { NATSOutage, TryTimeout, natsPause = o, tt, p }(NATSOutage, TryTimeout, natsPause)
+	// The pause after the first failed try is long enough for the
+	// server to bring its JetStream and streams back before the next.
+	NATSOutage, TryTimeout, natsPause = time.Minute, time.Second, 3*time.Second
 	dir := t.TempDir()
 	srv := bustest.Server(t, dir)
 	cfg := DefaultConfig("svc")
@@ -70,18 +75,37 @@ func TestStartWaitsForJetStream(t *testing.T) {
 	rt.Close()
 
 	require.NoError(t, srv.DisableJetStream())
+	var logs lockedBuffer
 	back := make(chan error, 1)
 	go func() {
-		time.Sleep(2 * time.Second)
+		for !strings.Contains(logs.String(), "NATS does not answer yet") {
+			time.Sleep(20 * time.Millisecond)
+		}
 		back <- srv.EnableJetStream(&server.JetStreamConfig{StoreDir: dir})
 	}()
 	cfg.Provision = ProvisionNo
-	var logs bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rt, err = Start(ctx, cfg, WithLogOutput(&logs), WithoutTelemetry())
 	require.NoError(t, err)
 	defer rt.Close()
 	require.NoError(t, <-back)
-	require.Contains(t, logs.String(), "NATS does not answer yet")
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

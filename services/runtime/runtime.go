@@ -172,6 +172,8 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 var (
 	NATSOutage = 2 * time.Minute
 	TryTimeout = 30 * time.Second
+	// natsPause is the first pause between tries (tests lengthen it).
+	natsPause = time.Second
 )
 
 // waitForNATS runs try, bounded by TryTimeout, and again while its error
@@ -183,7 +185,7 @@ var (
 // it again and again: three of a chaos run's restarts.
 func waitForNATS(ctx context.Context, log *slog.Logger, what string, try func(ctx context.Context) error) error {
 	var giveUp time.Time
-	for pause := time.Second; ; pause = min(2*pause, 8*time.Second) {
+	for pause := natsPause; ; pause = min(2*pause, max(8*time.Second, natsPause)) {
 		tctx, cancel := context.WithTimeout(ctx, TryTimeout)
 		err := try(tctx)
 		cancel()
