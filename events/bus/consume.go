@@ -180,6 +180,13 @@ type ConsumerConfig struct {
 	OnDeadLetter func(ctx context.Context, dl DeadLetter) error
 }
 
+// ErrStillHeld, returned (wrapped) by an OnDeadLetter hook, says that the
+// message's work still runs under an earlier delivery elsewhere (a live
+// handler whose heartbeat the server missed): the message is not
+// dead-lettered but comes back in a third of AckWait to be asked about
+// again, and a live handler's ack removes it meanwhile.
+var ErrStillHeld = errors.New("still held by a live handler")
+
 // DeadLetter is a message about to be dead-lettered, as OnDeadLetter sees
 // it.
 type DeadLetter struct {
@@ -722,7 +729,14 @@ func backoff(delivered uint64) time.Duration {
 func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) {
 	if cfg.OnDeadLetter != nil && ev != nil {
 		dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered}
-		if err := cfg.OnDeadLetter(ctx, dl); err != nil {
+		if err := cfg.OnDeadLetter(ctx, dl); errors.Is(err, ErrStillHeld) {
+			// Not given up yet: asked again in a third of the ack
+			// deadline, until its holder ends it (its ack removes the
+			// message) or the hook finds no holder.
+			b.log.Info("not dead-lettered: still held elsewhere", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+			_ = m.NakWithDelay(max(cfg.AckWait/3, time.Second))
+			return
+		} else if err != nil {
 			b.log.Error("dead-letter hook failed; message returned to the server", "consumer", cfg.Name, "reason", reason,
 				"id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
 			_ = m.NakWithDelay(5 * time.Second)

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -29,16 +30,22 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 		calls      int
 		deliveries uint64
 		lastErr    string
+		// stillHeld makes the failing calls say bus.ErrStillHeld.
+		stillHeld bool
 	}{
-		{"the hook publishes at once", 0, 1, 2, "store unreachable"},
+		{"the hook publishes at once", 0, 1, 2, "store unreachable", false},
 		// The failed call Naks the second delivery; the third is given up
 		// before the handler runs (it had its MaxDeliver).
-		{"a failing hook keeps the message", 1, 2, 3, "without an outcome"},
+		{"a failing hook keeps the message", 1, 2, 3, "without an outcome", false},
 		// Past MaxDeliver the message still comes back while its hook
 		// fails (the server's limit is the loop's, not one delivery past
 		// it), so the hook is asked until it succeeds; the handler does
 		// not run again.
-		{"a hook failing past the last delivery is asked again", 2, 3, 4, "without an outcome"},
+		{"a hook failing past the last delivery is asked again", 2, 3, 4, "without an outcome", false},
+		// Work still held by a live handler elsewhere is not given up:
+		// the message comes back (a third of AckWait later) and the hook
+		// is asked again, until it lets it go.
+		{"work still held elsewhere is asked about again", 2, 3, 4, "without an outcome", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, _ := bustest.Bus(t)
@@ -46,12 +53,15 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 			var seen []bus.DeadLetter
 			dlqAtCall := []int{}
 			handled := 0
-			consume(t, b, bus.ConsumerConfig{Name: "hooked", MaxDeliver: 2, OnDeadLetter: func(_ context.Context, dl bus.DeadLetter) error {
+			consume(t, b, bus.ConsumerConfig{Name: "hooked", MaxDeliver: 2, AckWait: 3 * time.Second, OnDeadLetter: func(_ context.Context, dl bus.DeadLetter) error {
 				mu.Lock()
 				defer mu.Unlock()
 				seen = append(seen, dl)
 				dlqAtCall = append(dlqAtCall, len(streamMsgs(t, b, events.StreamDLQ)))
 				if len(seen) <= tc.failures {
+					if tc.stillHeld {
+						return fmt.Errorf("%w: on another runner", bus.ErrStillHeld)
+					}
 					return errors.New("NATS away")
 				}
 				return nil

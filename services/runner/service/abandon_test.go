@@ -3,6 +3,8 @@ package service_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os/exec"
@@ -74,7 +76,9 @@ func TestJobWhoseRunnerDiesEveryTimeIsAbandoned(t *testing.T) {
 
 	// Exactly once: the hook run again (a crash between the failed event
 	// and the dead letter) stores nothing new.
-	s, err := service.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), service.Options{Pod: "pod-d", WorkDir: t.TempDir()})
+	// (Its ack deadline is the killed runners': their entries in the pods
+	// registry, which name the job, are long stale for it.)
+	s, err := service.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), service.Options{Pod: "pod-d", WorkDir: t.TempDir(), AckWait: 2 * time.Second})
 	require.NoError(t, err)
 	req := events.RunnerJobRequestedData{JobID: "a1", Kind: events.JobEfficiency, SubmissionID: "sub-a1"}
 	again, err := events.NewEvent("job-a1", events.RunnerJobRequested, events.Source("test"), "a1", req)
@@ -83,4 +87,57 @@ func TestJobWhoseRunnerDiesEveryTimeIsAbandoned(t *testing.T) {
 	stored := bustest.Stored(t, b, "arena.runner.job.failed.efficiency.a1")
 	require.Len(t, stored, 1, "one runner.job.failed for the job")
 	require.Equal(t, e.ID(), stored[0].ID())
+}
+
+// TestJobStillRunningElsewhereIsNotAbandoned: a job delivered past the
+// runners' MaxDeliver while another runner's fresh entry in the pods
+// registry says it runs it (its heartbeat lost while NATS elected the
+// consumer's leader, seen in the chaos runs) is not given up: the hook
+// says bus.ErrStillHeld and publishes nothing. Once that entry is older
+// than two thirds of the ack deadline (its runner died), the job is given
+// up as before; an entry naming another job holds nothing.
+func TestJobStillRunningElsewhereIsNotAbandoned(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ackWait = 900 * time.Millisecond
+	s, err := service.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), service.Options{Pod: "pod-d", Runner: "here", WorkDir: t.TempDir(), AckWait: ackWait})
+	require.NoError(t, err)
+	pods, err := b.JetStream().KeyValue(ctx, bus.BucketPods)
+	require.NoError(t, err)
+	holds := func(runner, job string) {
+		e := events.PodEntry{Pod: "pod-e", Runner: runner, Kinds: []string{events.JobEfficiency}, SeenAt: time.Now().UTC(),
+			Job: &events.PodJob{JobID: job, Kind: events.JobEfficiency, SubmissionID: "sub-" + job, Since: time.Now().UTC(), Delivery: 3}}
+		body, err := json.Marshal(e)
+		require.NoError(t, err)
+		_, err = pods.Put(ctx, service.PodKey("pod-e", runner), body)
+		require.NoError(t, err)
+	}
+	req := events.RunnerJobRequestedData{JobID: "a2", Kind: events.JobEfficiency, SubmissionID: "sub-a2"}
+	ev, err := events.NewEvent("job-a2", events.RunnerJobRequested, events.Source("test"), "a2", req)
+	require.NoError(t, err)
+	dl := bus.DeadLetter{Event: ev, Consumer: service.Name, Reason: bus.ReasonMaxDeliver, Deliveries: 4,
+		Err: errors.New("delivered 4 times without an outcome")}
+	failed := func() int { return len(bustest.Stored(t, b, "arena.runner.job.failed.efficiency.a2")) }
+
+	holds("other-job", "b7")
+	holds("there", "a2")
+	err = s.Abandon(ctx, dl)
+	require.ErrorIs(t, err, bus.ErrStillHeld)
+	require.ErrorContains(t, err, service.PodKey("pod-e", "there"))
+	require.Zero(t, failed(), "nothing published while the job runs elsewhere")
+
+	// The holder falls silent (its runner died): past two thirds of
+	// the ack deadline its entry holds nothing.
+	time.Sleep(2 * ackWait / 3)
+	require.NoError(t, s.Abandon(ctx, dl))
+	require.Equal(t, 1, failed(), "given up once its holder fell silent")
+
+	// A poison verdict is the handler's own: the registry is not asked.
+	holds("there", "a3")
+	req.JobID, req.SubmissionID = "a3", "sub-a3"
+	ev, err = events.NewEvent("job-a3", events.RunnerJobRequested, events.Source("test"), "a3", req)
+	require.NoError(t, err)
+	require.NoError(t, s.Abandon(ctx, bus.DeadLetter{Event: ev, Consumer: service.Name, Reason: "bad_payload", Deliveries: 4}))
+	require.Len(t, bustest.Stored(t, b, "arena.runner.job.failed.efficiency.a3"), 1)
 }

@@ -36,6 +36,11 @@ type pod struct {
 	rounds, pods jetstream.KeyValue
 	log          *slog.Logger
 	key          string
+	// beat bounds the period of the entry's writes: a third of the job
+	// ack deadline, the consume loop's heartbeat, so that an entry that
+	// names a job is never older than that while its runner lives (see
+	// Service.heldElsewhere).
+	beat time.Duration
 
 	mu    sync.Mutex
 	entry events.PodEntry
@@ -47,8 +52,8 @@ type pod struct {
 	changed chan struct{}
 }
 
-func newPod(rounds, pods jetstream.KeyValue, log *slog.Logger, e events.PodEntry) *pod {
-	return &pod{rounds: rounds, pods: pods, log: log, key: bus.Key(e.Pod, e.Runner), entry: e, changed: make(chan struct{}, 1)}
+func newPod(rounds, pods jetstream.KeyValue, log *slog.Logger, e events.PodEntry, beat time.Duration) *pod {
+	return &pod{rounds: rounds, pods: pods, log: log, key: bus.Key(e.Pod, e.Runner), entry: e, beat: beat, changed: make(chan struct{}, 1)}
 }
 
 // PodKey is a runner's key in the pods registry: <pod>.<runner>, each
@@ -159,12 +164,16 @@ func (p *pod) watchLease(ctx context.Context, ready chan<- struct{}) error {
 	return nil
 }
 
-// announce writes the runner's entry every third of the bucket's TTL and
-// at each change, until ctx ends; then it deletes it.
+// announce writes the runner's entry every third of the bucket's TTL (or
+// every beat, when shorter) and at each change, until ctx ends; then it
+// deletes it.
 func (p *pod) announce(ctx context.Context) error {
 	every := bus.DefaultPodsTTL / 3
 	if st, err := p.pods.Status(ctx); err == nil && st.TTL() > 0 {
 		every = st.TTL() / 3
+	}
+	if p.beat > 0 {
+		every = min(every, p.beat)
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()

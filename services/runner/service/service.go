@@ -10,6 +10,7 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -156,7 +157,7 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if o.Job.NVML != nil {
 		entry.GPUUUID = o.Job.NVML.UUID()
 	}
-	s.pod = newPod(rounds, pods, log, entry)
+	s.pod = newPod(rounds, pods, log, entry, o.AckWait/3)
 	return s, nil
 }
 
@@ -202,6 +203,16 @@ func (s *Service) Consumer() bus.ConsumerConfig {
 // crash, or one that follows a failure whose ack was lost, is stored once
 // (the stream's duplicate window). A message that is not a job request
 // has nothing to end; the dead letter keeps it.
+//
+// A job delivered past MaxDeliver while a live runner still runs an
+// earlier delivery is not given up (bus.ErrStillHeld: the message comes
+// back later and is asked about again): in the chaos runs a runner's
+// heartbeat was lost while NATS elected the consumer's leader, the job
+// was delivered again to the other runner, given up there, and the
+// first runner completed it 8 s later, too late for the submission,
+// already failed. The pods registry says who runs what (heldElsewhere);
+// once the runner that held it dies, its entry goes stale within two
+// thirds of the ack deadline and the job is given up as before.
 func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 	if events.Type(dl.Event.Type()) != events.RunnerJobRequested {
 		return nil
@@ -209,6 +220,15 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 	req, err := events.Job.Requested.Decode(dl.Event)
 	if err != nil {
 		return nil
+	}
+	if dl.Reason == bus.ReasonMaxDeliver {
+		holder, err := s.heldElsewhere(ctx, req.JobID)
+		if err != nil {
+			return fmt.Errorf("runner: read the pods registry before giving job %s up: %w", req.JobID, err)
+		}
+		if holder != "" {
+			return fmt.Errorf("%w: job %s runs on %s (delivery %d here)", bus.ErrStillHeld, req.JobID, holder, dl.Deliveries)
+		}
 	}
 	last := dl.Reason
 	if dl.Err != nil {
@@ -224,6 +244,41 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 	}
 	s.log.Warn("job abandoned", "job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "round", req.RoundID, "deliveries", dl.Deliveries, "last", last)
 	return nil
+}
+
+// heldElsewhere names the runner (its key in the pods registry) that
+// runs job now, or "" when none does. A runner writes its entry at
+// each change and every third of the ack deadline (pod.beat), so an
+// entry that names the job and was written less than two thirds of the
+// ack deadline ago (the server's timestamp) is a live runner's; an older
+// one is a dead runner's, or a stale view not worth waiting on. This
+// runner's own entry is not asked: it runs no job while it gives one up.
+func (s *Service) heldElsewhere(ctx context.Context, job string) (string, error) {
+	keys, err := s.pod.pods.ListKeys(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = keys.Stop() }()
+	fresh := 2 * s.opts.AckWait / 3
+	for k := range keys.Keys() {
+		if k == s.pod.key {
+			continue
+		}
+		e, err := s.pod.pods.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		} else if err != nil {
+			return "", err
+		}
+		var entry events.PodEntry
+		if json.Unmarshal(e.Value(), &entry) != nil || entry.Job == nil || entry.Job.JobID != job {
+			continue
+		}
+		if time.Since(e.Created()) < fresh {
+			return k, nil
+		}
+	}
+	return "", nil
 }
 
 // PodConsumer is the durable of the jobs pinned to this runner's pod
