@@ -103,8 +103,15 @@ func putObjectOnce(ctx context.Context, js jetstream.JetStream, bucket string, m
 // reconnecting) from those that will not pass by themselves (a bucket
 // that is not there, a permission, a full store, a context that ended).
 func Interrupted(err error) bool {
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout) ||
+	return Unanswered(err) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, context.DeadlineExceeded)
+}
+
+// Unanswered tells the errors of a JetStream that is there but answers
+// nobody for a moment (no responders: no stream leader yet, a node
+// restarting; a client reconnecting). Interrupted adds the timeouts of a
+// request or an ack that such a JetStream let run out.
+func Unanswered(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrConnectionReconnecting)
 }

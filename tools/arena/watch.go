@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/bus"
 	"github.com/lowbarena/lowbarena/events/ce"
 	"github.com/lowbarena/lowbarena/services/domain/bundle"
 )
@@ -129,9 +130,7 @@ var watchOutage = time.Minute
 // nobody for a moment (no stream leader yet) from those that will not
 // pass by themselves.
 func unavailable(err error) bool {
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-		errors.Is(err, nats.ErrConnectionReconnecting)
+	return bus.Unanswered(err) || errors.Is(err, jetstream.ErrConsumerNotFound)
 }
 
 // watchedEvent is one line of `arena watch --json`.
