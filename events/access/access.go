@@ -121,7 +121,7 @@ type User struct {
 	// Calls are the request subjects it sends (events/ctl).
 	Calls []string
 	// ReadsEvents says it reads the ARENA stream by subject (score reads
-	// a submission's submission.received back).
+	// a submission's submission.received back, a runner a job's outcome).
 	ReadsEvents bool
 	// Operates grants what an operator does beyond the grants above: read
 	// every stream, bucket and object store of the arena through
@@ -243,6 +243,9 @@ var Users = []User{
 		KV: []Bucket{{Name: bus.BucketReferences, Mode: Write}, {Name: bus.BucketPods, Mode: Write},
 			{Name: bus.BucketRounds, Mode: Read, Keys: "pod.*"}},
 		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Read}},
+		// A job's stored outcome, read before it runs a redelivered job
+		// or gives one up (a job ends once).
+		ReadsEvents: true,
 	},
 	{
 		Name: Operator, Role: "the CLI (`arena submit`, `watch`, `show`, ...) and `arena up` itself",

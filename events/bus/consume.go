@@ -176,7 +176,8 @@ type ConsumerConfig struct {
 	// publishes from the event's id. An error keeps the message (Nak'ed
 	// for another try, as a failed dead-letter publish is): it comes back
 	// and the hook is asked again, however many deliveries that takes (see
-	// jsConfig).
+	// jsConfig); ErrStillHeld and ErrSettled say the work is not to be
+	// given up (still running elsewhere; ended already).
 	OnDeadLetter func(ctx context.Context, dl DeadLetter) error
 }
 
@@ -186,6 +187,13 @@ type ConsumerConfig struct {
 // dead-lettered but comes back in a third of AckWait to be asked about
 // again, and a live handler's ack removes it meanwhile.
 var ErrStillHeld = errors.New("still held by a live handler")
+
+// ErrSettled, returned (wrapped) by an OnDeadLetter hook, says that the
+// message's work has ended already (its outcome is stored: an earlier
+// delivery's handler published it and died, or lost its ack, before the
+// ack reached the server): the message is acked, not dead-lettered, and
+// nothing is given up.
+var ErrSettled = errors.New("its work has ended already")
 
 // DeadLetter is a message about to be dead-lettered, as OnDeadLetter sees
 // it.
@@ -729,7 +737,16 @@ func backoff(delivered uint64) time.Duration {
 func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) {
 	if cfg.OnDeadLetter != nil && ev != nil {
 		dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered}
-		if err := cfg.OnDeadLetter(ctx, dl); errors.Is(err, ErrStillHeld) {
+		err := cfg.OnDeadLetter(ctx, dl)
+		if errors.Is(err, ErrSettled) {
+			// Its outcome is stored: nothing to give up or to keep.
+			b.log.Info("not dead-lettered: its work has ended", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+			if err := m.Ack(); err != nil {
+				b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+			}
+			return
+		}
+		if errors.Is(err, ErrStillHeld) {
 			// Not given up yet: asked again in a third of the ack
 			// deadline, until its holder ends it (its ack removes the
 			// message) or the hook finds no holder.

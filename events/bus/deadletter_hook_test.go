@@ -104,3 +104,35 @@ func TestDeadLetterHookIsNotToldOfUndecodableMessages(t *testing.T) {
 	require.Eventually(t, func() bool { return len(streamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
 	require.Empty(t, called)
 }
+
+// TestDeadLetterHookSettlesEndedWork: a hook that says bus.ErrSettled (the
+// message's work ended on an earlier delivery whose ack never reached the
+// server) has the message acked: no dead-letter copy, nothing pending, the
+// handler not run again.
+func TestDeadLetterHookSettlesEndedWork(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	var mu sync.Mutex
+	calls, handled := 0, 0
+	consume(t, b, bus.ConsumerConfig{Name: "settled", MaxDeliver: 2, AckWait: 3 * time.Second, OnDeadLetter: func(_ context.Context, dl bus.DeadLetter) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return fmt.Errorf("%w: its outcome is stored", bus.ErrSettled)
+	}}, func(_ context.Context, d *bus.Delivery) bus.Outcome {
+		mu.Lock()
+		handled++
+		mu.Unlock()
+		return bus.Retry(10*time.Millisecond, errors.New("ack lost"))
+	})
+	ack := publishSample(t, b, events.BuildStarted, "ended-1")
+	require.Eventually(t, func() bool { return consumerInfo(t, b, events.StreamArena, "settled").AckFloor.Stream == ack.Sequence },
+		wait, 20*time.Millisecond)
+	info := consumerInfo(t, b, events.StreamArena, "settled")
+	require.Zero(t, info.NumAckPending)
+	require.Zero(t, info.NumPending)
+	require.Empty(t, streamMsgs(t, b, events.StreamDLQ), "nothing dead-lettered")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, calls)
+	require.Equal(t, 2, handled, "the handler ran MaxDeliver times, not after the hook")
+}

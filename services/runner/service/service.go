@@ -85,10 +85,12 @@ type Options struct {
 type Service struct {
 	bus       *bus.Bus
 	artifacts artifact.Store
-	refs      jetstream.KeyValue
-	opts      Options
-	log       *slog.Logger
-	fetchMu   sync.Mutex
+	// arena is the ARENA stream, read for a job's stored outcome (ended).
+	arena   jetstream.Stream
+	refs    jetstream.KeyValue
+	opts    Options
+	log     *slog.Logger
+	fetchMu sync.Mutex
 	// cache stages checkpoints by reference onto the pod.
 	cache *staging.Cache
 	// registry holds the job kinds this runner runs (see kinds).
@@ -150,7 +152,11 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log, cache: cache}
+	arena, err := js.Stream(ctx, events.StreamArena)
+	if err != nil {
+		return nil, fmt.Errorf("runner: open stream %s: %w", events.StreamArena, err)
+	}
+	s := &Service{bus: b, artifacts: arts, arena: arena, refs: refs, opts: o, log: log, cache: cache}
 	s.registry = s.kinds()
 	entry := events.PodEntry{Pod: o.Pod, Runner: o.Runner, GPUIndex: o.GPU, GPU: s.gpu(),
 		Simulated: o.Job.NVML == nil, Kinds: s.registry.Names(), StartedAt: time.Now().UTC()}
@@ -220,6 +226,24 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 	req, err := events.Job.Requested.Decode(dl.Event)
 	if err != nil {
 		return nil
+	}
+	// A job that ended on an earlier delivery (its runner's ack never
+	// reached the server) has nothing to give up: acked, not
+	// dead-lettered. One given up already (this hook ran, and the dead
+	// letter that follows it did not land) is dead-lettered without a
+	// second job_abandoned, however long ago the first was published.
+	switch t, reason, err := s.ended(ctx, dl.Event, req.Kind, req.JobID); {
+	case errors.Is(err, bus.ErrDenied):
+		// Its NATS user may not read outcomes (an older auth.conf): the
+		// job is given up as it was before runners read them.
+		s.log.Warn("cannot read the job's outcome; giving it up without knowing it (grant the runner's NATS user what deploy/nats/auth.conf grants it)",
+			"job", req.JobID, "err", err)
+	case err != nil:
+		return fmt.Errorf("runner: look for job %s's outcome before giving it up: %w", req.JobID, err)
+	case t == events.RunnerJobFailed && reason == events.ReasonJobAbandoned:
+		return nil
+	case t != "":
+		return fmt.Errorf("%w: job %s has its %s", bus.ErrSettled, req.JobID, t)
 	}
 	if dl.Reason == bus.ReasonMaxDeliver {
 		holder, err := s.heldElsewhere(ctx, req.JobID)
@@ -358,6 +382,9 @@ func (s *Service) gpu() string {
 // Idempotency: started carries the delivery number in its id (a
 // redelivered job is visibly started again); completed and failed derive
 // from the job event's id alone, so a job ends once however often it ran.
+// A delivery whose job has its outcome stored already (a runner published
+// it, then died or lost its ack) is acked without running (see ended):
+// the GPU does not run it twice, however late the redelivery comes.
 // Rows written by an attempt that died stay, tagged with that attempt's
 // run id.
 //
@@ -373,6 +400,21 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Poison("bad_payload", err)
 	}
 	src := events.Source(Name)
+	// A job whose outcome is stored already (an earlier delivery's runner
+	// published it, then died or lost its ack) is not run again. Not
+	// found, or not readable now (then it runs, as it would have: its
+	// outcome's id is the same, stored once), it runs.
+	// One given up already goes back to the dead letters (its
+	// job_abandoned is not published again).
+	switch t, reason, err := s.ended(ctx, d.Event, req.Kind, req.JobID); {
+	case err != nil:
+		s.log.Warn("could not look for the job's outcome; running it", "job", req.JobID, "err", err)
+	case t == events.RunnerJobFailed && reason == events.ReasonJobAbandoned:
+		return bus.Poison(events.ReasonJobAbandoned, fmt.Errorf("job %s was given up already (its %s is stored)", req.JobID, t))
+	case t != "":
+		s.log.Info("job ended already; not run again", "job", req.JobID, "kind", req.Kind, "outcome", string(t), "reason", reason, "delivery", d.NumDelivered)
+		return bus.Ack()
+	}
 	run := fmt.Sprintf("%s-%d", req.JobID, d.NumDelivered)
 	// The job's span (the bus's process span) says where it ran.
 	trace.SpanFromContext(ctx).SetAttributes(bus.AttrPod.String(s.opts.Pod), attribute.String("lowbarena.runner", s.opts.Runner))
