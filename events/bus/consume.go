@@ -114,6 +114,8 @@ type Delivery struct {
 	NumDelivered uint64
 	// StreamSeq is the message's sequence in its stream.
 	StreamSeq uint64
+	// Stored is when its stream stored it (the server's clock).
+	Stored time.Time
 
 	msg jetstream.Msg
 }
@@ -208,6 +210,8 @@ type DeadLetter struct {
 	Err    error
 	// Deliveries counts the deliveries of the message, this one included.
 	Deliveries uint64
+	// Stored is when its stream stored it (the server's clock).
+	Stored time.Time
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -496,7 +500,7 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 	// While the handler runs, the consumer's heartbeat keeps the message
 	// from redelivery (see heartbeat).
 	hb.add(m)
-	out := b.run(hctx, handler, &Delivery{Event: ev, Subject: m.Subject(), NumDelivered: meta.NumDelivered, StreamSeq: meta.Sequence.Stream, msg: m})
+	out := b.run(hctx, handler, &Delivery{Event: ev, Subject: m.Subject(), NumDelivered: meta.NumDelivered, StreamSeq: meta.Sequence.Stream, Stored: meta.Timestamp, msg: m})
 	hb.remove(m)
 
 	switch out.kind {
@@ -736,7 +740,7 @@ func backoff(delivered uint64) time.Duration {
 // a crash between the two repeats the (idempotent) hook, never skips it.
 func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) {
 	if cfg.OnDeadLetter != nil && ev != nil {
-		dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered}
+		dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered, Stored: meta.Timestamp}
 		err := cfg.OnDeadLetter(ctx, dl)
 		if errors.Is(err, ErrSettled) {
 			// Its outcome is stored: nothing to give up or to keep.

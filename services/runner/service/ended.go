@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,7 +19,13 @@ import (
 // the job_abandoned a dead letter publishes, take their ids from the
 // request's id alone (see Handle and Abandon), so an outcome stored on
 // the job's subject with that id is this request's; one with another id
-// is an earlier request's of the same job, and ends nothing here.
+// is an earlier request's of the same job, and ends nothing here. So does
+// one stored before the request itself was (stored, the request's time
+// in RUNNER_JOBS, both the servers' clocks): a request the stage made
+// again under the same id once the streams' duplicate window had passed
+// (a BF16 reference asked for again after its state was cleared) runs
+// again, as it did before runners read outcomes. The zero stored time
+// compares nothing.
 //
 // A user whose permissions predate this read (an auth.conf from before
 // it) is refused at once, an error that matches bus.ErrDenied.
@@ -27,7 +34,7 @@ import (
 // its ack) before the ack reached the server is not run a second time on
 // its redelivery (the GPU's time spent again, a second run's rows
 // written), nor given up after it ended.
-func (s *Service) ended(ctx context.Context, ev event.Event, kind, job string) (t events.Type, reason string, err error) {
+func (s *Service) ended(ctx context.Context, ev event.Event, stored time.Time, kind, job string) (t events.Type, reason string, err error) {
 	for _, t := range []events.Type{events.RunnerJobCompleted, events.RunnerJobFailed} {
 		subject, err := events.JobOutcomeSubject(t, kind, job)
 		if err != nil {
@@ -46,7 +53,7 @@ func (s *Service) ended(ctx context.Context, ev event.Event, kind, job string) (
 			return "", "", fmt.Errorf("runner: read %s: %w", subject, err)
 		}
 		out, err := ce.Decode(m.Header, m.Data)
-		if err != nil || out.ID() != events.DeriveID(ev.ID(), string(t)) {
+		if err != nil || out.ID() != events.DeriveID(ev.ID(), string(t)) || m.Time.Before(stored) {
 			continue
 		}
 		if t == events.RunnerJobFailed {

@@ -22,7 +22,8 @@ import (
 // reached the server, so the server delivers it again) is acked without
 // running: no second start, no second outcome. A job given up already goes back to the dead letters without a
 // second job_abandoned. An outcome of an earlier request of the same job
-// (another request id) ends nothing: the job runs.
+// (another request id), or one stored before the request was (the same
+// request made again), ends nothing: the job runs.
 func TestJobThatEndedIsNotRunAgain(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -42,13 +43,17 @@ func TestJobThatEndedIsNotRunAgain(t *testing.T) {
 				Reason: reason, Message: "as stored"})
 		require.NoError(t, err)
 	}
+	// e5's request is made again under the same id after its outcome
+	// (the duplicate window passed): stored before the request, the
+	// outcome ends nothing.
+	completedBy("job-e5", "e5")
+	for _, id := range []string{"e1", "e2", "e3", "e4", "e5"} {
+		request(t, ctx, b, id, cand, ref, command(""), small())
+	}
 	completedBy("job-e1", "e1")                         // completed, its ack lost
 	failedBy("job-e2", "e2", "engine_crashed")          // failed by its runner, its ack lost
 	failedBy("job-e3", "e3", events.ReasonJobAbandoned) // given up, its dead letter not stored
 	completedBy("job-e4-earlier", "e4")                 // an earlier request of job e4
-	for _, id := range []string{"e1", "e2", "e3", "e4"} {
-		request(t, ctx, b, id, cand, ref, command(""), small())
-	}
 	startRunner(t, ctx, b, nil, "pod-e")
 
 	// e4 runs: its stored outcome is another request's.
@@ -78,6 +83,9 @@ func TestJobThatEndedIsNotRunAgain(t *testing.T) {
 		{"e2", 0, []string{string(events.RunnerJobFailed)}},
 		{"e3", 0, []string{string(events.RunnerJobFailed)}},
 		{"e4", 1, []string{string(events.RunnerJobCompleted), string(events.RunnerJobCompleted)}},
+		// It ran; its outcome, of the same id, is inside the test
+		// stream's duplicate window, so stored once.
+		{"e5", 1, []string{string(events.RunnerJobCompleted)}},
 	} {
 		t.Run(tc.job, func(t *testing.T) {
 			require.Len(t, bustest.Stored(t, b, "arena.runner.job.started."+tc.job), tc.started)

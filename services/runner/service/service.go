@@ -232,7 +232,7 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 	// dead-lettered. One given up already (this hook ran, and the dead
 	// letter that follows it did not land) is dead-lettered without a
 	// second job_abandoned, however long ago the first was published.
-	switch t, reason, err := s.ended(ctx, dl.Event, req.Kind, req.JobID); {
+	switch t, reason, err := s.ended(ctx, dl.Event, dl.Stored, req.Kind, req.JobID); {
 	case errors.Is(err, bus.ErrDenied):
 		// Its NATS user may not read outcomes (an older auth.conf): the
 		// job is given up as it was before runners read them.
@@ -406,7 +406,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	// outcome's id is the same, stored once), it runs.
 	// One given up already goes back to the dead letters (its
 	// job_abandoned is not published again).
-	switch t, reason, err := s.ended(ctx, d.Event, req.Kind, req.JobID); {
+	switch t, reason, err := s.ended(ctx, d.Event, d.Stored, req.Kind, req.JobID); {
 	case err != nil:
 		s.log.Warn("could not look for the job's outcome; running it", "job", req.JobID, "err", err)
 	case t == events.RunnerJobFailed && reason == events.ReasonJobAbandoned:
