@@ -75,14 +75,19 @@ func newFollower(natsURL string, served []string, out io.Writer) *follower {
 		roundEnded: make(chan string, 16), ready: make(chan struct{})}
 }
 
+// dialer is how the follower reaches the arena: connect, or the CLI's
+// dial.
+func (f *follower) dialer() func(ctx context.Context) (*client, error) {
+	if f.connect != nil {
+		return f.connect
+	}
+	return func(ctx context.Context) (*client, error) { return dial(ctx, f.url) }
+}
+
 // run follows the arena until ctx ends. Events and records that were
 // there before it started are not printed.
 func (f *follower) run(ctx context.Context) error {
-	connect := f.connect
-	if connect == nil {
-		connect = func(ctx context.Context) (*client, error) { return dial(ctx, f.url) }
-	}
-	c, err := connect(ctx)
+	c, err := f.dialer()(ctx)
 	if err != nil {
 		return err
 	}
@@ -230,7 +235,13 @@ func (f *follower) leaderboard(ctx context.Context, campaign string) {
 	if !slices.Contains(f.served, "score") {
 		return
 	}
-	rows, err := ask(ctx, f.url, ctl.SubjectLeaderboard, ctl.Query{Campaign: campaign}, 30*time.Second)
+	c, err := f.dialer()(ctx)
+	if err != nil {
+		f.t.Printf("leaderboard: %v", err)
+		return
+	}
+	defer c.close()
+	rows, err := askOn(ctx, c, ctl.SubjectLeaderboard, ctl.Query{Campaign: campaign}, 30*time.Second)
 	if err != nil {
 		f.t.Printf("leaderboard: %v", err)
 		return

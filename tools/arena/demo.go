@@ -135,7 +135,7 @@ func demo(ctx context.Context, a *arenaProc, f *follower, bundles []string, time
 		f.leaderboard(ctx, "")
 		return "", nil
 	}
-	rid, err := startRound(ctx, a.natsURL, ctl.StartRequest{Campaign: camp, Candidates: entrants})
+	rid, err := startRoundOn(ctx, c, ctl.StartRequest{Campaign: camp, Candidates: entrants})
 	if err != nil {
 		return "", err
 	}

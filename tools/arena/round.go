@@ -43,12 +43,21 @@ func cmdRound(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
+// startRound asks the round service of the arena at natsURL to start a
+// round, connecting as the environment's credentials say (see dial).
 func startRound(ctx context.Context, natsURL string, req ctl.StartRequest) (string, error) {
 	c, err := dial(ctx, natsURL)
 	if err != nil {
 		return "", err
 	}
 	defer c.close()
+	return startRoundOn(ctx, c, req)
+}
+
+// startRoundOn asks the round service, over c, to start a round (see
+// startRound): the demo asks on its own arena's connection, whose
+// credentials are in its data folder, wherever that is.
+func startRoundOn(ctx context.Context, c *client, req ctl.StartRequest) (string, error) {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	rep, err := ctl.CallWaiting[ctl.StartReply](rctx, c.nc, ctl.SubjectRoundStart, req, serviceWait)

@@ -19,6 +19,12 @@ func ask(ctx context.Context, natsURL, subject string, q ctl.Query, timeout time
 		return nil, err
 	}
 	defer c.close()
+	return askOn(ctx, c, subject, q, timeout)
+}
+
+// askOn is ask over the connection c (the demo's follower asks on its
+// own arena's connection, whose credentials are in its data folder).
+func askOn(ctx context.Context, c *client, subject string, q ctl.Query, timeout time.Duration) ([]ctl.Row, error) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// In chunks, so that any number of rows answers (one reply is
