@@ -16,12 +16,14 @@ export CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb
 # go-nvml's cgo preamble declares many deprecated NVML calls; keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-# Every module of the workspace, read from go.work.
-MODULES := $(shell sed -n 's|^[[:space:]]*\./||p' go.work)
+# Every module of the workspace, read from go.work (. is the root module).
+MODULES := $(shell awk '/^use \(/{u=1;next} u&&/^\)/{u=0} u&&$$1~/^\./{print $$1}' go.work)
 BIN     := $(CURDIR)/bin
+# The service binaries, each built from services/<name>/cmd/<name>.
+SERVICES := gateway build contract quality efficiency score round runner
 DATA    ?= $(CURDIR)/.data/arena
 
-.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox deps-browser build vet test chaos bench bench-all run clean
+.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox deps-browser build services vet test chaos bench bench-all run clean
 
 # deploy/check holds docker-compose.yml and deploy/kubernetes to the
 # binaries with compose-go and the Kubernetes API types. It is outside
@@ -81,6 +83,11 @@ build: deps-chdb
 	cd tools/arena && go build -o $(BIN)/arena . && go build -tags embedded -o $(BIN)/arena-up .
 	cd tools/simengine && go build -o $(BIN)/simengine .
 
+# The service binaries one by one, as a cluster runs them (make services).
+services:
+	mkdir -p $(BIN)
+	@for s in $(SERVICES); do echo "go build services/$$s/cmd/$$s"; (cd services/$$s && go build -o $(BIN)/$$s ./cmd/$$s); done
+
 vet:
 	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go vet $$m"; (cd $$m && go vet ./...); done
 	@echo "go vet -tags embedded tools/arena"; cd tools/arena && go vet -tags embedded ./...
@@ -114,7 +121,7 @@ bench: deps
 	tools/bench/table.sh
 
 bench-all: deps
-	@for m in events services/domain services/store services/build services/runner tools/simengine; do (cd $$m && go test -run '^$$' -bench . -benchmem ./...); done
+	@for m in platform domain platform/store services/build services/runner tools/simengine; do (cd $$m && go test -run '^$$' -bench . -benchmem ./...); done
 
 # The quality stage grades code answers in the sandbox.
 run: build deps-sandbox

@@ -1,9 +1,9 @@
 package events
 
 import (
-	"github.com/lowbarena/lowbarena/services/domain/audit"
-	"github.com/lowbarena/lowbarena/services/domain/campaign"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/domain/audit"
+	"github.com/lowbarena/lowbarena/domain/campaign"
+	"github.com/lowbarena/lowbarena/domain/record"
 )
 
 // Job kinds on the RUNNER_JOBS queue.
@@ -53,7 +53,7 @@ type AuditJobParams struct {
 	Probes int `json:"probes"`
 }
 
-// The audits' evidence: the domain core's types (services/domain/audit),
+// The audits' evidence: the domain core's types (domain/audit),
 // carried in an efficiency job's result.
 type (
 	AuditEvidence = audit.Evidence

@@ -25,13 +25,13 @@ const (
 	ReasonSuiteInvalid = "suite_invalid"
 	// ReasonPermissionDenied is an operation the NATS server refused
 	// because the connection's user may not do it (a publish or a
-	// subscription outside its permissions; see events/access): given
+	// subscription outside its permissions; see platform/access): given
 	// by every service through the bus.
 	ReasonPermissionDenied = "permission_denied"
 	// ReasonNATSAuthFailed is a connection the NATS server refused for its
 	// credentials (none, an unknown key, a wrong password): given by
-	// every client (services/runtime) and counted by the arena's server
-	// (events/access/enforce).
+	// every client (platform/app) and counted by the arena's server
+	// (platform/access/enforce).
 	ReasonNATSAuthFailed = "nats_auth_failed"
 	// ReasonJobAbandoned is a runner job given up without an outcome: its
 	// message was delivered MaxDeliver times and no runner ended it (each

@@ -21,7 +21,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/domain/record"
 )
 
 // Type is a CloudEvents type of the arena.

@@ -66,7 +66,7 @@ type Config struct {
 	MetricInterval time.Duration
 	// Readers are further metric readers the meter provider feeds,
 	// whatever the exporter: a Prometheus exporter that a /metrics
-	// endpoint serves (services/runtime) is pulled, not pushed, so it
+	// endpoint serves (platform/app) is pulled, not pushed, so it
 	// sits beside the OTLP or stdout reader rather than replacing it.
 	Readers []sdkmetric.Reader
 }

@@ -5,22 +5,22 @@ import (
 	"regexp"
 	"sort"
 
-	"github.com/lowbarena/lowbarena/events/access"
-	build "github.com/lowbarena/lowbarena/services/build/service"
-	contract "github.com/lowbarena/lowbarena/services/contract/service"
-	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
-	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
-	quality "github.com/lowbarena/lowbarena/services/quality/service"
-	round "github.com/lowbarena/lowbarena/services/round/service"
-	runner "github.com/lowbarena/lowbarena/services/runner/service"
-	"github.com/lowbarena/lowbarena/services/runtime"
-	score "github.com/lowbarena/lowbarena/services/score/service"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/services/build"
+	"github.com/lowbarena/lowbarena/services/contract"
+	"github.com/lowbarena/lowbarena/services/efficiency"
+	"github.com/lowbarena/lowbarena/services/gateway"
+	"github.com/lowbarena/lowbarena/services/quality"
+	"github.com/lowbarena/lowbarena/services/round"
+	"github.com/lowbarena/lowbarena/services/runner"
+	"github.com/lowbarena/lowbarena/services/score"
 )
 
 // Binary is what one service binary reads: its flags, the environment
 // variables its flags name, the NATS user it connects as.
 type Binary struct {
-	// Name is the binary's name, services/<Name>.
+	// Name is the binary's name, built from services/<Name>/cmd/<Name>.
 	Name string
 	// Flags are its flags' names (without dashes).
 	Flags map[string]bool
@@ -32,7 +32,7 @@ type Binary struct {
 	Store bool
 	// Campaigns says it reads the campaigns folder (its --campaigns).
 	Campaigns bool
-	// User is its NATS user (events/access).
+	// User is its NATS user (platform/access).
 	User string
 }
 
@@ -43,13 +43,13 @@ var Subcommands = map[string]bool{"provision": true}
 var envInUsage = regexp.MustCompile(`\benv (LOWBARENA_[A-Z0-9_]+)`)
 
 // Binaries reads every service binary's flags and environment from its
-// runtime.Component, the same definition its main.go runs: keyed by
+// app.Component, the same definition its main.go runs: keyed by
 // name.
 func Binaries() map[string]Binary {
 	out := map[string]Binary{}
-	for _, c := range []runtime.Component{gateway.Component(), build.Component(), contract.Component(), quality.Component(),
+	for _, c := range []app.Component{gateway.Component(), build.Component(), contract.Component(), quality.Component(),
 		efficiency.Component(), score.Component(), round.Component(), runner.Component()} {
-		cfg := runtime.DefaultConfig(c.Name)
+		cfg := app.DefaultConfig(c.Name)
 		fs := c.FlagSet(&cfg)
 		b := Binary{Name: c.Name, Flags: map[string]bool{}, Env: map[string]bool{}, Store: c.Store, User: c.Name}
 		fs.VisitAll(func(f *flag.Flag) {
@@ -58,8 +58,8 @@ func Binaries() map[string]Binary {
 				b.Env[m[1]] = true
 			}
 		})
-		for _, v := range []string{runtime.EnvNATSCreds, runtime.EnvNATSNkey, runtime.EnvNATSUser, runtime.EnvNATSPassword,
-			runtime.EnvNATSPasswordFile, runtime.EnvNATSCA, runtime.EnvNATSCert, runtime.EnvNATSKey, runtime.EnvProvision} {
+		for _, v := range []string{app.EnvNATSCreds, app.EnvNATSNkey, app.EnvNATSUser, app.EnvNATSPassword,
+			app.EnvNATSPasswordFile, app.EnvNATSCA, app.EnvNATSCert, app.EnvNATSKey, app.EnvProvision} {
 			b.Env[v] = true
 		}
 		b.Campaigns = b.Flags["campaigns"]

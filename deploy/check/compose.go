@@ -50,7 +50,7 @@ func Compose(p *types.Project, bins map[string]Binary) Problems {
 		}
 		c, users := composeContainer(name, s, bins)
 		if c == nil {
-			ps.add(CodeUnknownBinary, where, "built from %s with SERVICE=%q, which is no service binary (services/<name>)", s.Build.Dockerfile, binaryOf(s))
+			ps.add(CodeUnknownBinary, where, "built from %s with SERVICE=%q, which is no service binary (services/<name>/cmd/<name>)", s.Build.Dockerfile, binaryOf(s))
 			continue
 		}
 		b := c.Binary

@@ -4,16 +4,6 @@ go 1.26.0
 
 require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
-	github.com/lowbarena/lowbarena/events v0.0.0
-	github.com/lowbarena/lowbarena/services/build v0.0.0
-	github.com/lowbarena/lowbarena/services/contract v0.0.0
-	github.com/lowbarena/lowbarena/services/efficiency v0.0.0
-	github.com/lowbarena/lowbarena/services/gateway v0.0.0
-	github.com/lowbarena/lowbarena/services/quality v0.0.0
-	github.com/lowbarena/lowbarena/services/round v0.0.0
-	github.com/lowbarena/lowbarena/services/runner v0.0.0
-	github.com/lowbarena/lowbarena/services/runtime v0.0.0
-	github.com/lowbarena/lowbarena/services/score v0.0.0
 	github.com/stretchr/testify v1.12.1
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -39,10 +29,6 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
-	github.com/lowbarena/lowbarena/observability v0.0.0 // indirect
-	github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
-	github.com/lowbarena/lowbarena/services/domain v0.0.0 // indirect
-	github.com/lowbarena/lowbarena/services/store v0.0.0 // indirect
 	github.com/mattn/go-shellwords v1.0.12 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
@@ -96,19 +82,28 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
+require (
+	github.com/lowbarena/lowbarena v0.0.0
+	github.com/lowbarena/lowbarena/services/build v0.0.0
+	github.com/lowbarena/lowbarena/services/contract v0.0.0
+	github.com/lowbarena/lowbarena/services/efficiency v0.0.0
+	github.com/lowbarena/lowbarena/services/gateway v0.0.0
+	github.com/lowbarena/lowbarena/services/quality v0.0.0
+	github.com/lowbarena/lowbarena/services/round v0.0.0
+	github.com/lowbarena/lowbarena/services/runner v0.0.0
+	github.com/lowbarena/lowbarena/services/score v0.0.0
+)
+
+// The arena's own modules, for a build outside the workspace (GOWORK=off);
+// each is one this module imports, directly or through another.
 replace (
-	github.com/lowbarena/lowbarena/events => ../../events
-	github.com/lowbarena/lowbarena/observability => ../../observability
-	github.com/lowbarena/lowbarena/schemas => ../../schemas
+	github.com/lowbarena/lowbarena => ../..
 	github.com/lowbarena/lowbarena/services/build => ../../services/build
 	github.com/lowbarena/lowbarena/services/contract => ../../services/contract
-	github.com/lowbarena/lowbarena/services/domain => ../../services/domain
 	github.com/lowbarena/lowbarena/services/efficiency => ../../services/efficiency
 	github.com/lowbarena/lowbarena/services/gateway => ../../services/gateway
 	github.com/lowbarena/lowbarena/services/quality => ../../services/quality
 	github.com/lowbarena/lowbarena/services/round => ../../services/round
 	github.com/lowbarena/lowbarena/services/runner => ../../services/runner
-	github.com/lowbarena/lowbarena/services/runtime => ../../services/runtime
 	github.com/lowbarena/lowbarena/services/score => ../../services/score
-	github.com/lowbarena/lowbarena/services/store => ../../services/store
 )

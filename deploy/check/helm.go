@@ -5,7 +5,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/lowbarena/lowbarena/events/access"
+	"github.com/lowbarena/lowbarena/platform/access"
 )
 
 // natsValues is the part of the NATS Helm chart's values the arena
@@ -29,7 +29,7 @@ type natsValues struct {
 // NATSValues holds NATS's Helm values (deploy/kubernetes/nats-values.yaml)
 // to what the arena needs: three clustered nodes with JetStream (its
 // streams are R3), auth.conf included, and every user's public key
-// (LOWBARENA_NKEY_<USER>, events/access) in the nodes' environment: a
+// (LOWBARENA_NKEY_<USER>, platform/access) in the nodes' environment: a
 // missing one stops the node at start.
 func NATSValues(raw []byte) (Problems, error) {
 	var v natsValues

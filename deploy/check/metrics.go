@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/lowbarena/lowbarena/services/runtime"
+	"github.com/lowbarena/lowbarena/platform/app"
 )
 
 // Codes of the metrics checks.
@@ -32,7 +32,7 @@ const (
 // metricsAddr is the service's metrics address (--metrics-addr or
 // LOWBARENA_METRICS_ADDR), and whether it sets one.
 func (c Container) metricsAddr() (string, bool) {
-	v, ok := c.setting("metrics-addr", runtime.EnvMetricsAddr)
+	v, ok := c.setting("metrics-addr", app.EnvMetricsAddr)
 	return v, ok && v != ""
 }
 
@@ -42,7 +42,7 @@ func (c Container) metricsAddr() (string, bool) {
 func (c Container) checkMetrics(ps *Problems) int {
 	addr, ok := c.metricsAddr()
 	if !ok {
-		ps.add(CodeMetrics, c.Where, "%s serves no /metrics: set %s to 0.0.0.0:PORT, and have Prometheus scrape that port", c.Binary.Name, runtime.EnvMetricsAddr)
+		ps.add(CodeMetrics, c.Where, "%s serves no /metrics: set %s to 0.0.0.0:PORT, and have Prometheus scrape that port", c.Binary.Name, app.EnvMetricsAddr)
 		return 0
 	}
 	host, p, err := net.SplitHostPort(addr)
@@ -145,8 +145,8 @@ func ScrapeTargets(p *types.Project, bins map[string]Binary, prom *PrometheusCon
 	want := metricsPorts(p, bins)
 	seen := map[string]string{}
 	for _, sc := range prom.ScrapeConfigs {
-		if sc.MetricsPath != "" && sc.MetricsPath != runtime.PathMetrics {
-			ps.add(CodeScrapeTargets, where+": "+sc.JobName, "metrics_path %s: the services serve %s", sc.MetricsPath, runtime.PathMetrics)
+		if sc.MetricsPath != "" && sc.MetricsPath != app.PathMetrics {
+			ps.add(CodeScrapeTargets, where+": "+sc.JobName, "metrics_path %s: the services serve %s", sc.MetricsPath, app.PathMetrics)
 		}
 		for _, st := range sc.StaticConfigs {
 			for _, target := range st.Targets {
@@ -159,7 +159,7 @@ func ScrapeTargets(p *types.Project, bins map[string]Binary, prom *PrometheusCon
 				case !ok:
 					ps.add(CodeScrapeTargets, where+": "+sc.JobName, "target %s is no compose service that serves metrics (those: %s)", target, strings.Join(sortedKeys(want), ", "))
 				case port != wantPort:
-					ps.add(CodeScrapeTargets, where+": "+sc.JobName, "target %s: %s serves its metrics on port %d (%s)", target, host, wantPort, runtime.EnvMetricsAddr)
+					ps.add(CodeScrapeTargets, where+": "+sc.JobName, "target %s: %s serves its metrics on port %d (%s)", target, host, wantPort, app.EnvMetricsAddr)
 				case seen[host] != "":
 					ps.add(CodeScrapeTargets, where+": "+sc.JobName, "%s is scraped twice (%s and %s): its series would be counted twice", host, seen[host], target)
 				}
@@ -235,7 +235,7 @@ func checkPodMetrics(ps *Problems, where string, pod corev1.PodTemplateSpec, ct 
 	if !named {
 		ps.add(CodeMetrics, where, "no containerPort named metrics: add {name: metrics, containerPort: %d}", port)
 	}
-	for k, want := range map[string]string{AnnotationScrape: "true", AnnotationPort: strconv.Itoa(port), AnnotationPath: runtime.PathMetrics} {
+	for k, want := range map[string]string{AnnotationScrape: "true", AnnotationPort: strconv.Itoa(port), AnnotationPath: app.PathMetrics} {
 		if got := pod.Annotations[k]; got != want {
 			ps.add(CodeMetrics, where, "pod annotation %s is %q, want %q: Prometheus would not find the metrics", k, got, want)
 		}
@@ -244,7 +244,7 @@ func checkPodMetrics(ps *Problems, where string, pod corev1.PodTemplateSpec, ct 
 		kind  string
 		probe *corev1.Probe
 		path  string
-	}{{"livenessProbe", ct.LivenessProbe, runtime.PathHealthz}, {"readinessProbe", ct.ReadinessProbe, runtime.PathReadyz}} {
+	}{{"livenessProbe", ct.LivenessProbe, app.PathHealthz}, {"readinessProbe", ct.ReadinessProbe, app.PathReadyz}} {
 		if pr.probe == nil || pr.probe.HTTPGet == nil {
 			ps.add(CodeMetrics, where, "no %s: probe GET %s on the metrics port", pr.kind, pr.path)
 			continue

@@ -2,32 +2,27 @@ module github.com/lowbarena/lowbarena/services/efficiency
 
 go 1.26.0
 
-replace (
-	github.com/lowbarena/lowbarena/events => ../../events
-	github.com/lowbarena/lowbarena/observability => ../../observability
-	github.com/lowbarena/lowbarena/schemas => ../../schemas
-	github.com/lowbarena/lowbarena/services/domain => ../domain
-	github.com/lowbarena/lowbarena/services/runtime => ../runtime
-	github.com/lowbarena/lowbarena/services/store => ../store
-)
-
-require (
-	github.com/lowbarena/lowbarena/events v0.0.0
-	github.com/lowbarena/lowbarena/services/domain v0.0.0
-	github.com/lowbarena/lowbarena/services/runtime v0.0.0
-	github.com/stretchr/testify v1.12.1
-)
+require github.com/stretchr/testify v1.12.1
 
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0 // indirect
 	github.com/andybalholm/brotli v1.2.7 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/go-faster/city v1.0.1 // indirect
 	github.com/go-faster/errors v0.8.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pandatix/go-abnf v0.5.5 // indirect
 	github.com/paulmach/orb v0.14.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.74.0 // indirect
+	github.com/prometheus/otlptranslator v1.0.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/shopspring/decimal v1.6.0 // indirect
+	go.opentelemetry.io/otel/exporters/prometheus v0.69.0 // indirect
 )
 
 require (
@@ -42,9 +37,6 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
-	github.com/lowbarena/lowbarena/observability v0.0.0 // indirect
-	github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
-	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
@@ -78,3 +70,9 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+require github.com/lowbarena/lowbarena v0.0.0
+
+// The arena's own modules, for a build outside the workspace (GOWORK=off);
+// each is one this module imports, directly or through another.
+replace github.com/lowbarena/lowbarena => ../..

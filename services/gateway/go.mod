@@ -4,9 +4,6 @@ go 1.26.0
 
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
-	github.com/lowbarena/lowbarena/events v0.0.0
-	github.com/lowbarena/lowbarena/services/runtime v0.0.0
-	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats.go v1.56.0
 	github.com/stretchr/testify v1.12.1
 )
@@ -31,9 +28,6 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
-	github.com/lowbarena/lowbarena/observability v0.0.0
-	github.com/lowbarena/lowbarena/schemas v0.0.0
-	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
@@ -71,12 +65,20 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace (
-	github.com/lowbarena/lowbarena/events => ../../events
-	github.com/lowbarena/lowbarena/observability => ../../observability
-	github.com/lowbarena/lowbarena/schemas => ../../schemas
-	github.com/lowbarena/lowbarena/services/runtime => ../runtime
-	github.com/lowbarena/lowbarena/services/store => ../store
+require github.com/lowbarena/lowbarena v0.0.0
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pandatix/go-abnf v0.5.5 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.74.0 // indirect
+	github.com/prometheus/otlptranslator v1.0.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	go.opentelemetry.io/otel/exporters/prometheus v0.69.0 // indirect
 )
 
-replace github.com/lowbarena/lowbarena/services/domain => ../domain
+// The arena's own modules, for a build outside the workspace (GOWORK=off);
+// each is one this module imports, directly or through another.
+replace github.com/lowbarena/lowbarena => ../..

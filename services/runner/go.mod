@@ -4,9 +4,6 @@ go 1.26.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
-	github.com/lowbarena/lowbarena/events v0.0.0
-	github.com/lowbarena/lowbarena/services/runtime v0.0.0
-	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats.go v1.56.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/stretchr/testify v1.12.1
@@ -26,7 +23,7 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chdb-io/chdb-go v1.11.0 // indirect
-	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
+	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/ebitengine/purego v0.10.1 // indirect
 	github.com/go-faster/city v1.0.1 // indirect
 	github.com/go-faster/errors v0.8.0 // indirect
@@ -37,14 +34,11 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
-	github.com/lowbarena/lowbarena/observability v0.0.0 // indirect
-	github.com/lowbarena/lowbarena/schemas v0.0.0 // indirect
-	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
-	github.com/nats-io/nats-server/v2 v2.15.3 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/paulmach/orb v0.14.0 // indirect
@@ -77,12 +71,16 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace (
-	github.com/lowbarena/lowbarena/events => ../../events
-	github.com/lowbarena/lowbarena/observability => ../../observability
-	github.com/lowbarena/lowbarena/schemas => ../../schemas
-	github.com/lowbarena/lowbarena/services/runtime => ../runtime
-	github.com/lowbarena/lowbarena/services/store => ../store
+require github.com/lowbarena/lowbarena v0.0.0
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/otlptranslator v1.0.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	go.opentelemetry.io/otel/exporters/prometheus v0.69.0 // indirect
 )
 
-replace github.com/lowbarena/lowbarena/services/domain => ../domain
+// The arena's own modules, for a build outside the workspace (GOWORK=off);
+// each is one this module imports, directly or through another.
+replace github.com/lowbarena/lowbarena => ../..

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/domain/record"
 )
 
 // Environment of `arena submit --api`: the gateway's URL and the

@@ -21,10 +21,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/events/access"
-	"github.com/lowbarena/lowbarena/services/domain/examples"
-	"github.com/lowbarena/lowbarena/services/domain/record"
-	"github.com/lowbarena/lowbarena/services/runtime"
+	"github.com/lowbarena/lowbarena/domain/examples"
+	"github.com/lowbarena/lowbarena/domain/record"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/app"
 )
 
 // EnvRequireBrowser makes a missing Chromium a failure of the browser
@@ -202,7 +202,7 @@ func TestPagesInABrowser(t *testing.T) {
 	}
 	require.NoError(t, os.MkdirAll(shots, 0o755))
 	data := t.TempDir()
-	t.Setenv(runtime.EnvNATSCreds, filepath.Join(credentialsDir(data), access.Operator+".nk"))
+	t.Setenv(app.EnvNATSCreds, filepath.Join(credentialsDir(data), access.Operator+".nk"))
 	up := startUp(t, data)
 	opr := arena(t, "operator", "add", "pages-ops", "--nats", up.natsURL)
 	require.Equal(t, 0, opr.code, opr.stderr)

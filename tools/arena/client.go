@@ -12,18 +12,18 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/lowbarena/lowbarena/events/access"
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/services/runtime"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // natsFlag adds --nats to fs, defaulting to LOWBARENA_NATS_URL.
 func natsFlag(fs *flag.FlagSet) *string {
-	def := os.Getenv(runtime.EnvNATSURL)
+	def := os.Getenv(app.EnvNATSURL)
 	if def == "" {
-		def = runtime.DefaultNATSURL
+		def = app.DefaultNATSURL
 	}
-	return fs.String("nats", def, "NATS URL of the arena (env "+runtime.EnvNATSURL+")")
+	return fs.String("nats", def, "NATS URL of the arena (env "+app.EnvNATSURL+")")
 }
 
 // newFlagSet returns a flag set that reports its errors as usage errors.
@@ -63,24 +63,24 @@ type client struct {
 }
 
 // dial connects to the arena's NATS as the operator (see cliAuth for
-// where the credentials come from, runtime.TLSFromEnv for TLS) and checks
+// where the credentials come from, app.TLSFromEnv for TLS) and checks
 // that the arena's streams exist, with errors that say what to do.
 func dial(ctx context.Context, url string) (*client, error) {
 	auth, dir := cliAuth()
-	return dialWith(ctx, url, auth, runtime.TLSFromEnv(), dir)
+	return dialWith(ctx, url, auth, app.TLSFromEnv(), dir)
 }
 
 // dialWith is dial with the given credentials; dir is where the
 // operator's seed was looked for, for the error that says so.
-func dialWith(ctx context.Context, url string, auth runtime.NATSAuth, tls runtime.NATSTLS, dir string) (*client, error) {
-	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: url, Name: "arena-cli", User: access.Operator, Auth: auth, TLS: tls}, nil)
+func dialWith(ctx context.Context, url string, auth app.NATSAuth, tls app.NATSTLS, dir string) (*client, error) {
+	nc, err := app.ConnectNATS(app.NATSClient{URLs: url, Name: "arena-cli", User: access.Operator, Auth: auth, TLS: tls}, nil)
 	switch {
-	case errors.Is(err, runtime.ErrNATSUnreachable):
-		return nil, fmt.Errorf("%w: nothing answers at %s (start it with `arena up`, or point --nats / %s at it): %v", ErrArenaDown, url, runtime.EnvNATSURL, err)
-	case errors.Is(err, runtime.ErrNATSAuth) && !auth.Set():
+	case errors.Is(err, app.ErrNATSUnreachable):
+		return nil, fmt.Errorf("%w: nothing answers at %s (start it with `arena up`, or point --nats / %s at it): %v", ErrArenaDown, url, app.EnvNATSURL, err)
+	case errors.Is(err, app.ErrNATSAuth) && !auth.Set():
 		return nil, fmt.Errorf("%w (nats_auth_failed): NATS at %s wants credentials and none were found: run this where `arena up` keeps its data (%s=DIR, looked in %s), or set %s to the operator's seed file, or %s and %s", ErrArenaAuth,
-			url, EnvData, dir, runtime.EnvNATSCreds, runtime.EnvNATSUser, runtime.EnvNATSPassword)
-	case errors.Is(err, runtime.ErrNATSAuth):
+			url, EnvData, dir, app.EnvNATSCreds, app.EnvNATSUser, app.EnvNATSPassword)
+	case errors.Is(err, app.ErrNATSAuth):
 		return nil, fmt.Errorf("%w (nats_auth_failed): NATS at %s refused %s: use the operator's credentials of this arena (DIR/credentials/operator.nk of its data folder)", ErrArenaAuth, url, auth.Describe())
 	case err != nil:
 		return nil, err

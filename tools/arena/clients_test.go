@@ -16,13 +16,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/domain/examples"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/access"
-	"github.com/lowbarena/lowbarena/events/ce"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/ce"
 	"github.com/lowbarena/lowbarena/schemas"
-	"github.com/lowbarena/lowbarena/services/domain/examples"
-	"github.com/lowbarena/lowbarena/services/domain/record"
-	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
 // goGet builds what cmd builds with the Go module proxy (outside this
@@ -86,7 +86,7 @@ func TestOutsideClients(t *testing.T) {
 	// writes): the CLI, the nats CLI and the SDK program.
 	data := t.TempDir()
 	operatorSeed := filepath.Join(credentialsDir(data), access.Operator+".nk")
-	t.Setenv(runtime.EnvNATSCreds, operatorSeed)
+	t.Setenv(app.EnvNATSCreds, operatorSeed)
 	up := startUp(t, data, "--runners", "0")
 	bundle := bundleDir("fp8-w8a8")
 	shell := func(script string, env ...string) string {
@@ -140,7 +140,7 @@ func TestOutsideClients(t *testing.T) {
 	require.Contains(t, steps, "arena.round.started."+round)
 
 	// The CloudEvents Go SDK, in both modes.
-	nc := connectAs(t, up.natsURL, runtime.AuthFromEnv(), access.Operator)
+	nc := connectAs(t, up.natsURL, app.AuthFromEnv(), access.Operator)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)

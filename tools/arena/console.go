@@ -17,10 +17,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/ce"
-	"github.com/lowbarena/lowbarena/events/ctl"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/platform/ce"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
 // LogFile is where `arena up` writes its structured logs, in its data

@@ -10,8 +10,8 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 func ev(t *testing.T, typ events.Type, subject string, data any) event.Event {

@@ -10,10 +10,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lowbarena/lowbarena/domain/examples"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/ctl"
-	"github.com/lowbarena/lowbarena/services/domain/examples"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
 // cmdDemo is what `make run` does: start the arena, submit the bundled

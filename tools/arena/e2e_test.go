@@ -22,16 +22,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/adapters/hub/hubtest"
+	"github.com/lowbarena/lowbarena/domain/examples"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/access"
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/ctl"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/app/apptest"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 	"github.com/lowbarena/lowbarena/schemas"
-	"github.com/lowbarena/lowbarena/services/domain/examples"
-	"github.com/lowbarena/lowbarena/services/domain/hub/hubtest"
-	"github.com/lowbarena/lowbarena/services/domain/record"
-	"github.com/lowbarena/lowbarena/services/runtime"
-	"github.com/lowbarena/lowbarena/services/runtime/runtimetest"
 )
 
 // arenaBin is the (light) arena binary the end-to-end tests run as real
@@ -242,13 +242,13 @@ func TestArenaEndToEnd(t *testing.T) {
 	// operator's token.
 	const token = "hf_e2e_NeverShow_0451"
 	repo, sawToken := privateRepository(t, bundleDir("fp8-w8a8"), token)
-	t.Setenv(runtime.EnvRefHosts, repo.Host())
-	t.Setenv(runtime.EnvRefTokens, repo.Host()+"="+token)
+	t.Setenv(app.EnvRefHosts, repo.Host())
+	t.Setenv(app.EnvRefTokens, repo.Host()+"="+token)
 
 	data := t.TempDir()
 	// The CLI connects as the arena's operator, with the seed `arena up`
 	// writes to its data folder.
-	t.Setenv(runtime.EnvNATSCreds, filepath.Join(credentialsDir(data), access.Operator+".nk"))
+	t.Setenv(app.EnvNATSCreds, filepath.Join(credentialsDir(data), access.Operator+".nk"))
 	up := startUp(t, data)
 
 	// A second arena on the same folder is refused.
@@ -676,13 +676,13 @@ func TestArenaEndToEnd(t *testing.T) {
 	// A malformed event published straight to an arena subject (by a
 	// service on its own subject: no other user may) is dead-lettered
 	// with its reason, not lost and not looping.
-	buildNC := connectAs(t, up.natsURL, runtime.NATSAuth{CredsFile: filepath.Join(credentialsDir(data), access.Build+".nk")}, access.Build)
+	buildNC := connectAs(t, up.natsURL, app.NATSAuth{CredsFile: filepath.Join(credentialsDir(data), access.Build+".nk")}, access.Build)
 	buildJS, err := jetstream.New(buildNC)
 	require.NoError(t, err)
 	_, err = buildJS.Publish(context.Background(), "arena.build.started.junk", []byte("not a cloudevent"))
 	require.NoError(t, err)
 	buildNC.Close()
-	nc := connectAs(t, up.natsURL, runtime.AuthFromEnv(), access.Operator)
+	nc := connectAs(t, up.natsURL, app.AuthFromEnv(), access.Operator)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -718,17 +718,17 @@ func TestArenaEndToEnd(t *testing.T) {
 	// One /metrics serves every service of the process: each stage
 	// that ran counts its completed inputs, the bus its consumed
 	// messages by consumer; the probes answer.
-	metricsLine := regexp.MustCompile(`metrics: (http://\S+)` + runtime.PathMetrics).FindStringSubmatch(term)
+	metricsLine := regexp.MustCompile(`metrics: (http://\S+)` + app.PathMetrics).FindStringSubmatch(term)
 	require.NotNil(t, metricsLine, "arena up prints its metrics address: %s", term)
-	fams, err := runtimetest.Scrape(context.Background(), metricsLine[1]+runtime.PathMetrics)
+	fams, err := apptest.Scrape(context.Background(), metricsLine[1]+app.PathMetrics)
 	require.NoError(t, err)
 	for _, st := range []string{"build", "contract", "quality", "efficiency"} {
 		n, _ := fams.Sum("lowbarena_stage_outcomes_total", map[string]string{"stage": st, "outcome": "completed"})
 		require.Positive(t, n, "stage %s completed inputs, by /metrics", st)
 	}
-	consumed, _ := fams.Sum(runtimetest.ConsumedTotal, map[string]string{"consumer": "score", "outcome": "ack"})
-	require.Positive(t, consumed, "score's consumed messages, by /metrics: %v", fams.By(runtimetest.ConsumedTotal, "consumer"))
-	for _, probe := range []string{runtime.PathHealthz, runtime.PathReadyz} {
+	consumed, _ := fams.Sum(apptest.ConsumedTotal, map[string]string{"consumer": "score", "outcome": "ack"})
+	require.Positive(t, consumed, "score's consumed messages, by /metrics: %v", fams.By(apptest.ConsumedTotal, "consumer"))
+	for _, probe := range []string{app.PathHealthz, app.PathReadyz} {
 		resp, err := http.Get(metricsLine[1] + probe)
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -794,7 +794,7 @@ func TestArenaEndToEnd(t *testing.T) {
 // status (a bound on the wait, not a speed assertion).
 func awaitStep(t *testing.T, natsURL, roundID, phase, status string) {
 	t.Helper()
-	nc := connectAs(t, natsURL, runtime.AuthFromEnv(), access.Operator)
+	nc := connectAs(t, natsURL, app.AuthFromEnv(), access.Operator)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -910,7 +910,7 @@ func watchUntil(t *testing.T, natsURL, pattern string) string {
 // line.
 func allEvents(t *testing.T, natsURL string) string {
 	t.Helper()
-	nc := connectAs(t, natsURL, runtime.AuthFromEnv(), access.Operator)
+	nc := connectAs(t, natsURL, app.AuthFromEnv(), access.Operator)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -928,9 +928,9 @@ func allEvents(t *testing.T, natsURL string) string {
 }
 
 // connectAs connects to the arena's NATS as user, with auth.
-func connectAs(t *testing.T, natsURL string, auth runtime.NATSAuth, user string) *nats.Conn {
+func connectAs(t *testing.T, natsURL string, auth app.NATSAuth, user string) *nats.Conn {
 	t.Helper()
-	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: natsURL, Name: "e2e-" + user, User: user, Auth: auth}, nil)
+	nc, err := app.ConnectNATS(app.NATSClient{URLs: natsURL, Name: "e2e-" + user, User: user, Auth: auth}, nil)
 	require.NoError(t, err)
 	return nc
 }

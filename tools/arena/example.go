@@ -6,8 +6,8 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/lowbarena/lowbarena/services/domain/examples"
-	"github.com/lowbarena/lowbarena/services/domain/suite"
+	"github.com/lowbarena/lowbarena/domain/examples"
+	"github.com/lowbarena/lowbarena/domain/suite"
 )
 
 // cmdExample writes the example campaign and bundles: small real

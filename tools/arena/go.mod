@@ -6,30 +6,23 @@ require (
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/cloudevents/sdk-go/v2 v2.16.2
-	github.com/lowbarena/lowbarena/events v0.0.0
-	github.com/lowbarena/lowbarena/observability v0.0.0
-	github.com/lowbarena/lowbarena/services/build v0.0.0
-	github.com/lowbarena/lowbarena/services/contract v0.0.0
-	github.com/lowbarena/lowbarena/services/efficiency v0.0.0-00010101000000-000000000000
-	github.com/lowbarena/lowbarena/services/gateway v0.0.0
-	github.com/lowbarena/lowbarena/services/quality v0.0.0-00010101000000-000000000000
-	github.com/lowbarena/lowbarena/services/round v0.0.0-00010101000000-000000000000
-	github.com/lowbarena/lowbarena/services/runner v0.0.0-00010101000000-000000000000
-	github.com/lowbarena/lowbarena/services/runtime v0.0.0
-	github.com/lowbarena/lowbarena/services/score v0.0.0-00010101000000-000000000000
-	github.com/lowbarena/lowbarena/services/store v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
 	github.com/stretchr/testify v1.12.1
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/btree v1.1.3 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pandatix/go-abnf v0.5.5 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.74.0 // indirect
+	github.com/prometheus/otlptranslator v1.0.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	go.opentelemetry.io/otel/exporters/prometheus v0.69.0 // indirect
 )
 
 require (
@@ -51,8 +44,6 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
-	github.com/lowbarena/lowbarena/schemas v0.0.0
-	github.com/lowbarena/lowbarena/services/domain v0.0.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
@@ -89,10 +80,22 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
+require (
+	github.com/lowbarena/lowbarena v0.0.0
+	github.com/lowbarena/lowbarena/services/build v0.0.0
+	github.com/lowbarena/lowbarena/services/contract v0.0.0
+	github.com/lowbarena/lowbarena/services/efficiency v0.0.0
+	github.com/lowbarena/lowbarena/services/gateway v0.0.0
+	github.com/lowbarena/lowbarena/services/quality v0.0.0
+	github.com/lowbarena/lowbarena/services/round v0.0.0
+	github.com/lowbarena/lowbarena/services/runner v0.0.0
+	github.com/lowbarena/lowbarena/services/score v0.0.0
+)
+
+// The arena's own modules, for a build outside the workspace (GOWORK=off);
+// each is one this module imports, directly or through another.
 replace (
-	github.com/lowbarena/lowbarena/events => ../../events
-	github.com/lowbarena/lowbarena/observability => ../../observability
-	github.com/lowbarena/lowbarena/schemas => ../../schemas
+	github.com/lowbarena/lowbarena => ../..
 	github.com/lowbarena/lowbarena/services/build => ../../services/build
 	github.com/lowbarena/lowbarena/services/contract => ../../services/contract
 	github.com/lowbarena/lowbarena/services/efficiency => ../../services/efficiency
@@ -100,9 +103,5 @@ replace (
 	github.com/lowbarena/lowbarena/services/quality => ../../services/quality
 	github.com/lowbarena/lowbarena/services/round => ../../services/round
 	github.com/lowbarena/lowbarena/services/runner => ../../services/runner
-	github.com/lowbarena/lowbarena/services/runtime => ../../services/runtime
 	github.com/lowbarena/lowbarena/services/score => ../../services/score
-	github.com/lowbarena/lowbarena/services/store => ../../services/store
 )
-
-replace github.com/lowbarena/lowbarena/services/domain => ../../services/domain

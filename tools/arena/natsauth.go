@@ -11,8 +11,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/lowbarena/lowbarena/events/access"
-	"github.com/lowbarena/lowbarena/services/runtime"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/app"
 )
 
 // EnvData names the data folder's environment variable: `arena up`'s
@@ -27,20 +27,20 @@ const defaultData = ".data/arena"
 func credentialsDir(data string) string { return filepath.Join(data, "credentials") }
 
 // cliAuth finds the operator's credentials for a command that talks to a
-// running arena: the environment (runtime.AuthFromEnv: a credentials
+// running arena: the environment (app.AuthFromEnv: a credentials
 // file, a seed, or a user and password) wins; else the operator's seed in
 // the data folder (EnvData, default .data/arena, as `arena up` keeps it),
 // when it is there. It returns where it looked in the data folder.
-func cliAuth() (runtime.NATSAuth, string) {
-	dir := credentialsDir(runtime.EnvOr(EnvData, defaultData))
-	if a := runtime.AuthFromEnv(); a.Set() {
+func cliAuth() (app.NATSAuth, string) {
+	dir := credentialsDir(app.EnvOr(EnvData, defaultData))
+	if a := app.AuthFromEnv(); a.Set() {
 		return a, dir
 	}
 	seed := filepath.Join(dir, access.Operator+".nk")
 	if _, err := os.Stat(seed); err == nil {
-		return runtime.NATSAuth{CredsFile: seed}, dir
+		return app.NATSAuth{CredsFile: seed}, dir
 	}
-	return runtime.NATSAuth{}, dir
+	return app.NATSAuth{}, dir
 }
 
 // ErrArenaAuth says the arena's NATS refused the command's credentials.
@@ -61,7 +61,7 @@ func cmdCredentials(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	files, err := creds.WriteEnvFiles(runtime.EnvNATSNkey)
+	files, err := creds.WriteEnvFiles(app.EnvNATSNkey)
 	if err != nil {
 		return err
 	}

@@ -15,24 +15,24 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/access"
-	"github.com/lowbarena/lowbarena/events/access/enforce"
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/bustest"
-	build "github.com/lowbarena/lowbarena/services/build/service"
-	contract "github.com/lowbarena/lowbarena/services/contract/service"
-	"github.com/lowbarena/lowbarena/services/domain/record"
-	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/access/enforce"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/bus/bustest"
+	"github.com/lowbarena/lowbarena/services/build"
+	"github.com/lowbarena/lowbarena/services/contract"
+	"github.com/lowbarena/lowbarena/services/efficiency"
+	"github.com/lowbarena/lowbarena/services/gateway"
 	"github.com/lowbarena/lowbarena/services/gateway/projector"
 	"github.com/lowbarena/lowbarena/services/gateway/rounds"
-	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
 	gwusage "github.com/lowbarena/lowbarena/services/gateway/usage"
-	quality "github.com/lowbarena/lowbarena/services/quality/service"
-	round "github.com/lowbarena/lowbarena/services/round/service"
-	runner "github.com/lowbarena/lowbarena/services/runner/service"
-	"github.com/lowbarena/lowbarena/services/runtime"
-	score "github.com/lowbarena/lowbarena/services/score/service"
+	"github.com/lowbarena/lowbarena/services/quality"
+	"github.com/lowbarena/lowbarena/services/round"
+	"github.com/lowbarena/lowbarena/services/runner"
+	"github.com/lowbarena/lowbarena/services/score"
 )
 
 // The permission table names every service, and each
@@ -41,7 +41,7 @@ import (
 // refused at start.
 func TestPermissionTableMatchesTheServices(t *testing.T) {
 	var names []string
-	for _, c := range []runtime.Component{gateway.Component(), build.Component(), contract.Component(), quality.Component(),
+	for _, c := range []app.Component{gateway.Component(), build.Component(), contract.Component(), quality.Component(),
 		efficiency.Component(), score.Component(), round.Component(), runner.Component()} {
 		names = append(names, c.Name)
 	}
@@ -118,14 +118,14 @@ func natsArena(t *testing.T, data string) *testArena {
 	return a
 }
 
-func (a *testArena) auth(user string) runtime.NATSAuth {
-	return runtime.NATSAuth{CredsFile: a.creds.SeedFile(user)}
+func (a *testArena) auth(user string) app.NATSAuth {
+	return app.NATSAuth{CredsFile: a.creds.SeedFile(user)}
 }
 
 // busAs connects to a as user.
 func (a *testArena) busAs(t *testing.T, user string) *bus.Bus {
 	t.Helper()
-	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: a.url, Name: user, User: user, Auth: a.auth(user)}, nil)
+	nc, err := app.ConnectNATS(app.NATSClient{URLs: a.url, Name: user, User: user, Auth: a.auth(user)}, nil)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	b, err := bus.New(nc)
@@ -144,17 +144,17 @@ func TestForgedScoreLeavesTheRecord(t *testing.T) {
 
 	// The gateway, as its own user, as `arena up` starts it.
 	c := gateway.Component()
-	cfg := runtime.DefaultConfig(c.Name)
+	cfg := app.DefaultConfig(c.Name)
 	fs := c.FlagSet(&cfg)
-	require.NoError(t, runtime.Set(fs, map[string]string{"http": "127.0.0.1:0"}))
-	cfg.NATSURL, cfg.Store, cfg.NATSAuth, cfg.NATSTLS, cfg.Provision = a.url, "", a.auth(c.Name), runtime.NATSTLS{}, runtime.ProvisionNo
-	rt, err := runtime.Start(ctx, cfg, runtime.WithLogOutput(io.Discard), runtime.WithoutTelemetry())
+	require.NoError(t, app.Set(fs, map[string]string{"http": "127.0.0.1:0"}))
+	cfg.NATSURL, cfg.Store, cfg.NATSAuth, cfg.NATSTLS, cfg.Provision = a.url, "", a.auth(c.Name), app.NATSTLS{}, app.ProvisionNo
+	rt, err := app.Start(ctx, cfg, app.WithLogOutput(io.Discard), app.WithoutTelemetry())
 	require.NoError(t, err)
 	actors, err := c.Build(ctx, rt)
 	require.NoError(t, err)
 	actx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runtime.RunActors(actx, nil, actors...) }()
+	go func() { done <- app.RunActors(actx, nil, actors...) }()
 	t.Cleanup(func() { stop(); <-done; rt.Close() })
 
 	id := bustest.SampleSubject
@@ -223,7 +223,7 @@ func TestCLIFindsTheOperatorsCredentials(t *testing.T) {
 	a := natsArena(t, data)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, k := range []string{runtime.EnvNATSCreds, runtime.EnvNATSNkey, runtime.EnvNATSUser, runtime.EnvNATSPassword, runtime.EnvNATSPasswordFile} {
+	for _, k := range []string{app.EnvNATSCreds, app.EnvNATSNkey, app.EnvNATSUser, app.EnvNATSPassword, app.EnvNATSPasswordFile} {
 		t.Setenv(k, "")
 	}
 	tests := []struct {
@@ -232,10 +232,10 @@ func TestCLIFindsTheOperatorsCredentials(t *testing.T) {
 		wantErr []string
 	}{
 		{"the data folder of LOWBARENA_DATA", map[string]string{EnvData: data}, nil},
-		{"a seed file in LOWBARENA_NATS_CREDS", map[string]string{EnvData: t.TempDir(), runtime.EnvNATSCreds: a.creds.SeedFile(access.Operator)}, nil},
+		{"a seed file in LOWBARENA_NATS_CREDS", map[string]string{EnvData: t.TempDir(), app.EnvNATSCreds: a.creds.SeedFile(access.Operator)}, nil},
 		{"none found", map[string]string{EnvData: filepath.Join(data, "elsewhere")},
 			[]string{"nats_auth_failed", "none were found", filepath.Join(data, "elsewhere", "credentials")}},
-		{"a service's", map[string]string{runtime.EnvNATSCreds: a.creds.SeedFile(access.Contract)},
+		{"a service's", map[string]string{app.EnvNATSCreds: a.creds.SeedFile(access.Contract)},
 			[]string{"permission_denied", "are not the operator's"}},
 	}
 	for _, tt := range tests {
@@ -275,7 +275,7 @@ func TestCredentialsVerb(t *testing.T) {
 		require.Contains(t, string(pubs), access.EnvPublicKey(u)+"="+creds.Public(u))
 		env, err := os.ReadFile(filepath.Join(dir, u+".env"))
 		require.NoError(t, err)
-		require.Contains(t, string(env), runtime.EnvNATSNkey+"=SU")
+		require.Contains(t, string(env), app.EnvNATSNkey+"=SU")
 	}
 	before := out.String()
 	out.Reset()

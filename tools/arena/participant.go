@@ -9,9 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/lowbarena/lowbarena/events/ctl"
-	"github.com/lowbarena/lowbarena/services/domain/bundle"
-	"github.com/lowbarena/lowbarena/services/domain/participant"
+	"github.com/lowbarena/lowbarena/domain/bundle"
+	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
 // cmdParticipant is `arena participant add|token|list|revoke`, and with

@@ -16,11 +16,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/access"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/schemas"
-	"github.com/lowbarena/lowbarena/services/domain/record"
-	"github.com/lowbarena/lowbarena/services/runtime"
 )
 
 // arenaEnv runs the CLI with env added to the test's environment.
@@ -68,7 +68,7 @@ func apiGet(t *testing.T, base, path, token string) (int, []byte) {
 // a revoked token try is refused.
 func TestParticipantsEndToEnd(t *testing.T) {
 	data := t.TempDir()
-	t.Setenv(runtime.EnvNATSCreds, filepath.Join(credentialsDir(data), access.Operator+".nk"))
+	t.Setenv(app.EnvNATSCreds, filepath.Join(credentialsDir(data), access.Operator+".nk"))
 	up := startUp(t, data)
 	api := "http://" + up.http
 

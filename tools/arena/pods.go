@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/ctl"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
 // cmdPods is `arena pods`: the pods, their runners, what each runs, the

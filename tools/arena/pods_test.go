@@ -12,14 +12,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/domain/podlease"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/access"
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/ctl"
-	"github.com/lowbarena/lowbarena/services/domain/podlease"
-	runner "github.com/lowbarena/lowbarena/services/runner/service"
-	"github.com/lowbarena/lowbarena/services/runtime"
-	"github.com/lowbarena/lowbarena/services/store"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/ctl"
+	"github.com/lowbarena/lowbarena/platform/store"
+	"github.com/lowbarena/lowbarena/services/runner"
 )
 
 // samples are gpu_samples rows of one engine run, as a runner writes
@@ -182,10 +182,10 @@ func TestRunnerPodsUnderItsPermissions(t *testing.T) {
 
 	// `arena pods` as the operator: the registry and the leases; no
 	// query service runs here, so it says why the hours are missing.
-	for _, k := range []string{runtime.EnvNATSNkey, runtime.EnvNATSUser, runtime.EnvNATSPassword, runtime.EnvNATSPasswordFile} {
+	for _, k := range []string{app.EnvNATSNkey, app.EnvNATSUser, app.EnvNATSPassword, app.EnvNATSPasswordFile} {
 		t.Setenv(k, "")
 	}
-	t.Setenv(runtime.EnvNATSCreds, a.creds.SeedFile(access.Operator))
+	t.Setenv(app.EnvNATSCreds, a.creds.SeedFile(access.Operator))
 	serviceWait = 200 * time.Millisecond
 	t.Cleanup(func() { serviceWait = 5 * time.Second })
 	var out, errs bytes.Buffer

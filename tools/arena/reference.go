@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/services/domain/bundle"
+	"github.com/lowbarena/lowbarena/domain/bundle"
 )
 
 // referenceKinds are the files of a checkpoint folder that `arena

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/services/domain/bundle"
-	"github.com/lowbarena/lowbarena/services/domain/hub/hubtest"
+	"github.com/lowbarena/lowbarena/adapters/hub/hubtest"
+	"github.com/lowbarena/lowbarena/domain/bundle"
 )
 
 // TestReferenceWritesCheckpointJSON: `arena reference` lists a local

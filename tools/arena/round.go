@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/lowbarena/lowbarena/events/ctl"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
 // cmdRound is `arena round start --campaign C --candidates ID...`.

@@ -13,11 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/bustest"
-	score "github.com/lowbarena/lowbarena/services/score/service"
-	"github.com/lowbarena/lowbarena/services/store"
-	_ "github.com/lowbarena/lowbarena/services/store/chdb"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/bus/bustest"
+	"github.com/lowbarena/lowbarena/platform/store"
+	_ "github.com/lowbarena/lowbarena/platform/store/chdb"
+	"github.com/lowbarena/lowbarena/services/score"
 )
 
 // BenchmarkScoresCLIScale is the scale curve of `arena leaderboard`,

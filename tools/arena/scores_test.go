@@ -12,11 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/events/bustest"
-	"github.com/lowbarena/lowbarena/services/runtime"
-	score "github.com/lowbarena/lowbarena/services/score/service"
-	"github.com/lowbarena/lowbarena/services/store"
-	_ "github.com/lowbarena/lowbarena/services/store/chdb"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/bus/bustest"
+	"github.com/lowbarena/lowbarena/platform/store"
+	_ "github.com/lowbarena/lowbarena/platform/store/chdb"
+	"github.com/lowbarena/lowbarena/services/score"
 )
 
 // TestLeaderboardPastOneMessage: `arena leaderboard` and `arena history`
@@ -26,7 +26,7 @@ import (
 // are cut small (64 KiB) so that there are about a hundred of them.
 func TestLeaderboardPastOneMessage(t *testing.T) {
 	t.Setenv(EnvData, t.TempDir()) // no operator's seed: the open test server
-	t.Setenv(runtime.EnvNATSCreds, "")
+	t.Setenv(app.EnvNATSCreds, "")
 	b, srv := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

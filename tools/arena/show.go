@@ -13,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lowbarena/lowbarena/domain/bundle"
+	"github.com/lowbarena/lowbarena/domain/formula"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/services/domain/bundle"
-	"github.com/lowbarena/lowbarena/services/domain/formula"
-	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // ErrUnknownSubmission says that the arena has no record under an id.

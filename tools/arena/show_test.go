@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/domain/record"
 )
 
 // TestShowUnquantizedModules: show prints the modules outside the label in

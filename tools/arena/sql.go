@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/lowbarena/lowbarena/events/ctl"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
 // cmdSQL runs one read-only statement on the running arena's store,

@@ -16,13 +16,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/bustest"
-	"github.com/lowbarena/lowbarena/events/ctl"
-	score "github.com/lowbarena/lowbarena/services/score/service"
-	"github.com/lowbarena/lowbarena/services/store"
-	_ "github.com/lowbarena/lowbarena/services/store/clickhouse"
-	"github.com/lowbarena/lowbarena/services/store/clickhouse/chtest"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/bus/bustest"
+	"github.com/lowbarena/lowbarena/platform/ctl"
+	"github.com/lowbarena/lowbarena/platform/store"
+	_ "github.com/lowbarena/lowbarena/platform/store/clickhouse"
+	"github.com/lowbarena/lowbarena/platform/store/clickhouse/chtest"
+	"github.com/lowbarena/lowbarena/services/score"
 )
 
 // reply is an answer with the awkward values: quotes, commas, tabs and

@@ -20,22 +20,22 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/lowbarena/lowbarena/events/access"
-	"github.com/lowbarena/lowbarena/events/access/enforce"
+	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/observability"
-	build "github.com/lowbarena/lowbarena/services/build/service"
-	contract "github.com/lowbarena/lowbarena/services/contract/service"
-	"github.com/lowbarena/lowbarena/services/domain/hub"
-	efficiency "github.com/lowbarena/lowbarena/services/efficiency/service"
-	gateway "github.com/lowbarena/lowbarena/services/gateway/service"
-	quality "github.com/lowbarena/lowbarena/services/quality/service"
-	round "github.com/lowbarena/lowbarena/services/round/service"
-	runner "github.com/lowbarena/lowbarena/services/runner/service"
-	"github.com/lowbarena/lowbarena/services/runtime"
-	score "github.com/lowbarena/lowbarena/services/score/service"
-	"github.com/lowbarena/lowbarena/services/store"
-	_ "github.com/lowbarena/lowbarena/services/store/chdb"
-	_ "github.com/lowbarena/lowbarena/services/store/clickhouse"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/access/enforce"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/store"
+	_ "github.com/lowbarena/lowbarena/platform/store/chdb"
+	_ "github.com/lowbarena/lowbarena/platform/store/clickhouse"
+	"github.com/lowbarena/lowbarena/services/build"
+	"github.com/lowbarena/lowbarena/services/contract"
+	"github.com/lowbarena/lowbarena/services/efficiency"
+	"github.com/lowbarena/lowbarena/services/gateway"
+	"github.com/lowbarena/lowbarena/services/quality"
+	"github.com/lowbarena/lowbarena/services/round"
+	"github.com/lowbarena/lowbarena/services/runner"
+	"github.com/lowbarena/lowbarena/services/score"
 )
 
 // upOptions configure an arena on one machine.
@@ -70,22 +70,22 @@ type upOptions struct {
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.data, "data", runtime.EnvOr("LOWBARENA_DATA", ".data/arena"), "folder of the arena's state: NATS JetStream in DIR/nats, chDB in DIR/chdb")
+	fs.StringVar(&o.data, "data", app.EnvOr("LOWBARENA_DATA", ".data/arena"), "folder of the arena's state: NATS JetStream in DIR/nats, chDB in DIR/chdb")
 	fs.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS listens for other processes (the CLI, external services)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "listen address of the gateway's HTTP API")
 	fs.StringVar(&o.store, "store", "", "store URL (default chdb://DIR/chdb; or clickhouse://host:9000/db)")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", runtime.EnvOr(runtime.EnvMetricsAddr, ""),
-		"listen address of /metrics (Prometheus; every service of this process), /healthz and /readyz, e.g. 127.0.0.1:9464; empty serves none (env "+runtime.EnvMetricsAddr+")")
-	fs.StringVar(&o.otel, "otel", runtime.EnvOr(runtime.EnvOTel, "none"), "telemetry exporter: none, stdout or otlp")
-	fs.StringVar(&o.logLevel, "log-level", runtime.EnvOr(runtime.EnvLogLevel, "info"), "log level: debug, info, warn, error")
-	fs.StringVar(&o.logFormat, "log-format", runtime.EnvOr(runtime.EnvLogFormat, "text"),
-		"text: structured logs to DATA/"+LogFile+", the terminal shows submissions, runners, records, rounds and the leaderboard; json: the logs on standard error (env "+runtime.EnvLogFormat+")")
-	fs.StringVar(&o.campaigns, "campaigns", runtime.EnvOr("LOWBARENA_CAMPAIGNS", ""), "folder of campaign folders (default DIR/campaigns; `arena example DIR` writes one)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", app.EnvOr(app.EnvMetricsAddr, ""),
+		"listen address of /metrics (Prometheus; every service of this process), /healthz and /readyz, e.g. 127.0.0.1:9464; empty serves none (env "+app.EnvMetricsAddr+")")
+	fs.StringVar(&o.otel, "otel", app.EnvOr(app.EnvOTel, "none"), "telemetry exporter: none, stdout or otlp")
+	fs.StringVar(&o.logLevel, "log-level", app.EnvOr(app.EnvLogLevel, "info"), "log level: debug, info, warn, error")
+	fs.StringVar(&o.logFormat, "log-format", app.EnvOr(app.EnvLogFormat, "text"),
+		"text: structured logs to DATA/"+LogFile+", the terminal shows submissions, runners, records, rounds and the leaderboard; json: the logs on standard error (env "+app.EnvLogFormat+")")
+	fs.StringVar(&o.campaigns, "campaigns", app.EnvOr("LOWBARENA_CAMPAIGNS", ""), "folder of campaign folders (default DIR/campaigns; `arena example DIR` writes one)")
 	fs.IntVar(&o.runners, "runners", 1, "GPU runners in this process, one per GPU (0: jobs wait for runners started elsewhere)")
-	fs.StringVar(&o.pod, "pod", runtime.EnvOr("LOWBARENA_POD", "pod-0"), "name of this machine for its runners: BF16 references are measured once per pod")
+	fs.StringVar(&o.pod, "pod", app.EnvOr("LOWBARENA_POD", "pod-0"), "name of this machine for its runners: BF16 references are measured once per pod")
 	fs.DurationVar(&o.ackWait, "runner-ack-wait", 30*time.Second, "a runner job's ack deadline (a dead runner's job moves on after about this long)")
-	fs.StringVar(&o.refHosts, "ref-hosts", runtime.EnvOr(runtime.EnvRefHosts, hub.DefaultHost),
-		"repository hosts participants may name for checkpoints by reference, comma-separated (env "+runtime.EnvRefHosts+"; tokens: "+runtime.EnvRefTokens+" or "+runtime.EnvHFToken+")")
+	fs.StringVar(&o.refHosts, "ref-hosts", app.EnvOr(app.EnvRefHosts, hub.DefaultHost),
+		"repository hosts participants may name for checkpoints by reference, comma-separated (env "+app.EnvRefHosts+"; tokens: "+app.EnvRefTokens+" or "+app.EnvHFToken+")")
 	o.tls.register(fs)
 }
 
@@ -112,7 +112,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "arena up: NATS %s · HTTP http://%s · store %s · data %s · campaigns %s\n", a.natsURL, a.httpAddr, a.storeEngine, a.data, strings.Join(a.campaigns, ","))
 	fmt.Fprintf(stdout, "logs: %s · stages served: %s\n", logWhere, strings.Join(a.stages, ", "))
 	if a.metricsAddr != "" {
-		fmt.Fprintf(stdout, "metrics: http://%s%s · probes %s %s\n", a.metricsAddr, runtime.PathMetrics, runtime.PathHealthz, runtime.PathReadyz)
+		fmt.Fprintf(stdout, "metrics: http://%s%s · probes %s %s\n", a.metricsAddr, app.PathMetrics, app.PathHealthz, app.PathReadyz)
 	}
 	fmt.Fprintf(stdout, "in another terminal: arena watch · arena submit DIR · arena show ID --json · arena sql \"SHOW TABLES\" (Ctrl-C stops)\n")
 	go func() {
@@ -142,7 +142,7 @@ type arenaProc struct {
 	// embedded server's TLS files.
 	creds *access.Credentials
 	tls   serverTLS
-	rts   []*runtime.Runtime
+	rts   []*app.Runtime
 	done  chan error
 	lock  *os.File
 	log   *slog.Logger
@@ -153,8 +153,8 @@ type arenaProc struct {
 // very component its own binary runs (so their defaults cannot differ);
 // the stages the arena serves come from the same list. The runners are
 // added apart, one per GPU.
-func components(listening func(net.Addr)) []runtime.Component {
-	return []runtime.Component{
+func components(listening func(net.Addr)) []app.Component {
+	return []app.Component{
 		gateway.Component(gateway.WithListening(listening)),
 		build.Component(),
 		contract.Component(),
@@ -214,13 +214,13 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	// stages record into it (the global), so one /metrics serves them
 	// all, each series labelled by its consumer or stage.
 	ocfg := observability.Config{Service: "arena", Version: "dev", Exporter: exp}
-	var metrics *runtime.Metrics
+	var metrics *app.Metrics
 	if o.metricsAddr != "" {
-		if a.metricsLn, err = runtime.ListenMetrics(o.metricsAddr); err != nil {
+		if a.metricsLn, err = app.ListenMetrics(o.metricsAddr); err != nil {
 			return nil, usageErr("%v", err)
 		}
 		a.metricsAddr = a.metricsLn.Addr().String()
-		if metrics, err = runtime.NewMetrics(); err != nil {
+		if metrics, err = app.NewMetrics(); err != nil {
 			return nil, fmt.Errorf("up: %w", err)
 		}
 		ocfg.Readers = append(ocfg.Readers, metrics.Reader())
@@ -255,37 +255,37 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	if campaignsDir == "" {
 		campaignsDir = filepath.Join(data, "campaigns")
 	}
-	if set, err := runtime.LoadCampaigns(campaignsDir, log); err == nil {
+	if set, err := app.LoadCampaigns(campaignsDir, log); err == nil {
 		a.campaigns = set.Tasks()
 	}
 
 	// start builds one component's runtime and actors with this arena's
 	// settings over the component's own defaults.
-	var actors []runtime.Actor
-	start := func(c runtime.Component, runnerIndex int) error {
-		cfg := runtime.DefaultConfig(c.Name)
+	var actors []app.Actor
+	start := func(c app.Component, runnerIndex int) error {
+		cfg := app.DefaultConfig(c.Name)
 		fs := c.FlagSet(&cfg)
-		if err := runtime.Set(fs, o.settings(data, campaignsDir, c.Name, runnerIndex)); err != nil {
+		if err := app.Set(fs, o.settings(data, campaignsDir, c.Name, runnerIndex)); err != nil {
 			return err
 		}
 		cfg.NATSURL, cfg.OTel, cfg.LogLevel, cfg.Store = a.natsURL, o.otel, o.logLevel, ""
-		cfg.NATSAuth, cfg.NATSTLS, cfg.Provision = a.auth(c.Name), a.clientTLS(), runtime.ProvisionNo
+		cfg.NATSAuth, cfg.NATSTLS, cfg.Provision = a.auth(c.Name), a.clientTLS(), app.ProvisionNo
 		// This process serves the metrics of all (above), not each
 		// component ($LOWBARENA_METRICS_ADDR is arena up's, not theirs).
 		cfg.MetricsAddr = ""
-		opts := []runtime.Option{runtime.WithoutTelemetry()}
+		opts := []app.Option{app.WithoutTelemetry()}
 		if o.tracer != nil {
-			opts = append(opts, runtime.WithTracerProvider(o.tracer))
+			opts = append(opts, app.WithTracerProvider(o.tracer))
 		}
 		if c.Store {
 			cfg.Store = storeURL
-			opts = append(opts, runtime.WithStore(a.store))
+			opts = append(opts, app.WithStore(a.store))
 		}
 		svcLog, err := observability.NewLogger(logOut, c.Name, o.logLevel, o.logFormat)
 		if err != nil {
 			return usageErr("%v", err)
 		}
-		rt, err := runtime.Start(ctx, cfg, append(opts, runtime.WithLogger(svcLog))...)
+		rt, err := app.Start(ctx, cfg, append(opts, app.WithLogger(svcLog))...)
 		if err != nil {
 			return fmt.Errorf("up: start %s: %w", c.Name, err)
 		}
@@ -317,9 +317,9 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	}
 
 	if metrics != nil {
-		actors = append(actors, runtime.HTTPActor("metrics", a.metricsLn, metrics.Handler(a.ready), 5*time.Second))
+		actors = append(actors, app.HTTPActor("metrics", a.metricsLn, metrics.Handler(a.ready), 5*time.Second))
 	}
-	go func() { a.done <- runtime.RunActors(ctx, log, actors...) }()
+	go func() { a.done <- app.RunActors(ctx, log, actors...) }()
 	log.Info("arena up", "nats", a.natsURL, "http", a.httpAddr, "store", a.storeEngine, "data", data, "services", len(a.rts))
 	return a, nil
 }

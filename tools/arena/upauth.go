@@ -15,9 +15,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/lowbarena/lowbarena/events/access"
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/services/runtime"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // serverTLS are the embedded NATS server's TLS files.
@@ -28,7 +28,7 @@ type serverTLS struct {
 func (t *serverTLS) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.cert, "nats-tls-cert", os.Getenv("LOWBARENA_NATS_TLS_CERT"), "certificate of the embedded NATS server: clients must then connect over TLS (env LOWBARENA_NATS_TLS_CERT)")
 	fs.StringVar(&t.key, "nats-tls-key", os.Getenv("LOWBARENA_NATS_TLS_KEY"), "key of that certificate (env LOWBARENA_NATS_TLS_KEY)")
-	fs.StringVar(&t.ca, "nats-tls-ca", os.Getenv("LOWBARENA_NATS_TLS_CA"), "CA that signed that certificate, which this arena's own services trust (env LOWBARENA_NATS_TLS_CA; clients: "+runtime.EnvNATSCA+")")
+	fs.StringVar(&t.ca, "nats-tls-ca", os.Getenv("LOWBARENA_NATS_TLS_CA"), "CA that signed that certificate, which this arena's own services trust (env LOWBARENA_NATS_TLS_CA; clients: "+app.EnvNATSCA+")")
 }
 
 // configure turns TLS on in opts when a certificate is given. Clients
@@ -53,18 +53,18 @@ func (t serverTLS) configure(opts *server.Options) error {
 }
 
 // auth are the credentials user connects to this arena's NATS with.
-func (a *arenaProc) auth(user string) runtime.NATSAuth {
-	return runtime.NATSAuth{CredsFile: a.creds.SeedFile(user)}
+func (a *arenaProc) auth(user string) app.NATSAuth {
+	return app.NATSAuth{CredsFile: a.creds.SeedFile(user)}
 }
 
 // clientTLS is what this arena's own clients need to trust its server.
-func (a *arenaProc) clientTLS() runtime.NATSTLS { return runtime.NATSTLS{CA: a.tls.ca} }
+func (a *arenaProc) clientTLS() app.NATSTLS { return app.NATSTLS{CA: a.tls.ca} }
 
 // provision creates or updates the arena's streams, buckets and object
 // stores as the operator, before any service starts: the services'
 // users may not.
 func (a *arenaProc) provision(ctx context.Context) error {
-	nc, err := runtime.ConnectNATS(runtime.NATSClient{URLs: a.natsURL, Name: "arena-up", User: access.Operator,
+	nc, err := app.ConnectNATS(app.NATSClient{URLs: a.natsURL, Name: "arena-up", User: access.Operator,
 		Auth: a.auth(access.Operator), TLS: a.clientTLS()}, a.log)
 	if err != nil {
 		return fmt.Errorf("up: connect as the operator: %w", err)

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/events/access"
-	"github.com/lowbarena/lowbarena/services/runtime"
-	"github.com/lowbarena/lowbarena/services/runtime/runtimetest"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/app/apptest"
 )
 
 // natsFor starts the embedded NATS of an arena on data, as `arena up`
@@ -66,7 +66,7 @@ func TestUpKeepsItsCredentials(t *testing.T) {
 // `arena up --nats-tls-cert --nats-tls-key` serves NATS over TLS only;
 // its own clients trust it with --nats-tls-ca.
 func TestUpServesNATSOverTLS(t *testing.T) {
-	ca, cert, key := runtimetest.TLSFiles(t)
+	ca, cert, key := apptest.TLSFiles(t)
 	a := natsFor(t, t.TempDir(), serverTLS{cert: cert, key: key, ca: ca})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -76,8 +76,8 @@ func TestUpServesNATSOverTLS(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, state.HandshakeComplete)
 	c.close()
-	_, err = dialWith(ctx, a.natsURL, a.auth(access.Operator), runtime.NATSTLS{}, "")
-	require.ErrorIs(t, err, runtime.ErrNATSTLS)
+	_, err = dialWith(ctx, a.natsURL, a.auth(access.Operator), app.NATSTLS{}, "")
+	require.ErrorIs(t, err, app.ErrNATSTLS)
 
 	var opts server.Options
 	require.Error(t, serverTLS{cert: cert}.configure(&opts), "a certificate without its key")

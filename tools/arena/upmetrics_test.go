@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/services/runtime"
+	"github.com/lowbarena/lowbarena/platform/app"
 )
 
 // TestUpRefusesBadMetricsAddr: a --metrics-addr arena up cannot listen on
@@ -20,7 +20,7 @@ func TestUpRefusesBadMetricsAddr(t *testing.T) {
 		wants      []string
 	}{
 		{"no port", "127.0.0.1", []string{`metrics address "127.0.0.1" is not host:port`}},
-		{"port in use", held.Addr().String(), []string{"address already in use", "--metrics-addr", runtime.EnvMetricsAddr}},
+		{"port in use", held.Addr().String(), []string{"address already in use", "--metrics-addr", app.EnvMetricsAddr}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

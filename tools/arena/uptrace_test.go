@@ -21,13 +21,13 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lowbarena/lowbarena/adapters/hub"
+	"github.com/lowbarena/lowbarena/domain/examples"
+	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/ctl"
-	"github.com/lowbarena/lowbarena/services/domain/examples"
-	"github.com/lowbarena/lowbarena/services/domain/hub"
-	"github.com/lowbarena/lowbarena/services/domain/participant"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
 // syncBuffer is a log destination written by every service at once.

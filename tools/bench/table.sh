@@ -19,9 +19,9 @@ run() { # module, benchmark regexp, benchtime, packages...
 	(cd "$root/$mod" && go test -run '^$' -bench "$re" -benchtime "$n" "$@") >>"$raw" 2>&1 ||
 		{ echo "table.sh: benchmarks in $mod failed:" >&2; tail -20 "$raw" >&2; exit 1; }
 }
-run events '^BenchmarkHopVsRaw$' 3000x ./bus
-run events '^BenchmarkSustainedVsRaw$' 6x ./bus
-run services/store '^BenchmarkInsertVsRaw$' 40x ./clickhouse ./chdb
+run platform '^BenchmarkHopVsRaw$' 3000x ./bus
+run platform '^BenchmarkSustainedVsRaw$' 6x ./bus
+run platform/store '^BenchmarkInsertVsRaw$' 40x ./clickhouse ./chdb
 run services/runner '^BenchmarkCeilingVsMinimal$' 12x ./loadgen
 run services/runner '^BenchmarkMediansAtConcurrency64$' 1x ./loadgen
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// Services are the arena's service binaries, each from services/<name>,
+// Services are the arena's service binaries, each from services/<name>/cmd/<name>,
 // in the order the cluster starts them.
 var Services = []string{"gateway", "build", "contract", "quality", "efficiency", "score", "round", "runner"}
 
@@ -43,7 +43,7 @@ func Build(ctx context.Context, root, dir string) (Binaries, error) {
 	}
 	for _, s := range Services {
 		b.Service[s] = filepath.Join(dir, s)
-		targets = append(targets, target{"services/" + s, ".", b.Service[s]})
+		targets = append(targets, target{"services/" + s, "./cmd/" + s, b.Service[s]})
 	}
 	for _, t := range targets {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", t.out, t.pkg)

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/lowbarena/lowbarena/services/store/clickhouse/chtest"
+	"github.com/lowbarena/lowbarena/platform/store/clickhouse/chtest"
 )
 
 // ClickHouse is Debian's clickhouse-server (18.16 on the CI image), run

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/lowbarena/lowbarena/services/runtime/runtimetest"
-	"github.com/lowbarena/lowbarena/services/store/clickhouse/chtest"
+	"github.com/lowbarena/lowbarena/platform/app/apptest"
+	"github.com/lowbarena/lowbarena/platform/store/clickhouse/chtest"
 )
 
 // Options configure a cluster.
@@ -289,7 +289,7 @@ func (c *Cluster) WaitStarted(ctx context.Context, s *Service, wait time.Duratio
 func (c *Cluster) Consumed(ctx context.Context) (map[string]float64, error) {
 	out := map[string]float64{}
 	for _, name := range c.ServiceNames() {
-		n, err := runtimetest.Consumed(ctx, "http://"+c.Services[name].MetricsAddr+"/metrics")
+		n, err := apptest.Consumed(ctx, "http://"+c.Services[name].MetricsAddr+"/metrics")
 		if err != nil {
 			return nil, fmt.Errorf("cluster: %s: %w", name, err)
 		}

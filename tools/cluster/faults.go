@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/access"
+	"github.com/lowbarena/lowbarena/platform/access"
 )
 
 // WorkInHand says whether a service holds messages it has not settled:

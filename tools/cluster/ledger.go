@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/ce"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/ce"
 	"github.com/lowbarena/lowbarena/schemas"
-	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // Event is one event of the ARENA stream as the harness reads it.

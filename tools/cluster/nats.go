@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lowbarena/lowbarena/services/store/clickhouse/chtest"
+	"github.com/lowbarena/lowbarena/platform/store/clickhouse/chtest"
 )
 
 // Node is one nats-server of the cluster.

@@ -7,8 +7,8 @@ import (
 	"math"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/services/domain/safetensors"
-	"github.com/lowbarena/lowbarena/services/domain/suite"
+	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/domain/suite"
 )
 
 // The answer model: simengine answers the arena's generated eval items

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/services/domain/safetensors"
-	"github.com/lowbarena/lowbarena/services/domain/suite"
+	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/domain/suite"
 )
 
 // accuracy is the share of numeric and choice items of the dev suite the

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/services/domain/safetensors"
+	"github.com/lowbarena/lowbarena/domain/safetensors"
 )
 
 // Role is what a tensor does in a decoder-only transformer of the Llama

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lowbarena/lowbarena/services/domain/examples"
+	"github.com/lowbarena/lowbarena/domain/examples"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
 

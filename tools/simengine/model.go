@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lowbarena/lowbarena/services/domain/safetensors"
+	"github.com/lowbarena/lowbarena/domain/safetensors"
 )
 
 // GiB is 2^30 bytes.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lowbarena/lowbarena/services/domain/safetensors"
+	"github.com/lowbarena/lowbarena/domain/safetensors"
 	"github.com/stretchr/testify/require"
 )
 

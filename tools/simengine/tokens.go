@@ -10,8 +10,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/lowbarena/lowbarena/services/domain/suite"
-	"github.com/lowbarena/lowbarena/services/domain/tokenizer"
+	"github.com/lowbarena/lowbarena/domain/suite"
+	"github.com/lowbarena/lowbarena/domain/tokenizer"
 )
 
 // Tokens is how simengine writes its output: the checkpoint's own

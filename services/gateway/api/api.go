@@ -21,17 +21,17 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/store"
 	"github.com/lowbarena/lowbarena/schemas"
-	"github.com/lowbarena/lowbarena/services/domain/participant"
-	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/gateway/pages"
 	"github.com/lowbarena/lowbarena/services/gateway/participants"
 	"github.com/lowbarena/lowbarena/services/gateway/rounds"
 	"github.com/lowbarena/lowbarena/services/gateway/timeline"
 	"github.com/lowbarena/lowbarena/services/gateway/usage"
-	"github.com/lowbarena/lowbarena/services/store"
 )
 
 // Options configure the API. Records, Registry and Ledger are required.

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/services/domain/participant"
+	"github.com/lowbarena/lowbarena/domain/participant"
 	"github.com/lowbarena/lowbarena/services/gateway/participants"
 )
 

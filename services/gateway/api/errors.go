@@ -15,8 +15,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/services/domain/participant"
+	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // Codes of the gateway's refusals, in the body of every error response

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lowbarena/lowbarena/events/ctl"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
 // podsWait is how long GET /v1/pods waits for a query service to answer

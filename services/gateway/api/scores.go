@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lowbarena/lowbarena/events/ctl"
-	"github.com/lowbarena/lowbarena/services/domain/participant"
+	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
 type scoreQuery int

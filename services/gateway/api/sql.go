@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lowbarena/lowbarena/events/ctl"
-	"github.com/lowbarena/lowbarena/services/store/query"
+	"github.com/lowbarena/lowbarena/platform/ctl"
+	"github.com/lowbarena/lowbarena/platform/store/query"
 )
 
 // maxSQLBody bounds the body of POST /v1/sql: a statement of the query

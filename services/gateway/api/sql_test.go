@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/events/ctl"
-	"github.com/lowbarena/lowbarena/services/store"
-	"github.com/lowbarena/lowbarena/services/store/query"
+	"github.com/lowbarena/lowbarena/platform/ctl"
+	"github.com/lowbarena/lowbarena/platform/store"
+	"github.com/lowbarena/lowbarena/platform/store/query"
 )
 
 // serveQuery runs the real query service on the fixture's NATS over a

@@ -18,10 +18,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lowbarena/lowbarena/domain/bundle"
+	"github.com/lowbarena/lowbarena/domain/participant"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/services/domain/bundle"
-	"github.com/lowbarena/lowbarena/services/domain/participant"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // HeaderSHA256 is the request header in which a client may state the

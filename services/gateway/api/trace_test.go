@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // Every request is a server span: the child of the caller's traceparent

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lowbarena/lowbarena/events/ctl"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 	"github.com/lowbarena/lowbarena/services/gateway/plot"
 )
 

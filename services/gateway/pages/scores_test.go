@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/events/ctl"
+	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
 var scoreRows = []ctl.Row{

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/services/gateway/plot"
 )
 

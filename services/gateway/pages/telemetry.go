@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/services/domain/stats"
+	"github.com/lowbarena/lowbarena/domain/stats"
 )
 
 // Telemetry is what the store holds of a submission's efficiency job:

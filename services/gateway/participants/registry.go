@@ -21,8 +21,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/services/domain/participant"
+	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // Errors of the registry.

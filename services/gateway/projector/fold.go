@@ -12,8 +12,8 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/services/domain/record"
 )
 
 // ErrNoRecord is returned by Fold for a stage event whose submission has no

@@ -12,11 +12,11 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/bus"
-	"github.com/lowbarena/lowbarena/events/ce"
-	"github.com/lowbarena/lowbarena/services/domain/record"
-	"github.com/lowbarena/lowbarena/services/store"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/ce"
+	"github.com/lowbarena/lowbarena/platform/store"
 )
 
 // ConsumerName is the projector's durable consumer.

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/events/bus"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // ConsumerName is the round views' durable consumer.

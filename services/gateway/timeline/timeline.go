@@ -22,7 +22,7 @@ import (
 	"github.com/google/btree"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/lowbarena/lowbarena/services/domain/participant"
+	"github.com/lowbarena/lowbarena/domain/participant"
 )
 
 // Head is what orders and chooses a record in the list.

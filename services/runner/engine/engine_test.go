@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/services/domain/examples"
+	"github.com/lowbarena/lowbarena/domain/examples"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 )
 

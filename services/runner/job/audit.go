@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lowbarena/lowbarena/domain/audit"
+	"github.com/lowbarena/lowbarena/domain/stats"
+	"github.com/lowbarena/lowbarena/domain/suite"
+	"github.com/lowbarena/lowbarena/domain/tokenizer"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/services/domain/audit"
-	"github.com/lowbarena/lowbarena/services/domain/stats"
-	"github.com/lowbarena/lowbarena/services/domain/suite"
-	"github.com/lowbarena/lowbarena/services/domain/tokenizer"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
 

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lowbarena/lowbarena/services/domain/formula"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/domain/formula"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"
 )
 

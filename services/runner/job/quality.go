@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lowbarena/lowbarena/domain/grade"
+	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/services/domain/grade"
-	"github.com/lowbarena/lowbarena/services/domain/suite"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/services/domain/formula"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/domain/formula"
+	"github.com/lowbarena/lowbarena/domain/record"
 )
 
 // A budget replay that held its requests but lost rate runs once more and

@@ -18,9 +18,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lowbarena/lowbarena/domain/formula"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/services/domain/formula"
-	"github.com/lowbarena/lowbarena/services/domain/record"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/services/domain/formula"
-	"github.com/lowbarena/lowbarena/services/domain/record"
+	"github.com/lowbarena/lowbarena/domain/formula"
+	"github.com/lowbarena/lowbarena/domain/record"
 )
 
 // The start-up lines vLLM writes (and simengine imitates). Each figure is

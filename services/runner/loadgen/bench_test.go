@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lowbarena/lowbarena/services/domain/stats"
+	"github.com/lowbarena/lowbarena/domain/stats"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen/loadgentest"
 )

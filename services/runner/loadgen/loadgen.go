@@ -28,8 +28,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lowbarena/lowbarena/services/domain/stats"
-	"github.com/lowbarena/lowbarena/services/domain/suite"
+	"github.com/lowbarena/lowbarena/domain/stats"
+	"github.com/lowbarena/lowbarena/domain/suite"
 )
 
 // Codes of Error.

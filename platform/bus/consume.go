@@ -1,0 +1,876 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/observability"
+	"github.com/lowbarena/lowbarena/platform/ce"
+	"github.com/lowbarena/lowbarena/schemas"
+)
+
+// Reason codes for dead-lettered messages, beyond ce.ReasonMalformed and
+// ce.ReasonMissingAttribute. They are stable: operators match on them.
+const (
+	ReasonUnknownType   = "unknown_type"
+	ReasonSchemaInvalid = "schema_invalid"
+	ReasonOversized     = "oversized"
+	ReasonMaxDeliver    = "max_deliver_exceeded"
+)
+
+// Dead-letter headers, added to the original headers of a poison message.
+const (
+	HeaderDLQReason     = "Lowbarena-Dlq-Reason"
+	HeaderDLQError      = "Lowbarena-Dlq-Error"
+	HeaderDLQConsumer   = "Lowbarena-Dlq-Consumer"
+	HeaderDLQStream     = "Lowbarena-Dlq-Stream"
+	HeaderDLQSubject    = "Lowbarena-Dlq-Subject"
+	HeaderDLQSequence   = "Lowbarena-Dlq-Sequence"
+	HeaderDLQDeliveries = "Lowbarena-Dlq-Deliveries"
+	HeaderDLQTime       = "Lowbarena-Dlq-Time"
+)
+
+type outcomeKind int
+
+const (
+	kindAck outcomeKind = iota
+	kindRetry
+	kindPoison
+)
+
+// Outcome is what a handler decided about a message.
+type Outcome struct {
+	kind   outcomeKind
+	delay  time.Duration
+	reason string
+	err    error
+}
+
+// Ack means the message is handled: its outputs are published.
+func Ack() Outcome { return Outcome{kind: kindAck} }
+
+// Retry means the message could not be handled now (a dependency is down);
+// it is redelivered after delay (zero: an exponential backoff by delivery
+// count), and dead-lettered once it has been delivered MaxDeliver times.
+func Retry(delay time.Duration, err error) Outcome {
+	return Outcome{kind: kindRetry, delay: delay, err: err}
+}
+
+// Poison means the message can never be handled; it is dead-lettered at
+// once with reason, a stable snake_case code.
+func Poison(reason string, err error) Outcome {
+	return Outcome{kind: kindPoison, reason: reason, err: err}
+}
+
+// IsAck, IsRetry and IsPoison tell the outcome's kind.
+func (o Outcome) IsAck() bool    { return o.kind == kindAck }
+func (o Outcome) IsRetry() bool  { return o.kind == kindRetry }
+func (o Outcome) IsPoison() bool { return o.kind == kindPoison }
+
+// Delay is a retry's requested delay (zero: the backoff decides).
+func (o Outcome) Delay() time.Duration { return o.delay }
+
+// Reason is a poison outcome's reason code.
+func (o Outcome) Reason() string { return o.reason }
+
+// Err is the error a retry or poison outcome carries.
+func (o Outcome) Err() error { return o.err }
+
+func (o Outcome) String() string {
+	switch o.kind {
+	case kindAck:
+		return "ack"
+	case kindRetry:
+		return "retry"
+	default:
+		return "poison"
+	}
+}
+
+// Delivery is one decoded, schema-valid event handed to a handler.
+type Delivery struct {
+	// Event is the CloudEvent.
+	Event event.Event
+	// Subject is the NATS subject it arrived on.
+	Subject string
+	// NumDelivered counts deliveries of this message, 1 the first time.
+	NumDelivered uint64
+	// StreamSeq is the message's sequence in its stream.
+	StreamSeq uint64
+	// Stored is when its stream stored it (the server's clock).
+	Stored time.Time
+
+	msg jetstream.Msg
+}
+
+// Decode unmarshals the event data into v.
+func (d *Delivery) Decode(v any) error {
+	if err := json.Unmarshal(d.Event.Data(), v); err != nil {
+		return fmt.Errorf("bus: decode %s data: %w", d.Event.Type(), err)
+	}
+	return nil
+}
+
+// InProgress tells the server the handler is still working, resetting the
+// ack timer. The consume loop already sends it every AckWait/3 while the
+// handler runs; long handlers may send more.
+func (d *Delivery) InProgress() error { return d.msg.InProgress() }
+
+// Handler handles one delivery. It must be idempotent: the same event may
+// arrive twice (after a crash between publishing outputs and acking), and
+// handling it twice must yield the same outputs (same event ids) and rows.
+type Handler func(ctx context.Context, d *Delivery) Outcome
+
+// ConsumerConfig describes a durable pull consumer.
+type ConsumerConfig struct {
+	// Name is the durable name (one per service and role); instances of a
+	// service bind to the same durable to share its work.
+	Name string
+	// Stream is the stream consumed; default ARENA.
+	Stream string
+	// Subjects filters the stream; empty means every subject.
+	Subjects []string
+	// AckWait is how long the server waits for an ack before redelivering;
+	// default 30 s. The loop heartbeats with InProgress every AckWait/3.
+	AckWait time.Duration
+	// MaxDeliver is how many deliveries a message gets before it is
+	// dead-lettered with max_deliver_exceeded; default 5.
+	MaxDeliver int
+	// Prefetch is how many messages are pulled ahead of the handler, in
+	// batches (a pull for Prefetch, another when half are handled);
+	// default 64, which keeps a fast handler busy at tens of thousands of
+	// events a second (BenchmarkSustainedVsRaw). A message waits in the
+	// buffer with its ack timer running and no heartbeat, so a handler
+	// that takes seconds wants a few (the contract stage: 16), and a long
+	// one (GPU jobs) 1.
+	Prefetch int
+	// DeliverNew starts a new durable at the end of the stream instead of
+	// its beginning.
+	DeliverNew bool
+	// DeadLetterAs names the dead-letter subject (dlq.<DeadLetterAs>);
+	// default Name. Durables named per instance (a runner's per pod)
+	// dead-letter under their role's name, the one the operator reads and
+	// the NATS permissions allow.
+	DeadLetterAs string
+	// OnDeadLetter, when set, is told of every message about to be
+	// dead-lettered whose event decoded and passed its schema, before its
+	// dead-letter copy is stored: the owner of work that was given up
+	// (a runner's job, MaxDeliver deliveries without an outcome) publishes
+	// its end there, so whoever waits on it hears. It must be idempotent
+	// (a dead letter repeated after a crash calls it again): derive what it
+	// publishes from the event's id. An error keeps the message (Nak'ed
+	// for another try, as a failed dead-letter publish is): it comes back
+	// and the hook is asked again, however many deliveries that takes (see
+	// jsConfig); ErrStillHeld and ErrSettled say the work is not to be
+	// given up (still running elsewhere; ended already).
+	OnDeadLetter func(ctx context.Context, dl DeadLetter) error
+}
+
+// ErrStillHeld, returned (wrapped) by an OnDeadLetter hook, says that the
+// message's work still runs under an earlier delivery elsewhere (a live
+// handler whose heartbeat the server missed): the message is not
+// dead-lettered but comes back in a third of AckWait to be asked about
+// again, and a live handler's ack removes it meanwhile.
+var ErrStillHeld = errors.New("still held by a live handler")
+
+// ErrSettled, returned (wrapped) by an OnDeadLetter hook, says that the
+// message's work has ended already (its outcome is stored: an earlier
+// delivery's handler published it and died, or lost its ack, before the
+// ack reached the server): the message is acked, not dead-lettered, and
+// nothing is given up.
+var ErrSettled = errors.New("its work has ended already")
+
+// DeadLetter is a message about to be dead-lettered, as OnDeadLetter sees
+// it.
+type DeadLetter struct {
+	// Event is the message's event (decoded and schema-valid).
+	Event event.Event
+	// Consumer is the durable that gives it up.
+	Consumer string
+	// Reason is the dead-letter reason code (max_deliver_exceeded, or a
+	// handler's Poison reason); Err the last error.
+	Reason string
+	Err    error
+	// Deliveries counts the deliveries of the message, this one included.
+	Deliveries uint64
+	// Stored is when its stream stored it (the server's clock).
+	Stored time.Time
+}
+
+func (c ConsumerConfig) withDefaults() ConsumerConfig {
+	if c.Stream == "" {
+		c.Stream = events.StreamArena
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver <= 0 {
+		c.MaxDeliver = 5
+	}
+	if c.Prefetch <= 0 {
+		c.Prefetch = 64
+	}
+	return c
+}
+
+// jsConfig is the server-side consumer configuration.
+//
+// The server's MaxDeliver is unlimited (-1); the loop counts deliveries
+// itself. It dead-letters a message on the delivery numbered MaxDeliver
+// when the handler still asks for a retry, and before calling the handler
+// at all on a later delivery (a handler that crashes its process every
+// time), so no handler runs more than MaxDeliver times. The dead-letter
+// itself (the hook, then the copy, then Term) may fail or be cut short by
+// a crash: the message is then Nak'ed or its ack deadline passes, it comes
+// back, and the dead-letter is tried again, for as long as it takes. A
+// server-side limit would stop those returns and leave a given-up message
+// on the stream, undelivered, with its owner never told (a job whose last
+// runner died while it ended it, a hook that could not reach NATS on the
+// last delivery). Nothing loops: a message past MaxDeliver only ever gets
+// its dead-letter retried, every few seconds.
+func (c ConsumerConfig) jsConfig() jetstream.ConsumerConfig {
+	cc := jetstream.ConsumerConfig{
+		Durable:       c.Name,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: max(c.Prefetch*4, 64),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if c.DeliverNew {
+		cc.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
+	switch len(c.Subjects) {
+	case 0:
+	case 1:
+		cc.FilterSubject = c.Subjects[0]
+	default:
+		cc.FilterSubjects = c.Subjects
+	}
+	return cc
+}
+
+// EnsureConsumer creates the durable consumer, or updates its editable
+// settings.
+//
+// A durable the server already holds is compared with cfg first (see
+// ConsumerDrift): one whose ack policy or deliver policy differs, which
+// the server cannot change in place, is refused with a
+// *ConsumerMismatchError (code consumer_config_mismatch) and left as it
+// is, instead of the server's bare refusal of the update; one whose
+// filter subjects, ack wait or max deliver differ is updated in place,
+// keeping its queue and position (a runner narrows an older arena's
+// filter this way), and the change is logged with both values.
+func (b *Bus) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream.Consumer, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Name == "" {
+		return nil, errors.New("bus: consumer needs a durable name")
+	}
+	// The create request's subject carries the durable's name (and its
+	// filter when it has one); a user not allowed to create it is told
+	// so at once (see Guard). A create of a durable that exists with the
+	// same configuration returns it; one that differs is compared (see
+	// checkDrift) before anything changes it.
+	create := "$JS.API.CONSUMER.CREATE." + cfg.Stream + "." + cfg.Name
+	var c jetstream.Consumer
+	err := b.Guard(ctx, func(ctx context.Context) error {
+		var err error
+		c, err = b.js.CreateConsumer(ctx, cfg.Stream, cfg.jsConfig())
+		return err
+	}, create, create+".>")
+	if consumerExists(err) {
+		drift, derr := b.checkDrift(ctx, cfg)
+		if derr != nil {
+			return nil, derr
+		}
+		for _, f := range drift {
+			b.log.Warn("durable consumer drifted from the code; updated in place", "consumer", cfg.Name, "stream", cfg.Stream,
+				"field", f.Field, "server", f.Server, "code", f.Code)
+		}
+		err = b.Guard(ctx, func(ctx context.Context) error {
+			var err error
+			c, err = b.js.UpdateConsumer(ctx, cfg.Stream, cfg.jsConfig())
+			return err
+		}, create, create+".>")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cfg.Name, cfg.Stream, err)
+	}
+	return c, nil
+}
+
+// consumerExists reports the server's refusal to create a durable that
+// exists with another configuration (JetStream API error 10148).
+func consumerExists(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeConsumerExists
+}
+
+// Consume runs handler on every message of the durable consumer until ctx
+// is cancelled, then drains: messages already pulled are handled (their
+// handlers see the cancelled context and usually ask for a retry, which
+// returns them to the server at once), the acks still on their way are
+// flushed to the server, and Consume returns after the last.
+//
+// A message is a CloudEvent in binary or structured mode (see package ce);
+// an event without a subject takes the one its data names
+// (events.SubjectFromData), and the handler's context carries the event's
+// mode, so Publish answers in it.
+//
+// Messages are handled one at a time, in the order the server delivers
+// them (projections such as the gateway's records rely on it); up to
+// Prefetch more wait in the client's buffer, pulled in batches.
+//
+// Ack semantics, per message:
+//   - oversized data, a message that is not a valid CloudEvent, an unknown
+//     type or data that fails its schema: dead-lettered at once (Term), the
+//     handler never runs;
+//   - handler Ack: acknowledged once the handler has returned, without
+//     waiting for the server to confirm the ack (the next message is
+//     handled meanwhile). An ack lost on the way (a crash, a broken
+//     connection) leaves the message to be redelivered after AckWait: the
+//     handler is idempotent, so the second run publishes nothing new. That
+//     is at-least-once delivery, as before: an ack never precedes the
+//     handler's end, and a graceful stop flushes every ack it sent;
+//   - handler Retry: NakWithDelay, until the delivery numbered MaxDeliver,
+//     which is dead-lettered with max_deliver_exceeded and the last error;
+//   - handler Poison: dead-lettered with the handler's reason;
+//   - a handler panic counts as a Retry with the panic as the error.
+//
+// A message is Termed only after its dead-letter copy is stored; when the
+// dead-letter publish fails, the message is Nak'ed instead, so nothing is
+// lost.
+//
+// Heartbeats: one ticker per consumer (not per message) sends InProgress
+// for every message whose handler has run AckWait/3 since its last one, so
+// long work is not redelivered.
+func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) error {
+	cfg = cfg.withDefaults()
+	cons, err := b.EnsureConsumer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	log := b.log.With("consumer", cfg.Name)
+	hb := newHeartbeat(cfg.AckWait/3, log)
+	go hb.run()
+	defer hb.stop()
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		b.handle(ctx, cfg, m, handler, hb)
+	}, jetstream.PullMaxMessages(cfg.Prefetch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		// Missing heartbeats and reconnects are not terminal: the library
+		// keeps pulling. Log them so an operator sees a sick consumer.
+		if ctx.Err() == nil {
+			log.Warn("consume error", "err", err)
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("bus: consume %s: %w", cfg.Name, err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
+	// The acks sent without waiting are on the wire once the server has
+	// answered a ping sent after them: a caller that closes the
+	// connection next loses none of them.
+	fctx, cancel := settleContext(ctx)
+	defer cancel()
+	if err := b.nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		log.Warn("flushing acks at drain", "err", err)
+	}
+	return nil
+}
+
+// ackTimeout bounds dead-letter publishes and the flush of acks at
+// drain; they run on a context that outlives the consumer's, so a shutdown
+// still settles the message in hand.
+var ackTimeout = 10 * time.Second
+
+func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handler Handler, hb *heartbeat) (settled Outcome) {
+	start := time.Now()
+	meta, err := m.Metadata()
+	if err != nil {
+		// Not a JetStream message; nothing to settle.
+		b.log.Error("message without JetStream metadata", "consumer", cfg.Name, "subject", m.Subject(), "err", err)
+		return Retry(0, err)
+	}
+	// The type label comes from an untrusted message: only known types are
+	// used as metric attributes, so garbage cannot grow the metric's
+	// cardinality without bound. It is set once the event decodes.
+	typ := "unknown"
+	record := func(outcome string) {
+		attrs := b.consumedAttrs(cfg.Name, typ, outcome)
+		b.consumed.Add(ctx, 1, attrs)
+		b.handlerTime.Record(ctx, time.Since(start).Seconds(), attrs)
+	}
+	// The process span starts before the message is decoded, as a child
+	// of the producer's span (W3C trace context in the headers), so a
+	// message dead-lettered for its form still shows in its trace, with
+	// an error status; it is renamed once the type is known.
+	hctx := b.prop.Extract(ctx, observability.HeaderCarrier(m.Headers()))
+	if !trace.SpanContextFromContext(hctx).IsValid() {
+		hctx = untracedParent(hctx, m.Headers())
+	}
+	hctx, span := b.tracer.Start(hctx, "process "+cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(m.Subject()),
+			semconv.MessagingConsumerGroupName(cfg.Name), attribute.Int64("lowbarena.deliveries", int64(meta.NumDelivered)))
+	}
+	// A dead-letter publish runs on a context of its own (see
+	// ackTimeout), made only when one is needed. decoded is the event
+	// once it decoded and passed its schema (what OnDeadLetter sees).
+	var decoded *event.Event
+	poison := func(reason string, cause error) Outcome {
+		settle, cancel := settleContext(ctx)
+		defer cancel()
+		b.deadLetter(settle, cfg, m, meta, reason, cause, decoded)
+		record("dead_lettered")
+		span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(reason))
+		span.SetStatus(codes.Error, reason)
+		if cause != nil {
+			span.RecordError(cause)
+		}
+		return Poison(reason, cause)
+	}
+
+	if n := len(m.Data()); n > MaxEventBytes {
+		return poison(ReasonOversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
+	}
+	ev, mode, err := ce.DecodeMode(m.Headers(), m.Data())
+	if err != nil {
+		var de *ce.DecodeError
+		reason := ce.ReasonMalformed
+		if errors.As(err, &de) {
+			reason = de.Reason
+		}
+		return poison(reason, err)
+	}
+	if _, ok := events.Lookup(events.Type(ev.Type())); !ok {
+		return poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
+	}
+	typ = ev.Type()
+	// Validation is done once per payload in this process: an event
+	// published here, or consumed here by another consumer, passed
+	// already (schemas.Validator remembers the exact bytes).
+	if err := b.validator.Validate(ev.Type(), ev.Data()); err != nil {
+		if errors.Is(err, schemas.ErrUnknownType) {
+			return poison(ReasonUnknownType, err)
+		}
+		return poison(ReasonSchemaInvalid, err)
+	}
+	// subject is OPTIONAL in CloudEvents: an event published without it
+	// (by a client outside the arena) gets the id its data names, the
+	// subject the arena's own publishers set, so every handler sees one.
+	if ev.Subject() == "" {
+		if s, ok := events.SubjectFromData(events.Type(ev.Type()), ev.Data()); ok {
+			ev.SetSubject(s)
+		}
+	}
+	decoded = &ev
+	if meta.NumDelivered > uint64(cfg.MaxDeliver) {
+		return poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
+	}
+
+	// What the handler publishes answers in the mode this event came in:
+	// a client that speaks structured mode only reads what follows.
+	hctx = ce.WithMode(hctx, mode)
+	if span.IsRecording() {
+		span.SetName("process " + ev.Type())
+		span.SetAttributes(semconv.MessagingMessageID(ev.ID()))
+		span.SetAttributes(eventAttrs(ev.Type(), ev.Subject(), ev.Data())...)
+	}
+
+	// While the handler runs, the consumer's heartbeat keeps the message
+	// from redelivery (see heartbeat).
+	hb.add(m)
+	out := b.run(hctx, handler, &Delivery{Event: ev, Subject: m.Subject(), NumDelivered: meta.NumDelivered, StreamSeq: meta.Sequence.Stream, Stored: meta.Timestamp, msg: m})
+	hb.remove(m)
+
+	switch out.kind {
+	case kindAck:
+		// The ack is sent, not waited for (see Consume): should it be
+		// lost, the server redelivers after AckWait and the idempotent
+		// handler publishes nothing new.
+		if err := m.Ack(); err != nil {
+			b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+		}
+		record("ack")
+		span.SetAttributes(AttrOutcome.String("ack"))
+		return out
+	case kindRetry:
+		if out.err != nil {
+			span.RecordError(out.err)
+			if out.delay <= 0 {
+				// A failure of this attempt; a deliberate wait
+				// (a delay the handler chose) is not an error.
+				span.SetStatus(codes.Error, out.err.Error())
+			}
+		}
+		if ctx.Err() != nil {
+			// Shutting down: hand the message back at once.
+			_ = m.Nak()
+			record("shutdown")
+			span.SetAttributes(AttrOutcome.String("shutdown"))
+			return out
+		}
+		if meta.NumDelivered >= uint64(cfg.MaxDeliver) {
+			return poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", meta.NumDelivered, out.err))
+		}
+		delay := out.delay
+		if delay <= 0 {
+			delay = backoff(meta.NumDelivered)
+		}
+		b.log.Info("retry", "consumer", cfg.Name, "id", ev.ID(), "type", ev.Type(), "delivery", meta.NumDelivered, "delay", delay, "err", out.err)
+		if err := m.NakWithDelay(delay); err != nil {
+			b.log.Warn("nak failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+		}
+		record("retry")
+		span.SetAttributes(AttrOutcome.String("retry"))
+		return out
+	default:
+		return poison(out.reason, out.err)
+	}
+}
+
+// settleContext bounds a dead-letter publish by ackTimeout, on a context
+// that outlives the consumer's. Its deadline starts when it is made, not
+// when the message arrived: a handler may run far longer than ackTimeout
+// (a GPU job), and what settles its message must not inherit a deadline
+// that passed while it ran.
+func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+}
+
+// consumedAttrs returns the metric attributes of a consumed message, made
+// once per consumer, type and outcome (a bounded set: known types only).
+func (b *Bus) consumedAttrs(consumer, typ, outcome string) metric.MeasurementOption {
+	k := attrKey{"consumed", consumer, typ, outcome}
+	if a, ok := b.attrs.Load(k); ok {
+		return a.(metric.MeasurementOption)
+	}
+	a := metric.WithAttributeSet(attribute.NewSet(attribute.String("consumer", consumer), attribute.String("type", typ), attribute.String("outcome", outcome)))
+	b.attrs.Store(k, a)
+	return a
+}
+
+// attrKey names a cached set of metric attributes.
+type attrKey struct{ metric, a, b, c string }
+
+// Next handles the next message of the durable consumer cfg (created or
+// updated first) exactly as Consume would, waiting up to wait for one, and
+// returns the outcome it settled: the handler's, or Poison for a message
+// dead-lettered before the handler ran. It is for tests and tools that
+// step a consumer one message at a time; ErrNoMessage when none came.
+func (b *Bus) Next(ctx context.Context, cfg ConsumerConfig, wait time.Duration, handler Handler) (Outcome, error) {
+	cfg = cfg.withDefaults()
+	cons, err := b.EnsureConsumer(ctx, cfg)
+	if err != nil {
+		return Outcome{}, err
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
+	}
+	for m := range batch.Messages() {
+		hb := newHeartbeat(cfg.AckWait/3, b.log.With("consumer", cfg.Name))
+		go hb.run()
+		defer hb.stop()
+		out := b.handle(ctx, cfg, m, handler, hb)
+		fctx, cancel := settleContext(ctx)
+		defer cancel()
+		if err := b.nc.FlushWithContext(fctx); err != nil {
+			return out, fmt.Errorf("bus: flush the settlement of %s: %w", cfg.Name, err)
+		}
+		return out, nil
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
+	}
+	return Outcome{}, ErrNoMessage
+}
+
+// ConsumeFirst handles the messages of several durables one at a time,
+// preferring the earlier ones, until ctx is cancelled. When idle it asks
+// each durable in order for one message, waiting up to wait on each, and
+// after every message handled it starts again from the first: a message
+// of cfgs[0] waits at most about len(cfgs)*wait while the handler is
+// idle. It is for long handlers that must hold one message at a time (a
+// GPU runner): nothing is pulled ahead of the handler, so a busy process
+// holds no message another could take. Each message is handled exactly as
+// Consume handles it (the same ack semantics, heartbeats every AckWait/3,
+// dead letters); the durables are created or updated first, in order (a
+// caller whose durables must change in another order, a work queue's
+// filters that may not overlap meanwhile, ensures them first).
+//
+// On cancellation the message in hand is settled (a handler told to stop
+// asks for a retry, which hands it back at once) and its settlement
+// flushed before ConsumeFirst returns nil.
+func (b *Bus) ConsumeFirst(ctx context.Context, cfgs []ConsumerConfig, wait time.Duration, handler Handler) error {
+	return b.ConsumeFirstWhen(ctx, cfgs, wait, nil, handler)
+}
+
+// ConsumeFirstWhen is ConsumeFirst that asks durable i only while open(i)
+// is true (nil: always): a closed durable keeps its messages for other
+// processes. A runner closes its shared durable while a round holds its
+// pod. open is read before each fetch, so a message fetched just before
+// it closed is still handled; when every durable is closed the loop
+// waits wait before it asks again.
+func (b *Bus) ConsumeFirstWhen(ctx context.Context, cfgs []ConsumerConfig, wait time.Duration, open func(i int) bool, handler Handler) error {
+	if len(cfgs) == 0 {
+		return errors.New("bus: ConsumeFirst needs a consumer")
+	}
+	if wait <= 0 {
+		wait = time.Second
+	}
+	type durable struct {
+		cfg  ConsumerConfig
+		cons jetstream.Consumer
+		hb   *heartbeat
+	}
+	ds := make([]durable, len(cfgs))
+	for i, c := range cfgs {
+		c = c.withDefaults()
+		cons, err := b.EnsureConsumer(ctx, c)
+		if err != nil {
+			return err
+		}
+		hb := newHeartbeat(c.AckWait/3, b.log.With("consumer", c.Name))
+		go hb.run()
+		defer hb.stop()
+		ds[i] = durable{cfg: c, cons: cons, hb: hb}
+	}
+	defer func() {
+		fctx, cancel := settleContext(ctx)
+		defer cancel()
+		if err := b.nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			b.log.Warn("flushing acks at drain", "consumer", ds[0].cfg.Name, "err", err)
+		}
+	}()
+	for ctx.Err() == nil {
+		handled, asked := false, false
+		for i, d := range ds {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if open != nil && !open(i) {
+				continue
+			}
+			asked = true
+			batch, err := d.cons.Fetch(1, jetstream.FetchMaxWait(wait))
+			if err != nil {
+				// The server or the connection is away: try again after
+				// a wait, as Consume's pull loop does.
+				if ctx.Err() == nil {
+					b.log.Warn("fetch error", "consumer", d.cfg.Name, "err", err)
+				}
+				sleep(ctx, wait)
+				continue
+			}
+			for m := range batch.Messages() {
+				b.handle(ctx, d.cfg, m, handler, d.hb)
+				handled = true
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+				b.log.Warn("fetch error", "consumer", d.cfg.Name, "err", err)
+				sleep(ctx, wait)
+			}
+			if handled {
+				break // the next message: from the first durable again
+			}
+		}
+		if !asked {
+			sleep(ctx, wait)
+		}
+	}
+	return nil
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// ErrNoMessage is returned by Next when no message came in time.
+var ErrNoMessage = errors.New("bus: no message")
+
+// run calls the handler, turning a panic into a Retry.
+func (b *Bus) run(ctx context.Context, h Handler, d *Delivery) (out Outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			b.log.Error("handler panicked", "id", d.Event.ID(), "type", d.Event.Type(), "panic", r, "stack", string(debug.Stack()))
+			out = Retry(0, fmt.Errorf("handler panicked: %v", r))
+		}
+	}()
+	return h(ctx, d)
+}
+
+// backoff is 1 s, 2 s, 4 s ... capped at 1 min.
+func backoff(delivered uint64) time.Duration {
+	d := time.Second << min(delivered-1, 6)
+	return min(d, time.Minute)
+}
+
+// deadLetter copies m with its headers to dlq.<consumer> with the reason,
+// then Terms m. Its Nats-Msg-Id is derived from the stream and sequence, so
+// a dead-letter repeated after a crash is stored once. ev, the decoded
+// event (nil when it did not decode), goes to cfg.OnDeadLetter first: the
+// copy is stored only once the hook has published what it publishes, so
+// a crash between the two repeats the (idempotent) hook, never skips it.
+func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) {
+	if cfg.OnDeadLetter != nil && ev != nil {
+		dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered, Stored: meta.Timestamp}
+		err := cfg.OnDeadLetter(ctx, dl)
+		if errors.Is(err, ErrSettled) {
+			// Its outcome is stored: nothing to give up or to keep.
+			b.log.Info("not dead-lettered: its work has ended", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+			if err := m.Ack(); err != nil {
+				b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+			}
+			return
+		}
+		if errors.Is(err, ErrStillHeld) {
+			// Not given up yet: asked again in a third of the ack
+			// deadline, until its holder ends it (its ack removes the
+			// message) or the hook finds no holder.
+			b.log.Info("not dead-lettered: still held elsewhere", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+			_ = m.NakWithDelay(max(cfg.AckWait/3, time.Second))
+			return
+		} else if err != nil {
+			b.log.Error("dead-letter hook failed; message returned to the server", "consumer", cfg.Name, "reason", reason,
+				"id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+			_ = m.NakWithDelay(5 * time.Second)
+			return
+		}
+	}
+	name := cfg.Name
+	if cfg.DeadLetterAs != "" {
+		name = cfg.DeadLetterAs
+	}
+	msg := nats.NewMsg(events.SubjectRootDLQ + "." + name)
+	for k, vs := range m.Headers() {
+		if k == ce.HeaderMsgID {
+			continue
+		}
+		msg.Header[k] = append([]string(nil), vs...)
+	}
+	errText := ""
+	if cause != nil {
+		errText = cause.Error()
+		if len(errText) > 2048 {
+			errText = errText[:2048] + "..."
+		}
+	}
+	msg.Header.Set(HeaderDLQReason, reason)
+	msg.Header.Set(HeaderDLQError, errText)
+	msg.Header.Set(HeaderDLQConsumer, cfg.Name)
+	msg.Header.Set(HeaderDLQStream, meta.Stream)
+	msg.Header.Set(HeaderDLQSubject, m.Subject())
+	msg.Header.Set(HeaderDLQSequence, strconv.FormatUint(meta.Sequence.Stream, 10))
+	msg.Header.Set(HeaderDLQDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
+	msg.Header.Set(HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
+	msg.Header.Set(ce.HeaderMsgID, "dlq:"+cfg.Name+":"+meta.Stream+":"+strconv.FormatUint(meta.Sequence.Stream, 10))
+	msg.Data = m.Data()
+	if err := b.Guard(ctx, func(ctx context.Context) error {
+		_, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(events.StreamDLQ), leaderWaitWait, leaderWaitAttempts)
+		return err
+	}, msg.Subject); err != nil {
+		b.log.Error("dead-letter publish failed; message returned to the server", "consumer", cfg.Name, "reason", reason, "err", err)
+		_ = m.NakWithDelay(5 * time.Second)
+		return
+	}
+	b.deadLettered.Add(ctx, 1, metric.WithAttributes(attribute.String("consumer", cfg.Name), attribute.String("reason", reason)))
+	b.log.Warn("dead-lettered", "consumer", cfg.Name, "reason", reason, "subject", m.Subject(), "seq", meta.Sequence.Stream, "err", errText)
+	if err := m.TermWithReason(reason); err != nil {
+		b.log.Warn("term failed", "consumer", cfg.Name, "err", err)
+	}
+}
+
+// heartbeat tells the server, for every message whose handler is still
+// running, that it is in progress: one ticker per consumer, whatever the
+// number of messages in hand. A message gets an InProgress once its
+// handler has run for every since its last one (or its start), checked
+// every every/2, so the gap between two never exceeds 1.5 × every
+// (AckWait/2 for every = AckWait/3): long work is never redelivered, and
+// a handler that ends within every sends none.
+type heartbeat struct {
+	every time.Duration
+	log   *slog.Logger
+	done  chan struct{}
+	ended chan struct{}
+
+	mu       sync.Mutex
+	inflight map[jetstream.Msg]time.Time // the last beat, or the handler's start
+}
+
+func newHeartbeat(every time.Duration, log *slog.Logger) *heartbeat {
+	return &heartbeat{every: every, log: log, done: make(chan struct{}), ended: make(chan struct{}), inflight: map[jetstream.Msg]time.Time{}}
+}
+
+func (h *heartbeat) add(m jetstream.Msg) {
+	h.mu.Lock()
+	h.inflight[m] = time.Now()
+	h.mu.Unlock()
+}
+
+func (h *heartbeat) remove(m jetstream.Msg) {
+	h.mu.Lock()
+	delete(h.inflight, m)
+	h.mu.Unlock()
+}
+
+func (h *heartbeat) run() {
+	defer close(h.ended)
+	t := time.NewTicker(max(h.every/2, time.Millisecond))
+	defer t.Stop()
+	var due []jetstream.Msg
+	for {
+		select {
+		case <-h.done:
+			return
+		case now := <-t.C:
+			due = due[:0]
+			h.mu.Lock()
+			for m, last := range h.inflight {
+				if now.Sub(last) >= h.every {
+					h.inflight[m] = now
+					due = append(due, m)
+				}
+			}
+			h.mu.Unlock()
+			for _, m := range due {
+				// A message acked meanwhile refuses the beat; the server
+				// would have ignored it anyway.
+				if err := m.InProgress(); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+					h.log.Warn("in-progress heartbeat failed", "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (h *heartbeat) stop() {
+	close(h.done)
+	<-h.ended
+}

@@ -1,0 +1,154 @@
+// Package service is the build stage: it takes each uploaded bundle,
+// checks it, digests every file and the whole, stores it as a content
+// addressed artifact and publishes build.completed, or build.failed with a
+// reason the participant can act on.
+//
+// The stage is declared once (Stage) on the stage kit, which owns the
+// protocol (started, completed, failed, ids, retries); the decision is
+// Builder.Build, which needs no bus. Component defines the service for
+// the build command and `arena up`.
+package build
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/lowbarena/lowbarena/adapters/hub"
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/artifact"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/stage"
+	"github.com/lowbarena/lowbarena/services/build/unpack"
+)
+
+// Name is the build service's name: its stage, event source and durable.
+const Name = "build"
+
+// EnvWork names the work folder's environment variable.
+const EnvWork = "LOWBARENA_BUILD_WORK"
+
+// Consumer is the stage's durable consumer. Bundles can be large, so
+// the consume loop heartbeats (InProgress every AckWait/3) and takes
+// them a few at a time. Its filter is the one the durable has always had
+// (every token after received), so an arena's existing consumer is kept.
+var Consumer = bus.ConsumerConfig{
+	Name:     Name,
+	Subjects: []string{events.SubjectRootArena + ".submission.received.>"},
+	AckWait:  60 * time.Second,
+	Prefetch: 2,
+}
+
+// Stage is the build stage on the kit: submission.received in,
+// build.completed or build.failed out.
+//
+// Idempotency: every output's id derives from the input event's id (the
+// kit), so a redelivery after a crash republishes the same ids and
+// JetStream drops the duplicates; Build itself is idempotent (see
+// Builder.Build).
+//
+// Ack semantics (the kit's): a refused bundle is a build.failed and an
+// Ack (the participant must act, not the arena); a store or NATS error is
+// a Retry.
+func Stage(b *Builder) stage.Stage[events.SubmissionReceivedData, events.BuildCompletedData] {
+	return stage.Stage[events.SubmissionReceivedData, events.BuildCompletedData]{
+		Input:    events.Submission.Received,
+		Output:   events.Build,
+		Consumer: Consumer,
+		Run:      b.Build,
+		Describe: describe,
+	}
+}
+
+// describe is what the log line of a built bundle says.
+func describe(out events.BuildCompletedData) []any {
+	return []any{"digest", short(out.BundleDigest), "files", len(out.Files), "bytes", out.Bytes, "duplicate_of", out.DuplicateOf}
+}
+
+// Options configure the build stage.
+type Options struct {
+	// WorkDir is where bundles are unpacked while they are checked (one
+	// temporary folder per bundle, removed after); default the system's
+	// temporary folder.
+	WorkDir string
+	// Limits bound a bundle.
+	Limits unpack.Limits
+	// MaxUploadBytes bounds an uploaded archive.
+	MaxUploadBytes int64
+	// Hub configures the client of checkpoints by reference.
+	Hub hub.Options
+}
+
+// Service is the build stage bound to its stores.
+type Service struct {
+	bus     *bus.Bus
+	log     *slog.Logger
+	builder *Builder
+}
+
+// New opens the stores the stage needs on b's JetStream: the uploads,
+// the artifact store and the bundles bucket.
+func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service, error) {
+	js := b.JetStream()
+	arts, err := artifact.NewJetStream(ctx, js, bus.ObjectArtifacts)
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketBundles)
+	if err != nil {
+		return nil, fmt.Errorf("build: open bucket %s: %w", bus.BucketBundles, err)
+	}
+	if o.WorkDir == "" {
+		o.WorkDir = os.TempDir()
+	}
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return nil, fmt.Errorf("build: work folder: %w", err)
+	}
+	builder := &Builder{Uploads: JetStreamUploads{JS: js}, Artifacts: arts, Bundles: KVBundles{KV: kv}, WorkDir: o.WorkDir, Limits: o.Limits,
+		MaxUploadBytes: o.MaxUploadBytes, Hub: hub.New(o.Hub)}
+	return &Service{bus: b, log: log, builder: builder}, nil
+}
+
+// Stage is the service's stage, bound to its stores.
+func (s *Service) Stage() stage.Stage[events.SubmissionReceivedData, events.BuildCompletedData] {
+	return Stage(s.builder)
+}
+
+// Actors returns the stage's consumer.
+func (s *Service) Actors() []app.Actor {
+	return []app.Actor{app.StageActor(s.Stage().Bind(s.bus, s.log))}
+}
+
+// Component is the build service, for its command and `arena up` (which
+// sets --work to its data folder's build folder).
+func Component() app.Component {
+	o := Options{Limits: unpack.DefaultLimits(), MaxUploadBytes: unpack.DefaultMaxUploadBytes}
+	var hubOptions func(*slog.Logger) (hub.Options, error)
+	return app.Component{
+		Name:   Name,
+		Stages: []string{Name},
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&o.WorkDir, "work", app.EnvOr(EnvWork, os.TempDir()), "folder where bundles are unpacked while checked (env "+EnvWork+")")
+			fs.IntVar(&o.Limits.MaxFiles, "max-files", o.Limits.MaxFiles, "most files a bundle may hold")
+			fs.Int64Var(&o.Limits.MaxBytes, "max-bytes", o.Limits.MaxBytes, "most bytes a bundle may hold, unpacked")
+			fs.Int64Var(&o.Limits.MaxFileBytes, "max-file-bytes", o.Limits.MaxFileBytes, "most bytes one file of a bundle may hold")
+			fs.Int64Var(&o.MaxUploadBytes, "max-upload-bytes", o.MaxUploadBytes, "most bytes an uploaded archive may hold; larger checkpoints are submitted by reference")
+			hubOptions = app.HubFlags(fs)
+		},
+		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
+			var err error
+			if o.Hub, err = hubOptions(rt.Log); err != nil {
+				return nil, err
+			}
+			s, err := New(ctx, rt.Bus, rt.Log, o)
+			if err != nil {
+				return nil, err
+			}
+			return s.Actors(), nil
+		},
+	}
+}

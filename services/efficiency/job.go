@@ -1,0 +1,79 @@
+package efficiency
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/lowbarena/lowbarena/domain/campaign"
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/platform/stage"
+)
+
+// AuditSuite returns the audits' params of a campaign's suite of a
+// split, storing the suite in the artifact store.
+type AuditSuite func(c *campaign.Campaign, split string) (*events.AuditJobParams, error)
+
+// JobID is the runner job of a submission's efficiency: one per
+// submission, so a redelivered contract.completed requests the same job
+// (and JetStream drops the second request).
+func JobID(submission string) string { return "eff-" + events.DeriveID(submission, Name)[:24] }
+
+// RequestID is the event id of a submission's efficiency job request. It
+// derives from the submission and the job kind, not from the job id (the
+// kit's default): ids on the wire stay those of earlier arenas, so a
+// contract redelivered across the upgrade queues no second job.
+func RequestID(submission string) string {
+	return events.DeriveID(submission, string(events.RunnerJobRequested), events.JobEfficiency)
+}
+
+// Job is the efficiency job of a kept contract, built from its campaign:
+// the engine, the workloads, the budget factor and the campaign's BF16
+// reference, which store puts in the artifact store and references.
+// store is called only once the reference folder is known to hold
+// weights, so a refused campaign stores nothing.
+//
+// Refusals: artifact_missing (the contract passed on no artifact),
+// campaign_unknown_task, campaign_no_engine and campaign_no_reference (no
+// *.safetensors in the campaign's reference folder). An error of store is
+// a retry.
+//
+// audit, when set, gives the audits' params of the campaign's suite of
+// the submission's split; a campaign without a quality suite is measured
+// without gathering the audits' evidence. Its error is a retry unless it
+// is a refusal.
+func Job(in events.ContractCompletedData, set campaign.Set, store func(*campaign.Campaign) (events.BundleRef, error), audit AuditSuite) (stage.Job, error) {
+	if in.Artifact == nil {
+		return stage.Job{}, stage.Refuse(events.ReasonArtifactMissing, "the contract stage passed on no artifact to serve; submit again")
+	}
+	camp, err := set.Lookup(in.TaskID)
+	if err != nil {
+		return stage.Job{}, stage.Refuse(events.ReasonCampaignUnknown, err.Error())
+	}
+	if camp.Engine == nil {
+		return stage.Job{}, stage.Refusef(events.ReasonCampaignNoEngine, "campaign %s names no engine (campaign.json \"engine\"), so its checkpoints cannot be served", camp.TaskID)
+	}
+	if err := camp.CheckReference(); err != nil {
+		return stage.Job{}, stage.Refuse(events.ReasonCampaignNoReference, err.Error())
+	}
+	ref, err := store(camp)
+	if err != nil {
+		return stage.Job{}, err
+	}
+	p := events.EfficiencyJobParams{Campaign: camp.TaskID, Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec,
+		KVCacheDType: in.KVCacheDType, Reference: ref, BudgetFactor: camp.Efficiency.BudgetFactor}
+	if audit != nil && camp.Quality != nil {
+		if p.Audit, err = audit(camp, in.Split); err != nil {
+			return stage.Job{}, err
+		}
+	}
+	params, err := json.Marshal(p)
+	if err != nil {
+		return stage.Job{}, fmt.Errorf("efficiency: encode job params: %w", err)
+	}
+	id := in.SubmissionID
+	return stage.Job{
+		Request: events.RunnerJobRequestedData{JobID: JobID(id), Kind: events.JobEfficiency, SubmissionID: id, Engine: camp.Engine.Command,
+			Checkpoint: *in.Artifact, Params: params},
+		ID: RequestID(id),
+	}, nil
+}

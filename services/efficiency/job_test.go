@@ -1,0 +1,123 @@
+package efficiency_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/domain/campaign"
+	"github.com/lowbarena/lowbarena/domain/examples"
+	"github.com/lowbarena/lowbarena/domain/record"
+	"github.com/lowbarena/lowbarena/domain/suite"
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/stage"
+	"github.com/lowbarena/lowbarena/services/efficiency"
+)
+
+// exampleCampaign writes the example campaigns and returns them.
+func exampleCampaigns(t *testing.T) campaign.Set {
+	t.Helper()
+	dir := t.TempDir()
+	_, err := examples.Write(dir)
+	require.NoError(t, err)
+	// The dev suite the quality stage answers and the audits mix into
+	// the load, small.
+	st := suite.Generate("lowb-gen", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 8, "knowledge": 8})
+	require.NoError(t, suite.Write(filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "suite-dev"), st))
+	set, err := campaign.LoadDir(filepath.Join(dir, examples.CampaignsDir))
+	require.NoError(t, err)
+	return set
+}
+
+// withoutWeights is c with a reference folder that holds its config but
+// no *.safetensors.
+func withoutWeights(t *testing.T, c campaign.Campaign) *campaign.Campaign {
+	t.Helper()
+	c.Dir = t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(c.Dir, "reference"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(c.Dir, "reference", "config.json"), []byte(`{}`), 0o644))
+	c.Reference = "reference"
+	return &c
+}
+
+var artifactRef = &events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/a.json", Size: 1, SHA256: strings.Repeat("ab", 32), Files: 3}
+
+func kept(id string) events.ContractCompletedData {
+	return events.ContractCompletedData{SubmissionID: id, Contract: record.Contract{OK: true}, DetectedPrecision: "W8A8KV8",
+		TaskID: examples.TaskID, Artifact: artifactRef, KVCacheDType: "fp8"}
+}
+
+// TestJob is the request side's decisions: a kept contract and its
+// campaign become one runner job, or a refusal; a campaign refused for its
+// reference folder stores nothing; a store that fails is a retry.
+func TestJob(t *testing.T) {
+	set := exampleCampaigns(t)
+	camp := *set[examples.TaskID]
+	noEngine := camp
+	noEngine.Engine = nil
+	missing := camp
+	missing.Reference = "no-such-folder"
+	stored := events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/ref.json", SHA256: strings.Repeat("cd", 32), Files: 2}
+	noArtifact := kept("sub1")
+	noArtifact.Artifact = nil
+	unknown := kept("sub1")
+	unknown.TaskID = "qwen9-huge"
+	for _, tc := range []struct {
+		name     string
+		in       events.ContractCompletedData
+		camp     *campaign.Campaign
+		storeErr error
+		reason   string // "" for a job
+		stores   bool   // the reference is stored
+	}{
+		{name: "a kept contract", in: kept("sub1"), camp: &camp, stores: true},
+		{name: "no artifact", in: noArtifact, camp: &camp, reason: events.ReasonArtifactMissing},
+		{name: "a task no campaign runs", in: unknown, camp: &camp, reason: events.ReasonCampaignUnknown},
+		{name: "a campaign without an engine", in: kept("sub1"), camp: &noEngine, reason: events.ReasonCampaignNoEngine},
+		{name: "a reference folder without weights", in: kept("sub1"), camp: withoutWeights(t, camp), reason: events.ReasonCampaignNoReference},
+		{name: "a reference folder that does not exist", in: kept("sub1"), camp: &missing, reason: events.ReasonCampaignNoReference},
+		{name: "a store that fails", in: kept("sub1"), camp: &camp, storeErr: errors.New("object store down"), stores: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls int
+			store := func(c *campaign.Campaign) (events.BundleRef, error) {
+				calls++
+				require.Equal(t, tc.camp.TaskID, c.TaskID)
+				return stored, tc.storeErr
+			}
+			j, err := efficiency.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store, nil)
+			require.Equal(t, tc.stores, calls == 1, "the reference is stored only for a campaign that can serve")
+			switch {
+			case tc.storeErr != nil:
+				require.ErrorIs(t, err, tc.storeErr)
+				require.Nil(t, stage.AsRefusal(err), "a store error is a retry")
+				return
+			case tc.reason != "":
+				r := stage.AsRefusal(err)
+				require.NotNil(t, r, "a refusal: %v", err)
+				require.Equal(t, tc.reason, r.Code)
+				require.NotEmpty(t, r.Message)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, efficiency.JobID("sub1"), j.Request.JobID)
+			require.Equal(t, events.DeriveID("sub1", string(events.RunnerJobRequested), events.JobEfficiency), j.ID, "the request id of earlier arenas")
+			require.Equal(t, events.JobEfficiency, j.Request.Kind)
+			require.Equal(t, "sub1", j.Request.SubmissionID)
+			require.Equal(t, examples.EngineCommand, j.Request.Engine)
+			require.Equal(t, *artifactRef, j.Request.Checkpoint)
+			var p events.EfficiencyJobParams
+			require.NoError(t, json.Unmarshal(j.Request.Params, &p))
+			require.Equal(t, events.EfficiencyJobParams{Campaign: examples.TaskID, Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec,
+				KVCacheDType: "fp8", Reference: stored, BudgetFactor: 1.02}, p)
+			require.Equal(t, 64, p.Workload.MaxTokens)
+			require.Equal(t, 256, p.Engine.MaxNumSeqs)
+		})
+	}
+}

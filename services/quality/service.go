@@ -1,0 +1,190 @@
+// Package service is the quality stage: for every checkpoint that kept its
+// contract it has a GPU runner answer the campaign's eval suite, pairs the
+// graded items with the BF16 reference's (computed once per campaign and
+// suite version, stored per item in quality_items), and publishes the
+// record's dev_quality block: per-domain drops with paired standard
+// errors, recovery, the tier, length and KL against BF16.
+//
+// It is a job stage of the stage kit (platform/stage). A kept contract
+// becomes the candidate's job, and the BF16 reference's job when its rows
+// are not stored yet; the reference's outcome belongs to no submission
+// and is kept in the stage's own bucket (quality_references); a
+// candidate's outcome becomes quality.completed or quality.failed once its
+// reference is there. Everything a result needs is read from what the job
+// carries, the campaigns and the bucket, never from what this process saw
+// before, so a restart between a request and its result loses nothing.
+package quality
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lowbarena/lowbarena/domain/campaign"
+	"github.com/lowbarena/lowbarena/domain/suite"
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/artifact"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/stage"
+	"github.com/lowbarena/lowbarena/platform/store"
+)
+
+// Name is the quality service's name: its stage, event source and
+// durables.
+const Name = "quality"
+
+// Reasons the stage fails that are not the runner's.
+const (
+	ReasonNoSuite = "campaign_no_suite"
+	// ReasonNoReference is a BF16 reference whose rows could not be
+	// computed (its job failed).
+	ReasonNoReference   = "quality_no_reference"
+	ReasonIncomplete    = "quality_rows_incomplete"
+	ReasonBadStatistics = "quality_bad_statistics"
+	ReasonEmptyAnswers  = "engine_empty_answers"
+)
+
+// ReferenceSubmission is the submission id of the BF16 reference's rows.
+const ReferenceSubmission = "bf16-reference"
+
+// ReferenceWait is how long a candidate that finished before its BF16
+// reference waits before it is tried again.
+const ReferenceWait = 5 * time.Second
+
+// Options configure the stage.
+type Options struct {
+	Campaigns campaign.Set
+	// Store holds quality_items (required).
+	Store store.Store
+}
+
+// Service is the quality stage bound to its stores.
+type Service struct {
+	bus       *bus.Bus
+	artifacts artifact.Store
+	refs      jetstream.KeyValue // bus.BucketQualityReferences, the stage's own
+	opts      Options
+	log       *slog.Logger
+
+	// Caches, never state: a miss loads from the campaigns folder or
+	// stores again (content addressed, a no-op).
+	mu     sync.Mutex
+	suites map[string]*suite.Suite     // task id/split -> its suite
+	stored map[string]events.BundleRef // folder -> the folder in the artifact store
+}
+
+// New opens the stores the stage needs and moves the quality references
+// an older arena kept in the runner's bucket into the stage's own (see
+// migrateReferences).
+func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service, error) {
+	if o.Store == nil {
+		return nil, errors.New("quality: a store is required (quality_items)")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	arts, err := artifact.NewJetStream(ctx, b.JetStream(), bus.ObjectArtifacts)
+	if err != nil {
+		return nil, fmt.Errorf("quality: %w", err)
+	}
+	refs, err := b.JetStream().KeyValue(ctx, bus.BucketQualityReferences)
+	if err != nil {
+		return nil, fmt.Errorf("quality: open bucket %s: %w", bus.BucketQualityReferences, err)
+	}
+	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log,
+		suites: map[string]*suite.Suite{}, stored: map[string]events.BundleRef{}}
+	if err := s.migrateReferences(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Requests is the durable that turns kept contracts into quality jobs.
+var Requests = bus.ConsumerConfig{
+	Name:     Name,
+	Subjects: []string{events.Contract.Completed.Filter()},
+	AckWait:  60 * time.Second,
+	Prefetch: 4,
+}
+
+// Results is the durable that turns runner outcomes of quality jobs into
+// the stage's. A candidate that finishes before its BF16 reference is
+// retried every ReferenceWait, for up to about ten minutes.
+var Results = bus.ConsumerConfig{
+	Name:       Name + "-results",
+	Subjects:   events.JobOutcomeFilters(events.JobQuality),
+	Prefetch:   8,
+	MaxDeliver: 120,
+}
+
+// Stage is the quality stage's declaration.
+//
+// Idempotency: job ids and their request ids derive from the submission,
+// or from the campaign, suite version and reference digest, so however
+// often a contract arrives one job of each is queued; the stage's
+// completed and failed of a candidate derive from its job id. Ack
+// semantics: a campaign that cannot evaluate is quality.failed and an
+// ack; a candidate whose reference is not done yet waits (RetryAfter);
+// store and NATS errors are retries.
+func (s *Service) Stage() stage.JobStage[events.ContractCompletedData, events.QualityCompletedData] {
+	return stage.JobStage[events.ContractCompletedData, events.QualityCompletedData]{
+		Input:    events.Contract.Completed,
+		Output:   events.Quality,
+		Kind:     events.JobQuality,
+		Requests: Requests,
+		Results:  Results,
+		Jobs:     s.jobs,
+		Result:   s.result,
+		Failure:  Failure,
+		Shared:   s.shared,
+		Describe: describe,
+	}
+}
+
+// Actors returns the stage as one actor (its request and result
+// consumers).
+func (s *Service) Actors() []app.Actor {
+	return []app.Actor{app.StageActor(s.Stage().Bind(s.bus, s.log))}
+}
+
+// Component is the quality service, for its binary and `arena up`. It
+// needs the store (quality_items) and refuses to start without one.
+func Component() app.Component {
+	var dir *string
+	return app.Component{
+		Name:   Name,
+		Stages: []string{Name},
+		Store:  true,
+		Flags:  func(fs *flag.FlagSet) { dir = app.CampaignsFlag(fs) },
+		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
+			if dir == nil {
+				return nil, fmt.Errorf("quality: %w: the flags were never registered", app.ErrConfig)
+			}
+			if rt.Store == nil {
+				return nil, fmt.Errorf("quality: %w: a store is required (--store or $%s): the runners write quality_items there", app.ErrConfig, app.EnvStore)
+			}
+			set, err := app.LoadCampaigns(*dir, rt.Log)
+			if err != nil {
+				return nil, fmt.Errorf("quality: %w", err)
+			}
+			s, err := New(ctx, rt.Bus, rt.Log, Options{Campaigns: set, Store: rt.Store})
+			if err != nil {
+				return nil, err
+			}
+			return s.Actors(), nil
+		},
+	}
+}
+
+// describe is what the log line of a measured submission says.
+func describe(out events.QualityCompletedData) []any {
+	q := out.DevQuality
+	return []any{"tier", q.Tier, "recovery", q.Recovery, "worst", q.WorstDomain, "worst_upper", q.WorstUpper}
+}

@@ -1,0 +1,295 @@
+// Package service runs rounds: on one pod, the in-round BF16 baseline, the
+// reigning leader (the incumbent), up to five candidates, the shared
+// scorer and a drift baseline are served one after another through the
+// GPU runner, in the plan of the arena's round pages (23 steps for five
+// candidates), each step with its real start and end as a round.step
+// event and a round_steps row. Speeds are relative to the in-round
+// baseline ("0 is baseline speed"); an entry whose engine dies is
+// disqualified with its reason and the round goes on; the best scored
+// entry leads the campaign.
+//
+// The service is a process manager, not a goroutine per round: a round's
+// state lives in the rounds bucket and every change is a compare-and-set
+// from one of three actors, on any instance: the durable consumer of the
+// runner's SLA job outcomes and progress, a ticker (lease renewal,
+// deadlines, recovery of rounds whose instance died), and the micro
+// endpoints (start, list). The pod is held by a lease that expires, so a
+// crash leaves nothing behind forever: the next instance resumes the
+// round, or ends it as interrupted with the steps it reached.
+package round
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lowbarena/lowbarena/domain/campaign"
+	"github.com/lowbarena/lowbarena/domain/policy"
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/observability"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/artifact"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/store"
+)
+
+// Name is the round service's name and event source.
+const Name = "round"
+
+// MaxCandidates is how many candidates a round takes.
+const MaxCandidates = 5
+
+// Defaults of the options.
+const (
+	DefaultPod          = "pod-0"
+	DefaultDrift        = 0.05
+	DefaultLeaseTTL     = 30 * time.Second
+	DefaultEntryTimeout = 30 * time.Minute
+)
+
+// Reasons a round ends badly or an entry is refused.
+const (
+	// ReasonInterrupted ends a round whose instance died and that cannot
+	// resume (its campaign is no longer loaded, its state does not
+	// decode, an older arena wrote it).
+	ReasonInterrupted = "interrupted"
+)
+
+// Options configure the round service.
+type Options struct {
+	Campaigns campaign.Set
+	// Store receives round_steps rows; may be nil.
+	Store store.Store
+	// Pod is the default pod of a round.
+	Pod string
+	// DriftThreshold marks a round whose drift baseline moved more than
+	// this share of the baseline's rate; default 0.05.
+	DriftThreshold float64
+	// Policy scores entries; default policy.Default.
+	Policy string
+	// LeaseTTL is how long a pod's lease lasts unless renewed (every
+	// third of it); a dead instance's round is taken over after it.
+	// Default 30 s.
+	LeaseTTL time.Duration
+	// EntryTimeout bounds one entry's SLA job, queue time included, and
+	// the wait for the entries' standings at the end; default 30 min.
+	EntryTimeout time.Duration
+	// Instance names this instance in the leases it holds; default a
+	// fresh unique id.
+	Instance string
+}
+
+// Service runs rounds.
+type Service struct {
+	bus       *bus.Bus
+	rounds    jetstream.KeyValue
+	artifacts artifact.Store
+	policy    policy.Policy
+	opts      Options
+	log       *slog.Logger
+	id        string
+}
+
+// New opens the buckets the service needs and its durable consumer (so
+// that the consumer's position precedes every round this instance
+// starts).
+func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service, error) {
+	if o.Pod == "" {
+		o.Pod = DefaultPod
+	}
+	if o.DriftThreshold <= 0 {
+		o.DriftThreshold = DefaultDrift
+	}
+	if o.Policy == "" {
+		o.Policy = policy.Default
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.EntryTimeout <= 0 {
+		o.EntryTimeout = DefaultEntryTimeout
+	}
+	if o.Instance == "" {
+		o.Instance = Name + "-" + nuid.Next()
+	}
+	p, err := policy.Load(o.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("round: %w", err)
+	}
+	js := b.JetStream()
+	rounds, err := js.KeyValue(ctx, bus.BucketRounds)
+	if err != nil {
+		return nil, fmt.Errorf("round: %w", err)
+	}
+	arts, err := artifact.NewJetStream(ctx, js, bus.ObjectArtifacts)
+	if err != nil {
+		return nil, fmt.Errorf("round: %w", err)
+	}
+	s := &Service{bus: b, rounds: rounds, artifacts: arts, policy: p, opts: o, log: log, id: o.Instance}
+	if _, err := b.EnsureConsumer(ctx, s.Consumer()); err != nil {
+		return nil, fmt.Errorf("round: %w", err)
+	}
+	return s, nil
+}
+
+// ID is this instance's id, the holder of the leases it takes.
+func (s *Service) ID() string { return s.id }
+
+// Actors returns the service's three actors: the micro endpoints, the
+// job consumer and the ticker. None of them cleans up at a stop: a
+// stopped instance leaves its rounds running and its leases to expire,
+// and the next instance resumes them.
+func (s *Service) Actors() []app.Actor {
+	return []app.Actor{
+		{Name: "round-ctl", Run: s.serve},
+		{Name: "round-jobs", Run: func(ctx context.Context) error { return s.bus.Consume(ctx, s.Consumer(), s.Handle) }},
+		{Name: "round-ticker", Run: s.tick},
+	}
+}
+
+func roundKey(id string) string    { return "round." + id }
+func leaderKey(camp string) string { return bus.Key("leader", camp) }
+
+// Errors of load and update.
+var (
+	errNoRound = errors.New("round: no such round")
+	// errUndecodable is a round state this service cannot read.
+	errUndecodable = errors.New("round: the round's state does not decode")
+)
+
+// load reads a round's state and revision.
+func (s *Service) load(ctx context.Context, id string) (*Round, uint64, error) {
+	e, err := s.rounds.Get(ctx, roundKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("%w %s", errNoRound, id)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("round: read round %s: %w", id, err)
+	}
+	var r Round
+	if err := json.Unmarshal(e.Value(), &r); err != nil || r.ID != id {
+		if err == nil {
+			err = fmt.Errorf("it names round %q", r.ID)
+		}
+		return nil, e.Revision(), fmt.Errorf("%w: %w", errUndecodable, err)
+	}
+	return &r, e.Revision(), nil
+}
+
+// update changes a round by compare-and-set: read, fn, Update with the
+// revision read; on a lost race read again and run fn again, so fn must
+// be a function of the state it is given (it is: the transitions are
+// pure). fn says whether it changed anything; nothing is written when it
+// did not. It returns the state as written (or as read).
+func (s *Service) update(ctx context.Context, id string, fn func(r *Round) bool) (*Round, error) {
+	for {
+		r, rev, err := s.load(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if !fn(r) {
+			return r, nil
+		}
+		body, err := json.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("round: encode round %s: %w", id, err)
+		}
+		if _, err := s.rounds.Update(ctx, roundKey(id), body, rev); bus.Conflict(err) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("round: write round %s: %w", id, err)
+		}
+		return r, nil
+	}
+}
+
+// flush carries out a round's outbox in order and drops what it did. It
+// stops at the first effect that fails (the next flush, on a tick,
+// starts there again). See Effect for why doing an effect twice is
+// harmless.
+func (s *Service) flush(ctx context.Context, id string) error {
+	r, _, err := s.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !trace.SpanContextFromContext(ctx).IsValid() && len(r.Trace) > 0 {
+		// A tick or a recovery: the effects join the round's trace,
+		// children of its start.
+		ctx = observability.Propagator().Extract(ctx, propagation.MapCarrier(r.Trace))
+	}
+	done := 0
+	var ferr error
+	for _, ef := range r.Outbox {
+		if ferr = s.do(ctx, r, ef); ferr != nil {
+			break
+		}
+		done = ef.Seq
+	}
+	if done > 0 {
+		if _, err := s.update(ctx, id, func(r *Round) bool { return r.dropDone(done) }); err != nil {
+			return err
+		}
+	}
+	return ferr
+}
+
+// do carries out one effect.
+func (s *Service) do(ctx context.Context, r *Round, ef Effect) error {
+	src := events.Source(Name)
+	switch {
+	case ef.Step != nil:
+		st := *ef.Step
+		// round.step ids derive from round, step and status, as they
+		// always have: a repeated step event is dropped.
+		if _, err := bus.Emit(ctx, s.bus, events.Round.Step, events.DeriveID(r.ID, fmt.Sprint(st.Step), st.Status), src, r.ID, st); err != nil {
+			return fmt.Errorf("round: publish step %d of %s: %w", st.Step, r.ID, err)
+		}
+		if st.Status != "running" && s.opts.Store != nil && st.FinishedAt != nil && st.StartedAt != nil {
+			// round_steps is a ReplacingMergeTree on (round_id, step)
+			// versioned by ts_ms, the step's end: a repeated row is one.
+			end := uint64(st.FinishedAt.UnixMilli())
+			row := store.RoundStep{TsMs: end, RoundID: r.ID, Step: uint32(st.Step), Name: st.Name, Phase: st.Phase,
+				Role: st.Role, EntryID: st.EntryID, Status: st.Status, StartedMs: uint64(st.StartedAt.UnixMilli()), FinishedMs: end, Detail: st.Detail}
+			if err := store.Insert(ctx, s.opts.Store, []store.RoundStep{row}); err != nil {
+				// The event is the truth; the row is its copy for SQL.
+				s.log.Warn("round step row not written", "round", r.ID, "step", st.Step, "err", err)
+			}
+		}
+	case ef.Job != nil:
+		// The job request's id derives from the job id, which derives
+		// from round and entry: requesting it again is dropped.
+		if _, err := bus.Emit(ctx, s.bus, events.Job.Requested, events.DeriveID(ef.Job.JobID, string(events.RunnerJobRequested)), src, ef.Job.JobID, *ef.Job); err != nil {
+			return fmt.Errorf("round: request job %s: %w", ef.Job.JobID, err)
+		}
+	case ef.Started != nil:
+		if _, err := bus.Emit(ctx, s.bus, events.Round.Started, events.DeriveID(r.ID, string(events.RoundStarted)), src, r.ID, *ef.Started); err != nil {
+			return fmt.Errorf("round: publish round.started of %s: %w", r.ID, err)
+		}
+	case ef.Completed != nil:
+		if _, err := bus.Emit(ctx, s.bus, events.Round.Completed, events.DeriveID(r.ID, string(events.RoundCompleted)), src, r.ID, *ef.Completed); err != nil {
+			return fmt.Errorf("round: publish round.completed of %s: %w", r.ID, err)
+		}
+		s.log.Info("round completed", "round", r.ID, "leader", ef.Completed.Leader, "changed", ef.Completed.LeaderChanged)
+	case ef.Failed != nil:
+		if _, err := bus.Emit(ctx, s.bus, events.Round.Failed, events.DeriveID(r.ID, string(events.RoundFailed)), src, r.ID, *ef.Failed); err != nil {
+			return fmt.Errorf("round: publish round.failed of %s: %w", r.ID, err)
+		}
+		s.log.Warn("round failed", "round", r.ID, "reason", ef.Failed.Reason, "message", ef.Failed.Message)
+	case ef.Leader != nil:
+		body, _ := json.Marshal(ef.Leader)
+		if _, err := s.rounds.Put(ctx, leaderKey(r.Campaign), body); err != nil {
+			return fmt.Errorf("round: keep the leader of %s: %w", r.Campaign, err)
+		}
+	case ef.Release:
+		return s.release(ctx, r.Pod, r.ID)
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/lowbarena/lowbarena/adapters/hub"
+	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/services/runner/job"
+	"github.com/lowbarena/lowbarena/services/runner/telemetry"
+)
+
+// EnvCacheBytes names the cache cap's environment variable.
+const EnvCacheBytes = "LOWBARENA_RUNNER_CACHE_BYTES"
+
+// envInt64 is the integer in the environment variable key, or def.
+func envInt64(key string, def int64) int64 {
+	if n, err := strconv.ParseInt(os.Getenv(key), 10, 64); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// envInt is the non-negative integer in the environment variable key,
+// or def.
+func envInt(key string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(key)); err == nil && n >= 0 {
+		return n
+	}
+	return def
+}
+
+// Component is the runner as one component, with one set of defaults
+// for its own binary and `arena up` (which sets --work, --pod, --name
+// and --ack-wait, and puts its own folder first on PATH so that engines
+// named by a bare command are found beside it). The runner serves no
+// pipeline stage itself; it keeps gpu_samples, requests and
+// quality_items rows when the runtime has a store, and none otherwise.
+func Component() app.Component {
+	var (
+		pod, name, work                            *string
+		gpu                                        *int
+		ackWait, health, idle, interval, stopGrace *time.Duration
+		cacheBytes                                 *int64
+		hubOptions                                 func(*slog.Logger) (hub.Options, error)
+	)
+	return app.Component{
+		Name:  Name,
+		Store: true,
+		Flags: func(fs *flag.FlagSet) {
+			pod = fs.String("pod", app.EnvOr("LOWBARENA_POD", "pod-0"), "name of this machine; BF16 references are measured once per pod (env LOWBARENA_POD)")
+			gpu = fs.Int("gpu", envInt("LOWBARENA_GPU", 0), "NVML index of the GPU this runner drives on its pod: one runner per GPU, each with its own index; its engines see only that GPU (env LOWBARENA_GPU)")
+			name = fs.String("name", "", "name of this runner in its events and the pods registry, unique among its pod's runners (default POD/HOST/PID)")
+			work = fs.String("work", app.EnvOr("LOWBARENA_RUNNER_WORK", filepath.Join(os.TempDir(), "lowbarena-runner")), "folder of fetched checkpoints (env LOWBARENA_RUNNER_WORK)")
+			ackWait = fs.Duration("ack-wait", 30*time.Second, "job ack deadline: a runner that dies is noticed after about this long")
+			health = fs.Duration("health-timeout", 10*time.Minute, "longest an engine may take to become healthy")
+			idle = fs.Duration("idle-timeout", 60*time.Second, "longest a streaming engine may stay silent")
+			interval = fs.Duration("sample-interval", 100*time.Millisecond, "GPU telemetry period")
+			stopGrace = fs.Duration("stop-grace", 10*time.Second, "how long an engine has to exit after SIGTERM before it is killed")
+			cacheBytes = fs.Int64("cache-bytes", envInt64(EnvCacheBytes, DefaultCacheBytes),
+				"size cap of the pod's cache of checkpoints by reference, WORK/cache (shared by every runner with the same --work; env "+EnvCacheBytes+")")
+			hubOptions = app.HubFlags(fs)
+		},
+		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
+			jr := job.Runner{SampleInterval: *interval, HealthTimeout: *health, IdleTimeout: *idle, StopGrace: *stopGrace}
+			src, err := telemetry.Open(*gpu)
+			switch {
+			case errors.Is(err, telemetry.ErrNoNVML):
+				rt.Log.Warn("no NVML: engines are watched through a simulated GPU and every figure says simulated", "err", err, "gpu_index", *gpu)
+			case err != nil:
+				return nil, fmt.Errorf("runner: GPU telemetry (--gpu %d): %w", *gpu, err)
+			default:
+				jr.NVML = src
+				if uuid := src.UUID(); uuid != "" {
+					// By UUID: CUDA numbers devices fastest first, NVML
+					// by PCI bus, so an index could name another GPU.
+					jr.Env = []string{"CUDA_VISIBLE_DEVICES=" + uuid}
+				}
+				rt.Log.Info("GPU telemetry", "gpu", src.GPU(), "gpu_index", *gpu, "uuid", src.UUID())
+			}
+			ho, err := hubOptions(rt.Log)
+			if err != nil {
+				return nil, err
+			}
+			s, err := New(ctx, rt.Bus, rt.Log, Options{Pod: *pod, Runner: *name, GPU: *gpu, WorkDir: *work, AckWait: *ackWait, Job: jr, Store: rt.Store,
+				Hub: ho, CacheBytes: *cacheBytes})
+			if err != nil {
+				return nil, err
+			}
+			return s.Actors(), nil
+		},
+	}
+}

@@ -1,0 +1,98 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/platform/access"
+	"github.com/lowbarena/lowbarena/platform/access/enforce"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/bus/bustest"
+	"github.com/lowbarena/lowbarena/services/runner"
+)
+
+// TestOutcomesReadUnderPermissions: with the permission table's users (as
+// `arena up` and deploy/nats/auth.conf give them), the runner reads a
+// job's stored outcome and does not give a completed job up. A runner
+// user without that read (an auth.conf older than it) is refused at once
+// and gives the job up as runners did before they read outcomes, instead
+// of asking forever.
+func TestOutcomesReadUnderPermissions(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		readsEvents bool
+		// settled: the hook says the job ended; otherwise it gives the
+		// job up (a job_abandoned beside the completed).
+		settled bool
+	}{
+		{"the table's runner reads outcomes", true, true},
+		{"a runner refused the read gives up as before", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			creds, err := access.LoadOrCreate(t.TempDir())
+			require.NoError(t, err)
+			opts := &server.Options{ServerName: "outcomes", Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+				StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+			for _, u := range access.Users {
+				if u.Name == access.Runner {
+					u.ReadsEvents = tc.readsEvents
+				}
+				opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: creds.Public(u.Name), Permissions: enforce.Permissions(u.Permissions())})
+			}
+			s, err := server.NewServer(opts)
+			require.NoError(t, err)
+			go s.Start()
+			require.True(t, s.ReadyForConnections(10*time.Second))
+			t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+			connect := func(user string) *bus.Bus {
+				seed, err := nats.NkeyOptionFromSeed(creds.SeedFile(user))
+				require.NoError(t, err)
+				nc, err := nats.Connect(s.ClientURL(), seed, nats.CustomInboxPrefix(access.InboxPrefix(user)), nats.Name(user))
+				require.NoError(t, err)
+				t.Cleanup(nc.Close)
+				b, err := bus.New(nc, bus.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+				require.NoError(t, err)
+				return b
+			}
+			op := connect(access.Operator)
+			require.NoError(t, bus.Provision(ctx, op.JetStream(), bus.Topology{}))
+			rb := connect(access.Runner)
+
+			// The job completed on a runner whose ack was lost.
+			_, err = bus.Emit(ctx, rb, events.Job.Completed, events.DeriveID("job-p1", string(events.RunnerJobCompleted)), events.Source(runner.Name), "p1",
+				events.RunnerJobCompletedData{JobID: "p1", Kind: events.JobEfficiency, SubmissionID: "sub-p1", Pod: "pod-p", Runner: "died", Result: json.RawMessage(`{}`)})
+			require.NoError(t, err)
+
+			svc, err := runner.New(ctx, rb, slog.New(slog.NewTextHandler(io.Discard, nil)), runner.Options{Pod: "pod-p", WorkDir: t.TempDir(), AckWait: 3 * time.Second})
+			require.NoError(t, err)
+			req := events.RunnerJobRequestedData{JobID: "p1", Kind: events.JobEfficiency, SubmissionID: "sub-p1"}
+			ev, err := events.NewEvent("job-p1", events.RunnerJobRequested, events.Source("test"), "p1", req)
+			require.NoError(t, err)
+			asked := time.Now()
+			err = svc.Abandon(ctx, bus.DeadLetter{Event: ev, Consumer: runner.Name, Reason: bus.ReasonMaxDeliver, Deliveries: 4})
+			var types []string
+			for _, e := range bustest.Stored(t, op, outcomes(events.JobEfficiency, "p1")) {
+				types = append(types, e.Type())
+			}
+			if tc.settled {
+				require.ErrorIs(t, err, bus.ErrSettled)
+				require.Equal(t, []string{string(events.RunnerJobCompleted)}, types)
+				return
+			}
+			require.NoError(t, err)
+			require.Less(t, time.Since(asked), 10*time.Second, "refused at once, not after a timeout")
+			require.Equal(t, []string{string(events.RunnerJobCompleted), string(events.RunnerJobFailed)}, types)
+		})
+	}
+}

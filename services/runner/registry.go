@@ -1,0 +1,151 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/services/runner/job"
+)
+
+// Kind is how the runner runs one job kind, P being the type of its
+// params. A kind is registered once (see Register and kinds); Handle
+// looks a job's kind up and does the rest the same way for every kind:
+// started, the checkpoint and Fetch's bundles fetched, Run, then
+// completed or failed.
+type Kind[P any] struct {
+	// Name is the job kind on the queue ("efficiency"), in the job's
+	// payload and in its outcome subjects.
+	Name string
+	// Engine completes the decoded params with the engine command the
+	// request carries apart from them (nil: the kind has no engine).
+	Engine func(p *P, command string)
+	// Fetch lists the bundles the job needs beside its checkpoint (nil:
+	// none); Run receives their folders in the same order.
+	Fetch func(p P) []Artifact
+	// Run runs the job. Its Result's Seconds count on failure too. A
+	// *Failure, an engine.Failure or a loadgen.Error fails the job (an
+	// ack); any other error hands it back (a retry).
+	Run func(ctx context.Context, env Env, p P) (Result, error)
+}
+
+// Artifact is a bundle a job needs beside its checkpoint.
+type Artifact struct {
+	Ref events.BundleRef
+	// What names it in the failure when it is missing ("the campaign's
+	// BF16 reference").
+	What string
+}
+
+// Env is what the runner hands a kind's Run.
+type Env struct {
+	// Request is the job.
+	Request events.RunnerJobRequestedData
+	// Job is the engine runner, its sample, request and progress
+	// callbacks wired to this attempt of the job.
+	Job *job.Runner
+	// Checkpoint is the folder of the job's checkpoint; Artifacts are the
+	// folders of Fetch's bundles, in Fetch's order.
+	Checkpoint string
+	Artifacts  []string
+}
+
+// Simulated reports whether the job runs without NVML.
+func (e Env) Simulated() bool { return e.Job.NVML == nil }
+
+// Result is what a job's run yields.
+type Result struct {
+	// Value is the job's result: runner.job.completed's result field.
+	Value any
+	// Seconds is the GPU time the run took.
+	Seconds float64
+	// Attrs are extra attributes of the completion's log line.
+	Attrs []any
+}
+
+// Failure is a job's own failure with its reason: the job ends with
+// runner.job.failed and is acked.
+type Failure struct {
+	Reason  string
+	Message string
+}
+
+func (f *Failure) Error() string { return f.Reason + ": " + f.Message }
+
+// Fail returns a job failure with reason and message.
+func Fail(reason, message string) error { return &Failure{Reason: reason, Message: message} }
+
+func asFailure(err error) *Failure {
+	var f *Failure
+	if errors.As(err, &f) {
+		return f
+	}
+	return nil
+}
+
+// Registry holds the job kinds a runner runs, in registration order.
+type Registry struct {
+	names []string
+	kinds map[string]prepare
+}
+
+// prepare decodes a job's params into a prepared job: what to fetch and
+// how to run it. Its error is the params' (job_bad_params).
+type prepare func(req events.RunnerJobRequestedData) (prepared, error)
+
+type prepared struct {
+	fetch []Artifact
+	run   func(ctx context.Context, env Env) (Result, error)
+}
+
+// Register adds k to r. A kind registered twice is a programming error
+// and panics.
+func Register[P any](r *Registry, k Kind[P]) {
+	if r.kinds == nil {
+		r.kinds = map[string]prepare{}
+	}
+	if _, dup := r.kinds[k.Name]; dup || k.Name == "" || k.Run == nil {
+		panic(fmt.Sprintf("runner: job kind %q registered twice, unnamed or without Run", k.Name))
+	}
+	r.names = append(r.names, k.Name)
+	r.kinds[k.Name] = func(req events.RunnerJobRequestedData) (prepared, error) {
+		var p P
+		if err := json.Unmarshal(req.Params, &p); err != nil {
+			return prepared{}, err
+		}
+		if k.Engine != nil {
+			k.Engine(&p, req.Engine)
+		}
+		var fetch []Artifact
+		if k.Fetch != nil {
+			fetch = k.Fetch(p)
+		}
+		return prepared{fetch: fetch, run: func(ctx context.Context, env Env) (Result, error) { return k.Run(ctx, env, p) }}, nil
+	}
+}
+
+// Names lists the registered kinds in registration order.
+func (r *Registry) Names() []string { return append([]string(nil), r.names...) }
+
+// lookup returns the kind's preparation, or a job_unknown_kind failure
+// naming the kinds r has.
+func (r *Registry) lookup(kind string) (prepare, error) {
+	if p, ok := r.kinds[kind]; ok {
+		return p, nil
+	}
+	return nil, Fail(ReasonUnknownKind, fmt.Sprintf("this runner runs %s jobs, not %q", list(r.names), kind))
+}
+
+// list writes names as "a, b and c".
+func list(names []string) string {
+	switch len(names) {
+	case 0:
+		return "no"
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}

@@ -1,0 +1,100 @@
+package runner
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/lowbarena/lowbarena/domain/stats"
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/platform/store"
+	"github.com/lowbarena/lowbarena/services/runner/job"
+	"github.com/lowbarena/lowbarena/services/runner/loadgen"
+	"github.com/lowbarena/lowbarena/services/runner/telemetry"
+)
+
+// samples writes a batch of GPU samples to gpu_samples.
+func (s *Service) samples(ctx context.Context, req events.RunnerJobRequestedData, run string, seq *atomic.Uint64, b []telemetry.Sample) error {
+	if s.opts.Store == nil {
+		return nil
+	}
+	rows := make([]store.GPUSample, len(b))
+	for i, x := range b {
+		sim := uint8(0)
+		if x.Simulated {
+			sim = 1
+		}
+		gpu := x.GPU
+		if x.Simulated {
+			gpu = s.opts.GPU // one simulated device per engine; the runner's index names it
+		}
+		rows[i] = store.GPUSample{TsMs: uint64(x.At.UnixMilli()), Pod: s.opts.Pod, GPU: uint32(gpu), GPUUUID: x.UUID,
+			RunID: run, JobID: req.JobID, Seq: seq.Add(1), MemUsed: x.MemUsed, MemTotal: x.MemTotal, ProcMem: x.ProcMem,
+			Util: x.Util, Power: x.PowerW, Simulated: sim}
+	}
+	return store.Insert(ctx, s.opts.Store, rows)
+}
+
+// graded writes a quality job's graded samples to quality_items. The
+// BF16 reference's rows carry the submission id "bf16-reference".
+func (s *Service) graded(ctx context.Context, req events.RunnerJobRequestedData, p events.QualityJobParams, b []job.Graded, simulated bool) error {
+	if s.opts.Store == nil {
+		return nil
+	}
+	sub := req.SubmissionID
+	if p.Role == events.RoleBF16 {
+		sub = "bf16-reference"
+	}
+	sim := uint8(0)
+	if simulated {
+		sim = 1
+	}
+	now := uint64(time.Now().UnixMilli())
+	name, _, _ := strings.Cut(p.SuiteKey, "@")
+	rows := make([]store.QualityItem, len(b))
+	answers := make([]store.QualityAnswer, len(b))
+	for i, g := range b {
+		f := uint8(0)
+		if g.Formatted {
+			f = 1
+		}
+		rows[i] = store.QualityItem{TsMs: now, Campaign: p.Campaign, Suite: name, SuiteVersion: p.SuiteKey, SubmissionID: sub, Role: p.Role,
+			Domain: g.Item.Domain, ItemID: g.Item.ID, Sample: uint32(g.Sample), Score: g.Score, Formatted: f,
+			OutputTokens: uint32(g.OutputTokens), Simulated: sim}
+		answers[i] = store.QualityAnswer{TsMs: now, Campaign: p.Campaign, SuiteVersion: p.SuiteKey, SubmissionID: sub, Role: p.Role,
+			ItemID: g.Item.ID, Sample: uint32(g.Sample), Score: g.Score, OutputTokens: uint32(g.OutputTokens), Answer: g.Answer}
+	}
+	// The answers first: quality_items complete is what the quality
+	// stage reads as done, and the audits read the answers after it.
+	if err := store.Insert(ctx, s.opts.Store, answers); err != nil {
+		return err
+	}
+	return store.Insert(ctx, s.opts.Store, rows)
+}
+
+// requests writes a workload's measured requests to requests.
+func (s *Service) requests(ctx context.Context, req events.RunnerJobRequestedData, run string, res loadgen.Result, simulated bool) error {
+	if s.opts.Store == nil || len(res.Samples) == 0 {
+		return nil
+	}
+	sim := uint8(0)
+	if simulated {
+		sim = 1
+	}
+	rows := make([]store.Request, len(res.Samples))
+	for i, x := range res.Samples {
+		itl := make([]float64, len(x.ITL))
+		for j, d := range x.ITL {
+			itl[j] = float64(d) / float64(time.Millisecond)
+		}
+		rows[i] = store.Request{TsMs: uint64(x.Start.UnixMilli()), SubmissionID: req.SubmissionID, JobID: req.JobID, RunID: run,
+			Workload: res.Workload, Seq: uint32(x.Seq), PromptTokens: uint32(x.PromptTokens), OutputTokens: uint32(x.OutputTokens),
+			TTFTMs: float64(x.TTFT) / float64(time.Millisecond), ITLP50Ms: stats.Percentile(itl, 50), ITLP99Ms: stats.Percentile(itl, 99),
+			E2EMs: float64(x.E2E) / float64(time.Millisecond), OK: 1, Simulated: sim}
+		if x.Err != "" {
+			rows[i].OK, rows[i].Error = 0, x.Err+": "+x.ErrMessage
+		}
+	}
+	return store.Insert(ctx, s.opts.Store, rows)
+}
