@@ -89,7 +89,7 @@ services:
 	@for s in $(SERVICES); do echo "go build services/$$s/cmd/$$s"; (cd services/$$s && go build -o $(BIN)/$$s ./cmd/$$s); done
 
 vet:
-	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go vet $$m"; (cd $$m && go vet ./...); done
+	@for m in $(MODULES); do [ -n "$$(find $$m -name "*.go" -print -quit)" ] || continue; echo "go vet $$m"; (cd $$m && go vet ./...); done
 	@echo "go vet -tags embedded tools/arena"; cd tools/arena && go vet -tags embedded ./...
 	@echo "go vet $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off go vet ./...
 
@@ -99,7 +99,7 @@ vet:
 # LOWBARENA_REQUIRE_BROWSER=1 turn a missing server, sandbox or Chromium into
 # a failure. The browser test saves its screenshots in .data/screenshots.
 test: deps vet
-	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 LOWBARENA_REQUIRE_BROWSER=1 LOWBARENA_SCREENSHOTS=$(CURDIR)/.data/screenshots go test -count=1 -timeout 15m ./...); done
+	@for m in $(MODULES); do [ -n "$$(find $$m -name "*.go" -print -quit)" ] || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 LOWBARENA_REQUIRE_BROWSER=1 LOWBARENA_SCREENSHOTS=$(CURDIR)/.data/screenshots go test -count=1 -timeout 15m ./...); done
 	@echo "go test -tags embedded tools/arena (arena up's own tests)"; cd tools/arena && go test -count=1 -timeout 15m -tags embedded -run '^TestUp' .
 	@echo "go test $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off go test -count=1 ./...
 
