@@ -94,16 +94,17 @@ type Registry struct {
 	graders map[string]Grader
 }
 
-// NewRegistry returns a Registry holding the built-in graders under the
-// suite's names: exact, numeric, choice, regex and code (a CodeGrader with
-// its defaults).
+// NewRegistry returns a Registry holding the pure graders under the
+// suite's names: exact, numeric, choice and regex. The code grader runs
+// programs in a sandbox, an adapter (adapters/sandbox), which registers
+// itself under suite.GraderCode in the package-level registry when
+// imported.
 func NewRegistry() *Registry {
 	r := &Registry{graders: map[string]Grader{}}
 	r.Register(suite.GraderExact, Exact{})
 	r.Register(suite.GraderNumeric, Numeric{})
 	r.Register(suite.GraderChoice, Choice{})
 	r.Register(suite.GraderRegex, Regex{})
-	r.Register(suite.GraderCode, &CodeGrader{})
 	return r
 }
 
@@ -154,9 +155,15 @@ func (r *Registry) Grade(ctx context.Context, it suite.Item, answer string) (Res
 	return g.Grade(ctx, it, answer)
 }
 
-// std is the registry behind the package-level For and Grade; it is never
-// mutated after init, so it holds only the built-in graders.
+// std is the registry behind the package-level For, Grade and Check: the
+// pure graders, and those that adapters add with Register from their init
+// functions. It is never mutated after init.
 var std = NewRegistry()
+
+// Register adds g to the package-level registry under name. It is for an
+// adapter's init function (adapters/sandbox registers the code grader):
+// the registry is read without further registration once main starts.
+func Register(name string, g Grader) { std.Register(name, g) }
 
 // For returns the built-in grader for the item's Grader name, or an error
 // wrapping ErrUnknownGrader.
@@ -167,9 +174,10 @@ func Grade(ctx context.Context, it suite.Item, answer string) (Result, error) {
 	return std.Grade(ctx, it, answer)
 }
 
-// refuse returns the Result for an answer that cannot be graded at all
-// (blank or over MaxAnswerBytes), and whether it applies.
-func refuse(answer string, hasFormat bool) (Result, bool) {
+// Refuse returns the Result for an answer that cannot be graded at all
+// (blank or over MaxAnswerBytes), and whether it applies. Every grader,
+// the sandbox's included, refuses such an answer the same way.
+func Refuse(answer string, hasFormat bool) (Result, bool) {
 	switch {
 	case len(answer) > MaxAnswerBytes:
 		return Result{HasFormat: hasFormat, Empty: true, Detail: fmt.Sprintf("answer over %d bytes", MaxAnswerBytes)}, true
@@ -218,7 +226,7 @@ func (Exact) Grade(_ context.Context, it suite.Item, answer string) (Result, err
 	if want == "" {
 		return Result{}, fmt.Errorf("exact grader: item %s: %w: no reference answer", it.ID, ErrBadItem)
 	}
-	if r, ok := refuse(answer, false); ok {
+	if r, ok := Refuse(answer, false); ok {
 		return r, nil
 	}
 	got := strings.TrimSpace(answer)
@@ -283,7 +291,7 @@ func (Numeric) Grade(_ context.Context, it suite.Item, answer string) (Result, e
 	if err != nil {
 		return Result{}, fmt.Errorf("numeric grader: item %s: %w: reference answer %q is not a number: %w", it.ID, ErrBadItem, it.Answer, err)
 	}
-	if r, ok := refuse(answer, false); ok {
+	if r, ok := Refuse(answer, false); ok {
 		return r, nil
 	}
 	text, ok := lastNumber(answer)
@@ -418,7 +426,7 @@ func (Choice) Grade(_ context.Context, it suite.Item, answer string) (Result, er
 	if len(want) != 1 || !validLetter(want[0], n) {
 		return Result{}, fmt.Errorf("choice grader: item %s: %w: answer %q is not the letter of one of its %d choices", it.ID, ErrBadItem, it.Answer, n)
 	}
-	if r, ok := refuse(answer, true); ok {
+	if r, ok := Refuse(answer, true); ok {
 		return r, nil
 	}
 	res := Result{HasFormat: true}
@@ -545,7 +553,7 @@ func (Regex) Grade(_ context.Context, it suite.Item, answer string) (Result, err
 	if err != nil {
 		return Result{}, fmt.Errorf("regex grader: item %s: %w: %w", it.ID, ErrBadItem, err)
 	}
-	if r, ok := refuse(answer, false); ok {
+	if r, ok := Refuse(answer, false); ok {
 		return r, nil
 	}
 	got := strings.TrimSpace(answer)
@@ -553,4 +561,28 @@ func (Regex) Grade(_ context.Context, it suite.Item, answer string) (Result, err
 		return Result{Score: 1}, nil
 	}
 	return Result{Detail: fmt.Sprintf("%s does not match %s", quote(got), quote(it.Pattern))}, nil
+}
+
+// Check reports whether the registered graders can grade every item of s
+// on this machine: nil, or the code grader's refusal (adapters/sandbox:
+// an error wrapping its ErrSandboxUnavailable) when s has code items and their sandbox cannot
+// run here. Callers check before they spend anything on answers, such as
+// starting an engine.
+func Check(ctx context.Context, s *suite.Suite) error {
+	for _, items := range s.Items {
+		for _, it := range items {
+			if it.Grader != suite.GraderCode {
+				continue
+			}
+			g, err := std.For(it)
+			if err != nil {
+				return err
+			}
+			if c, ok := g.(interface{ Check(context.Context) error }); ok {
+				return c.Check(ctx)
+			}
+			return nil
+		}
+	}
+	return nil
 }

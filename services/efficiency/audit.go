@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	_ "github.com/lowbarena/lowbarena/adapters/sandbox" // the code grader, under suite.GraderCode
 	"github.com/lowbarena/lowbarena/domain/audit"
 	"github.com/lowbarena/lowbarena/domain/campaign"
 	"github.com/lowbarena/lowbarena/domain/grade"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 
+	"github.com/lowbarena/lowbarena/adapters/sandbox"
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
@@ -87,8 +88,8 @@ func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParam
 // no retry on this machine would grade the answers, and the message tells
 // the operator what to install or enable.
 func sandboxFailure(err error) error {
-	if errors.Is(err, grade.ErrSandboxUnavailable) {
-		return Fail(grade.ReasonSandboxUnavailable, err.Error())
+	if errors.Is(err, sandbox.ErrSandboxUnavailable) {
+		return Fail(sandbox.ReasonSandboxUnavailable, err.Error())
 	}
 	return err
 }

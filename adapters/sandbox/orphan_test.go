@@ -1,4 +1,4 @@
-package grade_test
+package sandbox_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/domain/grade"
+	"github.com/lowbarena/lowbarena/adapters/sandbox"
 )
 
 // The helper of TestCodeDiesWithAKilledGrader is this test binary run
@@ -110,7 +110,7 @@ func TestCodeDiesWithAKilledGrader(t *testing.T) {
 // starts a sleeper and runs for a minute; the test kills this process
 // meanwhile.
 func orphanHelper(marker, bwrap, flag string) {
-	g := &grade.CodeGrader{Bwrap: bwrap, Timeout: 2 * time.Minute}
+	g := &sandbox.CodeGrader{Bwrap: bwrap, Timeout: 2 * time.Minute}
 	if err := g.Check(context.Background()); err != nil {
 		fmt.Println("check:", err)
 		return

@@ -1,4 +1,4 @@
-package grade_test
+package sandbox_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/domain/grade"
+	"github.com/lowbarena/lowbarena/adapters/sandbox"
 )
 
 // envSweepHelper runs this test binary as a fresh grader that only checks
@@ -29,7 +29,7 @@ const envSweepHelper = "LOWBARENA_GRADE_SWEEP_HELPER"
 // there.
 func TestSweepEndsOrphanedSandboxInits(t *testing.T) {
 	if os.Getenv(envSweepHelper) == "1" {
-		if err := (&grade.CodeGrader{}).Check(context.Background()); err != nil {
+		if err := (&sandbox.CodeGrader{}).Check(context.Background()); err != nil {
 			fmt.Println("check:", err)
 			os.Exit(1)
 		}
@@ -53,7 +53,7 @@ func TestSweepEndsOrphanedSandboxInits(t *testing.T) {
 			require.NoError(t, err, "the helper grader: %s", out)
 		}},
 		{"SweepOrphans", func(t *testing.T) {
-			n, err := grade.SweepOrphans(sandboxUID())
+			n, err := sandbox.SweepOrphans(sandboxUID())
 			require.NoError(t, err)
 			require.GreaterOrEqual(t, n, 1, "it killed nothing")
 		}},
@@ -98,7 +98,7 @@ func startSandbox(t *testing.T, bwrap string, orphan bool) (proc, func()) {
 	cmd.ExtraFiles = []*os.File{infoW, blockR}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if os.Geteuid() == 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: grade.SandboxUID, Gid: grade.SandboxGID, Groups: []uint32{}}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: sandbox.SandboxUID, Gid: sandbox.SandboxGID, Groups: []uint32{}}
 	}
 	require.NoError(t, cmd.Start())
 	infoW.Close()

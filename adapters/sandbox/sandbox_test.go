@@ -1,4 +1,4 @@
-package grade_test
+package sandbox_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/adapters/sandbox"
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 )
@@ -46,7 +47,7 @@ func worldDir(t *testing.T, perm os.FileMode) string {
 // sandboxUID is the uid programs run as under this test's grader.
 func sandboxUID() int {
 	if os.Geteuid() == 0 {
-		return grade.SandboxUID
+		return sandbox.SandboxUID
 	}
 	return os.Getuid()
 }
@@ -91,7 +92,7 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
         assert b"hunter2" not in data, "secret readable in /proc/%%s/%%s" %% (pid, f)
 def add(a, b): return a + b
 `, sandboxUID(), sandboxUID())
-	res, err := (&grade.CodeGrader{}).Grade(context.Background(), addItem, program)
+	res, err := (&sandbox.CodeGrader{}).Grade(context.Background(), addItem, program)
 	require.NoError(t, err)
 	require.Equal(t, 1.0, res.Score, res.Detail)
 }
@@ -156,12 +157,12 @@ assert not found, "found: %%r" %% found
 def add(a, b): return a + b
 `, hex.EncodeToString([]byte(token)), pyList(paths), pyList(root), map[bool]string{true: "True", false: "False"}[len(local) == 0])
 
-	res, err := (&grade.CodeGrader{}).Grade(context.Background(), addItem, program)
+	res, err := (&sandbox.CodeGrader{}).Grade(context.Background(), addItem, program)
 	require.NoError(t, err)
 	require.Equal(t, 1.0, res.Score, res.Detail)
 
 	// The control: on the host the same program sees them.
-	out, err := exec.Command(grade.DefaultCodePython, "-I", "-c", program).CombinedOutput()
+	out, err := exec.Command(sandbox.DefaultCodePython, "-I", "-c", program).CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(out), "AssertionError: visible: ")
 	require.Contains(t, string(out), secrets[0])
@@ -173,7 +174,7 @@ def add(a, b): return a + b
 func TestCodeSeesNoOtherRun(t *testing.T) {
 	needSandbox(t)
 	t.Parallel()
-	g := &grade.CodeGrader{}
+	g := &sandbox.CodeGrader{}
 	first := `import time
 open("answer-a.txt", "w").write("the first run's answer")
 time.sleep(3)
@@ -210,7 +211,7 @@ func TestCodeWritesNowhereElse(t *testing.T) {
 	t.Parallel()
 	host := worldDir(t, 0o777)
 	name := fmt.Sprintf("escape-%d", time.Now().UnixNano())
-	g := &grade.CodeGrader{Timeout: 5 * time.Second}
+	g := &sandbox.CodeGrader{Timeout: 5 * time.Second}
 	for _, tc := range []struct {
 		name, path, detail string
 	}{
@@ -284,7 +285,7 @@ func TestCodeNoNetwork(t *testing.T) {
 	}
 
 	port := tcp.Addr().(*net.TCPAddr).Port
-	g := &grade.CodeGrader{Timeout: 8 * time.Second}
+	g := &sandbox.CodeGrader{Timeout: 8 * time.Second}
 	for _, tc := range []struct {
 		name, connect, detail string
 	}{
@@ -332,7 +333,7 @@ def add(a, b): return a + b
 	)
 	go func() {
 		defer close(done)
-		res, err = (&grade.CodeGrader{}).Grade(context.Background(), addItem, program)
+		res, err = (&sandbox.CodeGrader{}).Grade(context.Background(), addItem, program)
 	}()
 	seen := map[string]bool{}
 	for running := true; running; {
@@ -398,11 +399,11 @@ func TestCheckSuite(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "bwrap"), []byte("#!/bin/sh\n"+noNamespaces+"\n"), 0o755))
 	t.Setenv("PATH", dir+string(filepath.ListSeparator)+os.Getenv("PATH"))
 	err := grade.Check(ctx, withCode)
-	require.ErrorIs(t, err, grade.ErrSandboxUnavailable)
+	require.ErrorIs(t, err, sandbox.ErrSandboxUnavailable)
 	require.ErrorContains(t, err, "No permissions to create new namespace")
 	require.NoError(t, grade.Check(ctx, noCode), "a suite without code needs no sandbox")
 	_, err = grade.Grade(ctx, addItem, addRight)
-	require.ErrorIs(t, err, grade.ErrSandboxUnavailable)
+	require.ErrorIs(t, err, sandbox.ErrSandboxUnavailable)
 }
 
 // TestCodeRefusesWithoutSandbox: where bubblewrap cannot sandbox a
@@ -429,7 +430,7 @@ func TestCodeRefusesWithoutSandbox(t *testing.T) {
 	flaky := script(open, "bwrap-flaky", fmt.Sprintf("if [ -e %s ]; then %s; fi\nexec %s \"$@\"", flag, noNamespaces, bwrap))
 	python := filepath.Join(closed, "python3")
 	if os.Geteuid() == 0 {
-		exe, err := filepath.EvalSymlinks(grade.DefaultCodePython)
+		exe, err := filepath.EvalSymlinks(sandbox.DefaultCodePython)
 		require.NoError(t, err)
 		data, err := os.ReadFile(exe)
 		require.NoError(t, err)
@@ -438,21 +439,21 @@ func TestCodeRefusesWithoutSandbox(t *testing.T) {
 
 	for i, tc := range []struct {
 		name     string
-		g        *grade.CodeGrader
+		g        *sandbox.CodeGrader
 		rootOnly bool
-		before   func(t *testing.T, g *grade.CodeGrader)
+		before   func(t *testing.T, g *sandbox.CodeGrader)
 		message  []string
 	}{
-		{name: "bubblewrap missing", g: &grade.CodeGrader{Bwrap: filepath.Join(open, "no-bwrap")},
+		{name: "bubblewrap missing", g: &sandbox.CodeGrader{Bwrap: filepath.Join(open, "no-bwrap")},
 			message: []string{"bubblewrap is not installed", "apt-get install bubblewrap"}},
-		{name: "bubblewrap without user namespaces", g: &grade.CodeGrader{Bwrap: script(open, "bwrap-no-userns", noNamespaces)},
+		{name: "bubblewrap without user namespaces", g: &sandbox.CodeGrader{Bwrap: script(open, "bwrap-no-userns", noNamespaces)},
 			message: []string{"cannot create the sandbox", "No permissions to create new namespace", "enable unprivileged user namespaces"}},
-		{name: "bubblewrap the sandbox user cannot run", g: &grade.CodeGrader{Bwrap: script(closed, "bwrap", "exec "+bwrap+" \"$@\"")}, rootOnly: true,
+		{name: "bubblewrap the sandbox user cannot run", g: &sandbox.CodeGrader{Bwrap: script(closed, "bwrap", "exec "+bwrap+" \"$@\"")}, rootOnly: true,
 			message: []string{"cannot be started as uid 65534", "permission denied"}},
-		{name: "an interpreter the sandbox user cannot read", g: &grade.CodeGrader{Python: python}, rootOnly: true,
+		{name: "an interpreter the sandbox user cannot read", g: &sandbox.CodeGrader{Python: python}, rootOnly: true,
 			message: []string{"the interpreter " + python + " cannot be run by uid 65534", "/usr/bin/python3"}},
-		{name: "a sandbox lost after the check", g: &grade.CodeGrader{Bwrap: flaky},
-			before: func(t *testing.T, g *grade.CodeGrader) {
+		{name: "a sandbox lost after the check", g: &sandbox.CodeGrader{Bwrap: flaky},
+			before: func(t *testing.T, g *sandbox.CodeGrader) {
 				res, err := g.Grade(context.Background(), addItem, addRight)
 				require.NoError(t, err)
 				require.Equal(t, 1.0, res.Score, res.Detail)
@@ -471,13 +472,13 @@ func TestCodeRefusesWithoutSandbox(t *testing.T) {
 			program := fmt.Sprintf("open(%q, 'w').write('ran')\ndef add(a, b): return a + b\n", mark)
 			res, err := tc.g.Grade(context.Background(), addItem, program)
 			t.Log(err)
-			require.ErrorIs(t, err, grade.ErrSandboxUnavailable)
+			require.ErrorIs(t, err, sandbox.ErrSandboxUnavailable)
 			require.Equal(t, grade.Result{}, res)
 			for _, m := range tc.message {
 				require.ErrorContains(t, err, m)
 			}
 			require.NoFileExists(t, mark, "the program ran")
-			require.ErrorIs(t, tc.g.Check(context.Background()), grade.ErrSandboxUnavailable)
+			require.ErrorIs(t, tc.g.Check(context.Background()), sandbox.ErrSandboxUnavailable)
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package grade
+package sandbox
 
 import (
 	"bytes"
@@ -19,8 +19,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/lowbarena/lowbarena/domain/suite"
 )
 
 // ReasonSandboxUnavailable is the reason code of a job that could not
@@ -100,30 +98,6 @@ var (
 func (g *CodeGrader) Check(ctx context.Context) error {
 	_, err := g.sandbox(ctx)
 	return err
-}
-
-// Check reports whether the built-in graders can grade every item of s on
-// this machine: nil, or the code grader's refusal (wrapping
-// ErrSandboxUnavailable) when s has code items and their sandbox cannot
-// run here. Callers check before they spend anything on answers, such as
-// starting an engine.
-func Check(ctx context.Context, s *suite.Suite) error {
-	for _, items := range s.Items {
-		for _, it := range items {
-			if it.Grader != suite.GraderCode {
-				continue
-			}
-			g, err := For(it)
-			if err != nil {
-				return err
-			}
-			if c, ok := g.(interface{ Check(context.Context) error }); ok {
-				return c.Check(ctx)
-			}
-			return nil
-		}
-	}
-	return nil
 }
 
 // sandbox returns g's checked sandbox, probing it when no success is

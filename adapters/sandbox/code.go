@@ -1,4 +1,4 @@
-package grade
+package sandbox
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 )
 
@@ -123,23 +124,23 @@ type CodeGrader struct {
 }
 
 // Grade runs the answer's program and the item's tests; see CodeGrader.
-func (g *CodeGrader) Grade(ctx context.Context, it suite.Item, answer string) (Result, error) {
+func (g *CodeGrader) Grade(ctx context.Context, it suite.Item, answer string) (grade.Result, error) {
 	if strings.TrimSpace(it.Tests) == "" {
-		return Result{}, fmt.Errorf("code grader: item %s: %w: no tests", it.ID, ErrBadItem)
+		return grade.Result{}, fmt.Errorf("code grader: item %s: %w: no tests", it.ID, grade.ErrBadItem)
 	}
-	if r, ok := refuse(answer, false); ok {
+	if r, ok := grade.Refuse(answer, false); ok {
 		return r, nil
 	}
 	program := ExtractProgram(answer)
 	if strings.TrimSpace(program) == "" {
-		return Result{Empty: true, Detail: "no program in answer"}, nil
+		return grade.Result{Empty: true, Detail: "no program in answer"}, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, fmt.Errorf("code grader: item %s: %w", it.ID, err)
+		return grade.Result{}, fmt.Errorf("code grader: item %s: %w", it.ID, err)
 	}
 	sb, err := g.sandbox(ctx)
 	if err != nil {
-		return Result{}, err
+		return grade.Result{}, err
 	}
 	src := program
 	if !strings.HasSuffix(src, "\n") {
@@ -149,10 +150,10 @@ func (g *CodeGrader) Grade(ctx context.Context, it suite.Item, answer string) (R
 
 	o, err := g.run(ctx, sb, src, g.timeout())
 	if err != nil {
-		return Result{}, err
+		return grade.Result{}, err
 	}
 	if o.ctxErr != nil {
-		return Result{}, fmt.Errorf("code grader: item %s: %w", it.ID, o.ctxErr)
+		return grade.Result{}, fmt.Errorf("code grader: item %s: %w", it.ID, o.ctxErr)
 	}
 	if !o.started && !o.timedOut {
 		// bubblewrap failed before the program ran: probe again, so that a
@@ -160,55 +161,55 @@ func (g *CodeGrader) Grade(ctx context.Context, it suite.Item, answer string) (R
 		// grader's failure, never the answer's.
 		g.forget(sb)
 		if _, err := g.sandbox(ctx); err != nil {
-			return Result{}, err
+			return grade.Result{}, err
 		}
-		return Result{}, fmt.Errorf("code grader: item %s: the sandbox did not start (%s; %v)", it.ID, orNothing(lastLine(o.stderr)), o.runErr)
+		return grade.Result{}, fmt.Errorf("code grader: item %s: the sandbox did not start (%s; %v)", it.ID, orNothing(lastLine(o.stderr)), o.runErr)
 	}
 	return g.judge(o), nil
 }
 
 // judge turns the end of a run into a Result. bubblewrap reports a program
 // killed by signal n as exit status 128+n, as a shell does.
-func (g *CodeGrader) judge(o outcome) Result {
+func (g *CodeGrader) judge(o outcome) grade.Result {
 	if o.timedOut {
-		return Result{Detail: fmt.Sprintf("timed out after %v", g.timeout())}
+		return grade.Result{Detail: fmt.Sprintf("timed out after %v", g.timeout())}
 	}
 	if o.exit == 0 && o.finished {
-		return Result{Score: 1}
+		return grade.Result{Score: 1}
 	}
 	if o.exit == 0 {
-		return Result{Detail: "tests did not run: the program left before the end of main.py (sys.exit, os._exit or a closed output) with exit status 0"}
+		return grade.Result{Detail: "tests did not run: the program left before the end of main.py (sys.exit, os._exit or a closed output) with exit status 0"}
 	}
 	line := failureLine(o.stderr)
 	if o.exit > 128 && o.exit < 128+65 {
 		switch sig := syscall.Signal(o.exit - 128); sig {
 		case syscall.SIGXCPU:
-			return Result{Detail: fmt.Sprintf("killed: CPU time limit (%ds)", g.cpuSeconds())}
+			return grade.Result{Detail: fmt.Sprintf("killed: CPU time limit (%ds)", g.cpuSeconds())}
 		case syscall.SIGXFSZ:
-			return Result{Detail: fmt.Sprintf("killed: file size limit (%d bytes)", g.fileSize())}
+			return grade.Result{Detail: fmt.Sprintf("killed: file size limit (%d bytes)", g.fileSize())}
 		case syscall.SIGKILL:
-			return Result{Detail: "killed: SIGKILL (CPU or memory limit)"}
+			return grade.Result{Detail: "killed: SIGKILL (CPU or memory limit)"}
 		default:
-			return Result{Detail: joinDetail(fmt.Sprintf("killed: signal %v", sig), line)}
+			return grade.Result{Detail: joinDetail(fmt.Sprintf("killed: signal %v", sig), line)}
 		}
 	}
 	switch {
 	case strings.HasPrefix(line, "MemoryError"):
-		return Result{Detail: fmt.Sprintf("killed: memory limit (%d MiB address space)", g.memory()>>20)}
+		return grade.Result{Detail: fmt.Sprintf("killed: memory limit (%d MiB address space)", g.memory()>>20)}
 	case strings.Contains(line, "[Errno 27]"): // EFBIG: python ignores SIGXFSZ
-		return Result{Detail: fmt.Sprintf("killed: file size limit (%d bytes)", g.fileSize())}
+		return grade.Result{Detail: fmt.Sprintf("killed: file size limit (%d bytes)", g.fileSize())}
 	case strings.Contains(line, "[Errno 28]"): // ENOSPC: the folder is full
-		return Result{Detail: fmt.Sprintf("killed: folder size limit (%d MiB)", g.folder()>>20)}
+		return grade.Result{Detail: fmt.Sprintf("killed: folder size limit (%d MiB)", g.folder()>>20)}
 	case strings.HasPrefix(line, "BlockingIOError: [Errno 11]"): // EAGAIN from fork
-		return Result{Detail: fmt.Sprintf("killed: process limit (%d processes)", g.procs())}
+		return grade.Result{Detail: fmt.Sprintf("killed: process limit (%d processes)", g.procs())}
 	case line != "":
-		return Result{Detail: "tests failed: " + line}
+		return grade.Result{Detail: "tests failed: " + line}
 	}
 	detail := fmt.Sprintf("tests failed: exit status %d", o.exit)
 	if out := lastLine(o.stdout); out != "" {
 		detail += ", stdout: " + out
 	}
-	return Result{Detail: detail}
+	return grade.Result{Detail: detail}
 }
 
 func (g *CodeGrader) timeout() time.Duration {

@@ -1,14 +1,16 @@
-package grade_test
+package sandbox_test
 
 import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/adapters/sandbox"
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 )
@@ -18,7 +20,7 @@ import (
 // that a failure.
 func needSandbox(t testing.TB) {
 	t.Helper()
-	if err := (&grade.CodeGrader{}).Check(context.Background()); err != nil {
+	if err := (&sandbox.CodeGrader{}).Check(context.Background()); err != nil {
 		if os.Getenv("LOWBARENA_REQUIRE_SANDBOX") == "1" {
 			t.Fatalf("the code sandbox is required: %v", err)
 		}
@@ -42,8 +44,8 @@ func TestCode(t *testing.T) {
 	// The runs that must end at a limit other than the wall clock have
 	// ample time (slow, a loaded machine notwithstanding); the others two
 	// seconds.
-	fast := &grade.CodeGrader{Timeout: 2 * time.Second}
-	slow := &grade.CodeGrader{Timeout: 20 * time.Second}
+	fast := &sandbox.CodeGrader{Timeout: 2 * time.Second}
+	slow := &sandbox.CodeGrader{Timeout: 20 * time.Second}
 	for _, tc := range []struct {
 		name   string
 		answer string
@@ -96,7 +98,7 @@ func TestCode(t *testing.T) {
 		{name: "stray lines after the exception", answer: "import sys\nsys.stderr.write('ValueError: boom\\n  File \"main.py\", line 9, in <module>\\n')\nsys.exit(1)", detail: "tests failed: ValueError: boom"},
 		{name: "empty", answer: "", empty: true, detail: "empty answer"},
 		{name: "empty block", answer: "```python\n\n```", empty: true, detail: "no program in answer"},
-		{name: "over long", answer: overLong, empty: true, detail: "answer over 65536 bytes"},
+		{name: "over long", answer: strings.Repeat(" ", grade.MaxAnswerBytes-5) + "Paris 42 B", empty: true, detail: "answer over 65536 bytes"},
 	} {
 		// One at a time: twenty sandboxes at once on two cores would race
 		// their own 2 s timeouts.
@@ -144,7 +146,7 @@ func TestCodeGeneratedSuite(t *testing.T) {
 func TestCodeCPULimit(t *testing.T) {
 	needSandbox(t)
 	t.Parallel()
-	g := &grade.CodeGrader{Timeout: 8 * time.Second, CPU: time.Second}
+	g := &sandbox.CodeGrader{Timeout: 8 * time.Second, CPU: time.Second}
 	res, err := g.Grade(context.Background(), addItem, "while True: pass")
 	require.NoError(t, err)
 	require.Zero(t, res.Score)
@@ -156,7 +158,7 @@ func TestCodeGraderSurvives(t *testing.T) {
 	t.Parallel()
 	// After the loops, bombs and kills above and beside it, the grader
 	// still grades.
-	g := &grade.CodeGrader{Timeout: 2 * time.Second}
+	g := &sandbox.CodeGrader{Timeout: 2 * time.Second}
 	for _, answer := range []string{"while True: pass", "x = bytearray(10**10)", "import os\nwhile True: os.fork()", addRight} {
 		_, err := g.Grade(context.Background(), addItem, answer)
 		require.NoError(t, err)
@@ -170,20 +172,20 @@ func TestCodeErrors(t *testing.T) {
 	needSandbox(t)
 	t.Parallel()
 
-	_, err := (&grade.CodeGrader{}).Grade(context.Background(), suite.Item{ID: "k2", Grader: suite.GraderCode}, addRight)
+	_, err := (&sandbox.CodeGrader{}).Grade(context.Background(), suite.Item{ID: "k2", Grader: suite.GraderCode}, addRight)
 	require.ErrorIs(t, err, grade.ErrBadItem)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = (&grade.CodeGrader{}).Grade(ctx, addItem, addRight)
+	_, err = (&sandbox.CodeGrader{}).Grade(ctx, addItem, addRight)
 	require.ErrorIs(t, err, context.Canceled)
 
 	// Cancelling mid-run is the grader's failure, not a timeout.
 	ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	_, err = (&grade.CodeGrader{}).Grade(ctx, addItem, "while True: pass")
+	_, err = (&sandbox.CodeGrader{}).Grade(ctx, addItem, "while True: pass")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.NotErrorIs(t, err, grade.ErrSandboxUnavailable)
+	require.NotErrorIs(t, err, sandbox.ErrSandboxUnavailable)
 }
 
 // TestCodeInterpreterNotInstalled: a missing interpreter is a refusal, not
@@ -191,8 +193,8 @@ func TestCodeErrors(t *testing.T) {
 func TestCodeInterpreterNotInstalled(t *testing.T) {
 	needSandbox(t)
 	t.Parallel()
-	res, err := (&grade.CodeGrader{Python: "python3-not-installed"}).Grade(context.Background(), addItem, addRight)
-	require.ErrorIs(t, err, grade.ErrSandboxUnavailable)
+	res, err := (&sandbox.CodeGrader{Python: "python3-not-installed"}).Grade(context.Background(), addItem, addRight)
+	require.ErrorIs(t, err, sandbox.ErrSandboxUnavailable)
 	require.ErrorIs(t, err, exec.ErrNotFound)
 	require.ErrorContains(t, err, "code grader: sandbox unavailable: the interpreter python3-not-installed is not installed")
 	require.Equal(t, grade.Result{}, res)
@@ -216,7 +218,16 @@ func TestExtractProgram(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tc.want, grade.ExtractProgram(tc.answer))
+			require.Equal(t, tc.want, sandbox.ExtractProgram(tc.answer))
 		})
 	}
+}
+
+// TestRegistersTheCodeGrader: importing the sandbox puts the code grader
+// in grade's package-level registry, where grade.For and grade.Check find
+// it.
+func TestRegistersTheCodeGrader(t *testing.T) {
+	g, err := grade.For(suite.Item{ID: "k", Grader: suite.GraderCode})
+	require.NoError(t, err)
+	require.IsType(t, &sandbox.CodeGrader{}, g)
 }
