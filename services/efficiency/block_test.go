@@ -18,7 +18,7 @@ const rec27b = "submission_qwen35-27b_4632bca02a3846d5.json"
 
 func load(t *testing.T, name string) record.Submission {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "schemas", "testdata", "lowbarena", name))
+	data, err := os.ReadFile(filepath.Join("..", "..", "schemas", "testdata", "lowbarena", name))
 	require.NoError(t, err)
 	var r record.Submission
 	require.NoError(t, json.Unmarshal(data, &r))

@@ -21,7 +21,7 @@ import (
 // the budget sentence of efficiency.completed, "" when every budget held.
 func golden(t *testing.T, name, budget string) joined {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "schemas", "testdata", "lowbarena", name))
+	data, err := os.ReadFile(filepath.Join("..", "..", "schemas", "testdata", "lowbarena", name))
 	require.NoError(t, err)
 	var r record.Submission
 	require.NoError(t, json.Unmarshal(data, &r))
