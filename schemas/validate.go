@@ -39,11 +39,6 @@ type Validator struct {
 	events map[string]*jsonschema.Schema // by CloudEvents type
 	record *jsonschema.Schema
 	passed *passedCache
-
-	// The fast path (see fast.go), by CloudEvents type and for the
-	// record; a schema it does not cover has none.
-	fastEvents map[string]*fastNode
-	fastRecord *fastNode
 }
 
 var (
@@ -64,7 +59,6 @@ func NewValidator() (*Validator, error) {
 	c := jsonschema.NewCompiler()
 	c.AssertFormat()
 	var eventIDs []string
-	docs := map[string]any{}
 	err := fs.WalkDir(jsonFS, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -78,7 +72,6 @@ func NewValidator() (*Validator, error) {
 			return fmt.Errorf("schemas: %s: %w", p, err)
 		}
 		id := Base + p
-		docs[id] = doc
 		if err := c.AddResource(id, doc); err != nil {
 			return fmt.Errorf("schemas: add %s: %w", p, err)
 		}
@@ -90,9 +83,7 @@ func NewValidator() (*Validator, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &Validator{events: make(map[string]*jsonschema.Schema, len(eventIDs)), passed: newPassedCache(passedCacheBytes),
-		fastEvents: map[string]*fastNode{}}
-	fc := newFastCompiler(docs)
+	v := &Validator{events: make(map[string]*jsonschema.Schema, len(eventIDs)), passed: newPassedCache(passedCacheBytes)}
 	for _, id := range eventIDs {
 		sch, err := c.Compile(id)
 		if err != nil {
@@ -100,18 +91,9 @@ func NewValidator() (*Validator, error) {
 		}
 		typ := strings.TrimSuffix(path.Base(id), ".json")
 		v.events[typ] = sch
-		// A schema the fast path does not cover keeps the general
-		// validator alone; TestFastPathCoversEverySchema keeps that from
-		// happening unnoticed.
-		if n, err := fc.compile(id); err == nil {
-			v.fastEvents[typ] = n
-		}
 	}
 	if v.record, err = c.Compile(RecordSchema); err != nil {
 		return nil, fmt.Errorf("schemas: compile record schema: %w", err)
-	}
-	if n, err := fc.compile(RecordSchema); err == nil {
-		v.fastRecord = n
 	}
 	return v, nil
 }
@@ -142,7 +124,7 @@ func (v *Validator) Validate(eventType string, data []byte) error {
 	if v.passed.has(eventType, data) {
 		return nil
 	}
-	if err := validateFast(v.fastEvents[eventType], sch, data); err != nil {
+	if err := validate(sch, data); err != nil {
 		return err
 	}
 	v.passed.add(eventType, data)
@@ -151,16 +133,7 @@ func (v *Validator) Validate(eventType string, data []byte) error {
 
 // ValidateRecord checks the JSON of a submission record.
 func (v *Validator) ValidateRecord(data []byte) error {
-	return validateFast(v.fastRecord, v.record, data)
-}
-
-// validateFast accepts what the fast path accepts and leaves everything
-// else to the general validator, whose answer and message stand.
-func validateFast(fast *fastNode, sch *jsonschema.Schema, data []byte) error {
-	if fast != nil && fastValid(fast, data) {
-		return nil
-	}
-	return validate(sch, data)
+	return validate(v.record, data)
 }
 
 func validate(sch *jsonschema.Schema, data []byte) error {

@@ -31,7 +31,8 @@ type Statement struct {
 // externalPrefixes is refused (the families ClickHouse keeps adding to:
 // iceberg*, deltaLake*, s3*, ...). readonly = 1, under which every
 // statement runs, refuses the table functions too; this list also stops
-// the scalar file() and gives a sentence that says why.
+// the scalar file(), which readonly = 1 lets through on chDB
+// (TestEngineRunsWhatCheckAccepts), and gives a sentence that says why.
 var externalFunctions = map[string]bool{
 	"file": true, "filecluster": true, "url": true, "urlcluster": true, "remote": true, "remotesecure": true,
 	"cluster": true, "clusterallreplicas": true, "gcs": true, "oss": true, "cosn": true, "hive": true,
@@ -67,14 +68,17 @@ var explainKinds = map[string]bool{"AST": true, "SYNTAX": true, "QUERY": true, "
 //     character with no place in SQL (CodeMalformed);
 //   - more than one statement (CodeManyStatements);
 //   - any other statement (CodeNotReadOnly);
-//   - INTO OUTFILE, which writes a file (CodeIntoOutfile);
+//   - INTO OUTFILE, which writes a file, and which readonly = 1 does not
+//     stop on chDB (CodeIntoOutfile);
 //   - a SETTINGS or FORMAT clause: the service sets the limits and the
 //     output itself (CodeClause);
 //   - a call to a function that reaches outside the store, such as file(),
 //     url(), remote() or s3() (CodeExternal).
 //
 // Comments are dropped from the text that runs, so the engine's reading
-// of a comment can never differ from Check's.
+// of a comment can never differ from Check's. Check reads the tokens of
+// lex, which FuzzCheckAgreesWithEngine holds to the engine; lex's doc
+// comment says what the two cost and save, measured.
 func Check(sql string) (*Statement, error) {
 	if len(sql) > MaxStatementBytes {
 		return nil, refuse(CodeTooLong, "the statement is %d bytes; the limit is %d", len(sql), MaxStatementBytes)

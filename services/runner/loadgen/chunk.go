@@ -169,6 +169,17 @@ const (
 // load generator's cost per token beside a client that checks nothing
 // (BenchmarkCeilingVsMinimal), so it is written as a state machine whose
 // position stays in a register.
+//
+// What it saves, measured (BenchmarkParseChunk, one 182-byte vLLM
+// completion chunk, 5 runs on 2 shared cores, 2026-12-06):
+//
+//	encoding/json into refChunk  2,580-3,490 ns/op  384 B  10 allocs
+//	parseChunk                     500-730 ns/op    0 B   0 allocs  (about 4.6x less)
+//	chunkReader, from template      20-25 ns/op    0 B   0 allocs  (about 140x less)
+//
+// A streaming engine sends one such chunk per token, so encoding/json
+// alone would cost about 3 µs of CPU a token, a ceiling near 340k tokens/s
+// a core before any HTTP work.
 func parseChunk(data []byte, c *chunk) error {
 	c.texts, c.finishes, c.spans, c.hasUsage, c.promptTokens, c.completionTokens = c.texts[:0], c.finishes[:0], c.spans[:0], false, 0, 0
 	var stackBuf [8]frame
