@@ -8,8 +8,10 @@
 // reads the statement's tokens as ClickHouse's lexer does and refuses
 // anything but one SELECT, SHOW, DESCRIBE or EXPLAIN, INTO OUTFILE,
 // SETTINGS and FORMAT clauses and calls that reach outside the store; and
-// the engine's own readonly = 1, which refuses every write, settings
-// change and external table function whatever Check missed.
+// the engine's own readonly = 1, which refuses writes and settings
+// changes. The engine's setting is not enough alone: chDB under
+// readonly = 1 still runs a scalar file() and INTO OUTFILE
+// (TestEngineRunsWhatCheckAccepts shows both), which only Check refuses.
 package query
 
 import (
