@@ -21,11 +21,11 @@ import (
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 )
 
-var update = flag.Bool("update", false, "rewrite deploy/nats/auth.conf and the README's table from the permission table")
+var update = flag.Bool("update", false, "rewrite deploy/nats/auth.conf and the table of docs/operators/security.md from the permission table")
 
 // owners is who may publish each event type, written out by hand from
 // the issue ("only the score service may publish score.*", "only the
-// runner runner.job.* outcomes") and the README, independently of the
+// runner runner.job.* outcomes") and the docs, independently of the
 // table's own grants.
 var owners = map[events.Type][]string{
 	events.SubmissionReceived: {access.Gateway, access.Operator},
@@ -42,8 +42,8 @@ var owners = map[events.Type][]string{
 // jobOwners is who queues each job kind.
 var jobOwners = map[string]string{events.JobQuality: access.Quality, events.JobEfficiency: access.Efficiency, events.JobSLA: access.Round}
 
-// bucketOwners is the README's list of owners: the one user that writes
-// each KV bucket.
+// bucketOwners is the list of owners in docs/developers/architecture.md:
+// the one user that writes each KV bucket.
 var bucketOwners = map[string]string{
 	bus.BucketSubmissions: access.Gateway, bus.BucketRoundViews: access.Gateway, bus.BucketBundles: access.Build,
 	bus.BucketQualityReferences: access.Quality, bus.BucketReferences: access.Runner, bus.BucketScoreInputs: access.Score,
@@ -281,20 +281,22 @@ func TestDeployConfig(t *testing.T) {
 	require.Error(t, err, "a missing key is an error at the server's start, not a user without a key")
 }
 
-func TestREADMETable(t *testing.T) {
-	const path = "../../README.md"
+// TestDocsTable holds the users' table of the operators' security page
+// (docs/operators/security.md) to the permission table.
+func TestDocsTable(t *testing.T) {
+	const path = "../../docs/operators/security.md"
 	const begin, end = "<!-- access table: begin -->\n", "<!-- access table: end -->"
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
 	s := string(raw)
 	i, j := strings.Index(s, begin), strings.Index(s, end)
-	require.True(t, i >= 0 && j > i, "the README has the markers of the users' table")
+	require.True(t, i >= 0 && j > i, "docs/operators/security.md has the markers of the users' table")
 	if *update {
 		s = s[:i+len(begin)] + access.Markdown() + s[j:]
 		require.NoError(t, os.WriteFile(path, []byte(s), 0o644))
 		j = strings.Index(s, end)
 	}
-	require.Equal(t, access.Markdown(), s[i+len(begin):j], "the README's table is not the table's: run go test ./access -run TestREADMETable -update")
+	require.Equal(t, access.Markdown(), s[i+len(begin):j], "the table of docs/operators/security.md is not the table's: run go test ./platform/access -run TestDocsTable -update")
 }
 
 func TestCredentials(t *testing.T) {

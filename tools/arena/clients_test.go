@@ -46,19 +46,20 @@ func goGet(t *testing.T, dir string, args ...string) {
 	t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 }
 
-// readmeBlock returns the code block that follows the README's marker
-// comment "<!-- ... TestOutsideClients: NAME ... -->".
-func readmeBlock(t *testing.T, name string) string {
+// docBlock returns the code block that follows the marker comment
+// "<!-- ... TestOutsideClients: NAME ... -->" of the participants' page
+// on publishing without the CLI, docs/participants/without-cli.md.
+func docBlock(t *testing.T, name string) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "participants", "without-cli.md"))
 	require.NoError(t, err)
 	m := regexp.MustCompile(`(?s)<!-- [^>]*TestOutsideClients: ` + regexp.QuoteMeta(name) + `[^>]*-->\n` + "```" + `[a-z]*\n(.*?)` + "```").FindSubmatch(raw)
-	require.NotNil(t, m, "the README has the block %s", name)
+	require.NotNil(t, m, "docs/participants/without-cli.md has the block %s", name)
 	return string(m[1])
 }
 
-// TestOutsideClients runs, against a live arena, what the README's
-// "Publishing and subscribing without the CLI" shows: the nats CLI's
+// TestOutsideClients runs, against a live arena, what
+// docs/participants/without-cli.md shows: the nats CLI's
 // upload, publish (without ce-subject, from a tar of ".") and follow, a
 // round followed with it, and the CloudEvents Go SDK program in binary and
 // structured mode; each submission's record is read back and checked
@@ -66,18 +67,18 @@ func readmeBlock(t *testing.T, name string) string {
 // the gateway.
 func TestOutsideClients(t *testing.T) {
 	bin := t.TempDir()
-	// go install, as the README says, into this test's own folder.
+	// go install, as the page says, into this test's own folder.
 	t.Setenv("GOBIN", bin)
 	goGet(t, ".", "install", "github.com/nats-io/natscli/nats@v0.5.0")
 	sdkProgram := filepath.Join(bin, "cloudevents-go")
 	goGet(t, filepath.Join("..", "..", "examples", "cloudevents-go"), "build", "-o", sdkProgram, ".")
 
-	// The README's Go lines are the program's.
+	// The page's Go lines are the program's.
 	prog, err := os.ReadFile(filepath.Join("..", "..", "examples", "cloudevents-go", "main.go"))
 	require.NoError(t, err)
-	for _, line := range strings.Split(readmeBlock(t, "the lines below are examples/cloudevents-go/main.go's"), "\n") {
+	for _, line := range strings.Split(docBlock(t, "the lines below are examples/cloudevents-go/main.go's"), "\n") {
 		if line = strings.TrimSpace(line); line != "" {
-			require.Contains(t, string(prog), line, "the README quotes main.go")
+			require.Contains(t, string(prog), line, "docs/participants/without-cli.md quotes main.go")
 		}
 	}
 
@@ -115,12 +116,12 @@ func TestOutsideClients(t *testing.T) {
 	}
 
 	// The nats CLI: upload, publish without ce-subject, follow.
-	out := shell(readmeBlock(t, "nats-submit") + "\necho \"submitted=$ID\"\n")
+	out := shell(docBlock(t, "nats-submit") + "\necho \"submitted=$ID\"\n")
 	id := regexp.MustCompile(`submitted=([0-9a-f]{16})`).FindStringSubmatch(out)
 	require.NotNil(t, id, out)
 	rec := contractDone(id[1])
 	require.Equal(t, "qwen3-tiny-fp8-w8a8", rec.Solution.Checkpoint)
-	follow := shell(readmeBlock(t, "nats-follow"), "ID="+id[1])
+	follow := shell(docBlock(t, "nats-follow"), "ID="+id[1])
 	for _, want := range []string{"ce-type: dev.lowbarena.submission.received.v1", "ce-type: dev.lowbarena.build.completed.v1",
 		"ce-type: dev.lowbarena.contract.completed.v1", "ce-dataschema: " + schemas.EventSchemaURI(string(events.ContractCompleted)),
 		"ce-subject: " + id[1], `"id":"` + id[1] + `"`} {
@@ -134,7 +135,7 @@ func TestOutsideClients(t *testing.T) {
 	round := lastWord(rr.stdout)
 	var steps string
 	require.Eventually(t, func() bool {
-		steps = shell(readmeBlock(t, "nats-round"), "ROUND="+round)
+		steps = shell(docBlock(t, "nats-round"), "ROUND="+round)
 		return strings.Contains(steps, "ce-type: dev.lowbarena.round.step.v1")
 	}, time.Minute, time.Second, "the round's steps")
 	require.Contains(t, steps, "arena.round.started."+round)

@@ -535,18 +535,18 @@ func TestArenaEndToEnd(t *testing.T) {
 	rh := arena(t, "history", "--rounds", "--nats", up.natsURL)
 	require.Equal(t, 0, rh.code, rh.stderr)
 	require.Regexp(t, `round-\S+\s+qwen3-tiny\s+pod-0\s+complete\s+15\s+2\s+0`, rh.stdout)
-	// Every SQL example of the README runs through arena sql on the
-	// embedded default, against this arena's data.
+	// Every SQL example of docs/operators/sql.md runs through arena sql
+	// on the embedded default, against this arena's data.
 	roundID := lastWord(rr.stdout)
 	require.True(t, strings.HasPrefix(roundID, "round-"), rr.stdout)
-	for _, stmt := range readmeSQL(t) {
+	for _, stmt := range docSQL(t) {
 		stmt = strings.ReplaceAll(stmt, "'round-...'", "'"+roundID+"'")
 		res := arena(t, "sql", stmt, "--json", "--nats", up.natsURL)
 		require.Equal(t, 0, res.code, "%s\n%s", stmt, res.stderr)
 		var rep ctl.SQLReply
 		require.NoError(t, json.Unmarshal([]byte(res.stdout), &rep))
 		if !strings.Contains(stmt, "qualified = 1") { // the FP8 example's tier varies from run to run
-			require.NotEmpty(t, rep.Rows, "the README's example finds this arena's rows: %s", stmt)
+			require.NotEmpty(t, rep.Rows, "the SQL page's example finds this arena's rows: %s", stmt)
 		}
 		require.Contains(t, rep.Engine, "chdb")
 	}
@@ -935,10 +935,11 @@ func connectAs(t *testing.T, natsURL string, auth app.NATSAuth, user string) *na
 	return nc
 }
 
-// readmeSQL returns every statement of the README's ```sql blocks.
-func readmeSQL(t *testing.T) []string {
+// docSQL returns every statement of the ```sql blocks of the operators'
+// page on SQL, docs/operators/sql.md.
+func docSQL(t *testing.T) []string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "operators", "sql.md"))
 	require.NoError(t, err)
 	var out []string
 	var cur strings.Builder
@@ -961,6 +962,6 @@ func readmeSQL(t *testing.T) []string {
 			}
 		}
 	}
-	require.GreaterOrEqual(t, len(out), 5, "the README shows SQL")
+	require.GreaterOrEqual(t, len(out), 5, "docs/operators/sql.md shows SQL")
 	return out
 }

@@ -119,21 +119,22 @@ func TestCheckRefuses(t *testing.T) {
 	}
 }
 
-// TestCheckREADMEExamples checks every SQL statement the README shows:
-// each is read-only and passes. (The end-to-end test runs them through
-// `arena sql` against a live arena.)
-func TestCheckREADMEExamples(t *testing.T) {
-	stmts := ReadmeStatements(t, filepath.Join("..", "..", "..", "README.md"))
-	require.GreaterOrEqual(t, len(stmts), 5, "the README shows SQL")
+// TestCheckDocsExamples checks every SQL statement that the operators'
+// page on SQL (docs/operators/sql.md) shows: each is read-only and
+// passes. (The end-to-end test runs them through `arena sql` against a
+// live arena.)
+func TestCheckDocsExamples(t *testing.T) {
+	stmts := DocStatements(t, filepath.Join("..", "..", "..", "docs", "operators", "sql.md"))
+	require.GreaterOrEqual(t, len(stmts), 5, "docs/operators/sql.md shows SQL")
 	for _, s := range stmts {
 		_, err := query.Check(s)
 		require.NoError(t, err, "%s", s)
 	}
 }
 
-// ReadmeStatements returns the statements of every ```sql block of the
-// README at path, one per statement, comments kept.
-func ReadmeStatements(t *testing.T, path string) []string {
+// DocStatements returns the statements of every ```sql block of the
+// Markdown page at path, one per statement, comments kept.
+func DocStatements(t *testing.T, path string) []string {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
