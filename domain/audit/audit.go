@@ -50,7 +50,7 @@ const (
 	ReasonItemsSlower    = "audit_items_slower"
 )
 
-// The thresholds, each argued in the README.
+// The thresholds, each argued in docs/developers/engine-audits.md.
 const (
 	// Z is the one-sided bound of the quality tiers: an accuracy under
 	// load lower than the quality job's by more than Z paired standard

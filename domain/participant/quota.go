@@ -206,7 +206,7 @@ func (l Limits) CheckBytes(name string, n int64) *Refusal {
 	}
 	return &Refusal{Code: CodeQuotaBytes, Message: fmt.Sprintf(
 		"the upload is %s and %s may upload at most %s per submission; a smaller bundle is allowed now, and a larger checkpoint is submitted by reference "+
-			"(checkpoint.json beside submission.json; see the README's \"Submitting by reference\")",
+			"(checkpoint.json beside submission.json; see docs/participants/by-reference.md)",
 		bundle.HumanSize(n), name, bundle.HumanSize(l.BytesPerSubmission))}
 }
 

@@ -3,7 +3,7 @@
 // and subscribe to, written once here as data beside the event catalogue
 // and turned into nats-server permissions for the embedded server (package
 // enforce), the cluster's configuration (deploy/nats/auth.conf) and the
-// README's table.
+// table in docs/operators/security.md.
 //
 // A user's grants are named in the arena's terms (the event types it
 // publishes, its durable consumers, the buckets it reads or writes, the
@@ -104,7 +104,7 @@ type Service struct {
 type User struct {
 	// Name is the user's name (a service's, or Operator).
 	Name string
-	// Role says in a few words who connects as this user (README).
+	// Role says in a few words who connects as this user (docs/operators/security.md).
 	Role string
 	// Publishes are the event types it publishes on the ARENA stream.
 	Publishes []events.Type
@@ -136,7 +136,7 @@ type User struct {
 }
 
 // Users is the permission table: every NATS user of the arena. Each KV
-// bucket has one writer (its owner, as the README lists them); an
+// bucket has one writer (its owner, as docs/operators/security.md lists them); an
 // object store may have several (uploads: whoever takes a submission in;
 // artifacts: content addressed, every file checked against its digest by
 // its readers).

@@ -64,7 +64,7 @@ func confList(subjects []string, indent int) string {
 	return b.String()
 }
 
-// Markdown is the README's table of users: what each publishes, consumes,
+// Markdown is docs/operators/security.md's table of users: what each publishes, consumes,
 // reads and writes, serves and asks.
 func Markdown() string {
 	var b strings.Builder

@@ -17,7 +17,7 @@ import (
 // requestTimeout bounds one request; a rescore reads every stored outcome.
 const requestTimeout = 2 * time.Minute
 
-// The SQL the CLI's questions run; the README shows the same.
+// The SQL the CLI's questions run; docs/operators/sql.md shows the same.
 const (
 	leaderboardSQL = `SELECT ts_ms, submission_id, policy, campaign, participant, method, split, score, efficiency_gain, drift, qualified, ranked, reason
 FROM scores FINAL WHERE policy = ? AND (campaign = ? OR ? = '') ORDER BY qualified DESC, score DESC, ts_ms`

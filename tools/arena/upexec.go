@@ -17,7 +17,7 @@ import (
 // engine (chDB, whose library is 566 MB) nor the services. up and demo
 // run arena-up, the same command built with -tags embedded, which holds
 // them: found beside this binary, else on PATH. Built this way, a
-// participant's `arena` starts without libchdb.so; see the README's "Which
+// participant's `arena` starts without libchdb.so; see docs/participants/cli.md, "Which
 // verb needs what".
 
 // upBinary is the name of the binary that holds `arena up`.

@@ -179,7 +179,7 @@ func (c *Cluster) ServiceNames() []string {
 }
 
 // Env is the environment every client of the cluster shares: its NATS,
-// R3, its ClickHouse, JSON logs (the services' README settings).
+// R3, its ClickHouse, JSON logs (the services' settings in docs/operators/deploying.md).
 func (c *Cluster) Env() []string {
 	return []string{
 		"LOWBARENA_NATS_URL=" + c.URLs,

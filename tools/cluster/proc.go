@@ -3,7 +3,7 @@
 // JetStream (the arena's streams, buckets and object stores at R3, the
 // users and permissions of deploy/nats/auth.conf), Debian's
 // clickhouse-server, and every service as its own process from its own
-// binary, with the flags and environment the README gives (the gateway,
+// binary, with the flags and environment docs/operators/deploying.md gives (the gateway,
 // build, contract, quality, efficiency, score, round and a runner per
 // pod). It kills them (SIGKILL, SIGSTOP, a server stopped and started
 // again) and reads back what the arena kept: every event of the ARENA

@@ -29,7 +29,7 @@ type Fault struct {
 // Table is the fault table.
 type Table []Fault
 
-// Markdown renders the table as the README shows it.
+// Markdown renders the table as docs/developers/benchmarks.md shows it.
 func (t Table) Markdown() string {
 	var b strings.Builder
 	b.WriteString("| fault | count | events | submissions | rows checked | lost | duplicated | dead-lettered | seen |\n")

@@ -50,7 +50,7 @@ func (t token) is(kw string) bool { return t.kind == tokWord && strings.EqualFol
 // for one, and one hidden there is not missed. It is hand-written because
 // no Go ClickHouse lexer is in the module graph; FuzzCheckAgreesWithEngine
 // holds it to the engine itself (chDB's EXPLAIN AST). What it saves,
-// measured (BenchmarkCheckVsEngine, the README's 252-byte leaderboard
+// measured (BenchmarkCheckVsEngine, docs/operators/sql.md's 252-byte leaderboard
 // query, 2 shared cores, 2026-12-06): Check takes 4-8 µs and 18 allocs,
 // running the statement on chDB 2.3-5.8 ms, and chDB's own refusal of a
 // write 1.7-4.0 ms; so a refusal here spares the engine a round trip and

@@ -214,7 +214,7 @@ func New(o Options) (*API, error) {
 	mux.HandleFunc("GET /v1/pods", a.pods)
 	mux.Handle("GET "+schemas.PathPrefix, schemas.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no endpoint answers this method and path; the README's \"HTTP API\" lists them")
+		a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no endpoint answers this method and path; docs/participants/http-api.md lists them")
 	})
 	a.handler = a.traced(mux, a.harden(mux))
 	return a, nil
