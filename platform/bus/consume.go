@@ -358,9 +358,10 @@ func consumerExists(err error) bool {
 // dead-letter publish fails, the message is Nak'ed instead, so nothing is
 // lost.
 //
-// Heartbeats: one ticker per consumer (not per message) sends InProgress
-// for every message whose handler has run AckWait/3 since its last one, so
-// long work is not redelivered.
+// Heartbeats: while a handler runs, its message gets an InProgress each
+// time a third of AckWait has passed since the handler started or since
+// the last InProgress, so long work is not redelivered. One ticker per
+// consumer sends them all (see heartbeat).
 func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) error {
 	cfg = cfg.withDefaults()
 	cons, err := b.EnsureConsumer(ctx, cfg)
@@ -402,7 +403,12 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) 
 // still settles the message in hand.
 var ackTimeout = 10 * time.Second
 
-func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handler Handler, hb *heartbeat) (settled Outcome) {
+// handle takes one message through the loop's three steps: admit decides
+// whether the handler may see it, run runs the handler, settle acts on
+// the handler's outcome. It returns the outcome the message was settled
+// with: the handler's, or Poison for a message refused before the
+// handler ran.
+func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handler Handler, hb *heartbeat) Outcome {
 	start := time.Now()
 	meta, err := m.Metadata()
 	if err != nil {
@@ -410,48 +416,67 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		b.log.Error("message without JetStream metadata", "consumer", cfg.Name, "subject", m.Subject(), "err", err)
 		return Retry(0, err)
 	}
-	// The type label comes from an untrusted message: only known types are
-	// used as metric attributes, so garbage cannot grow the metric's
-	// cardinality without bound. It is set once the event decodes.
-	typ := "unknown"
-	record := func(outcome string) {
-		attrs := b.consumedAttrs(cfg.Name, typ, outcome)
-		b.consumed.Add(ctx, 1, attrs)
-		b.handlerTime.Record(ctx, time.Since(start).Seconds(), attrs)
+	f := &inFlight{b: b, ctx: ctx, cfg: cfg, m: m, meta: meta, start: start, typ: "unknown"}
+	f.startSpan()
+	defer f.span.End()
+	d, refused := f.admit()
+	if d == nil {
+		return refused
 	}
-	// The process span starts before the message is decoded, as a child
-	// of the producer's span (W3C trace context in the headers), so a
-	// message dead-lettered for its form still shows in its trace, with
-	// an error status; it is renamed once the type is known.
-	hctx := b.prop.Extract(ctx, observability.HeaderCarrier(m.Headers()))
-	if !trace.SpanContextFromContext(hctx).IsValid() {
-		hctx = untracedParent(hctx, m.Headers())
-	}
-	hctx, span := b.tracer.Start(hctx, "process "+cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer))
-	defer span.End()
-	if span.IsRecording() {
-		span.SetAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(m.Subject()),
-			semconv.MessagingConsumerGroupName(cfg.Name), attribute.Int64("lowbarena.deliveries", int64(meta.NumDelivered)))
-	}
-	// A dead-letter publish runs on a context of its own (see
-	// ackTimeout), made only when one is needed. decoded is the event
-	// once it decoded and passed its schema (what OnDeadLetter sees).
-	var decoded *event.Event
-	poison := func(reason string, cause error) Outcome {
-		settle, cancel := settleContext(ctx)
-		defer cancel()
-		b.deadLetter(settle, cfg, m, meta, reason, cause, decoded)
-		record("dead_lettered")
-		span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(reason))
-		span.SetStatus(codes.Error, reason)
-		if cause != nil {
-			span.RecordError(cause)
-		}
-		return Poison(reason, cause)
-	}
+	return f.settle(f.run(handler, d, hb), &d.Event)
+}
 
+// inFlight is one message in the loop's hands, from its arrival to its
+// settlement.
+type inFlight struct {
+	b     *Bus
+	ctx   context.Context // the consumer's: cancelled at shutdown
+	cfg   ConsumerConfig
+	m     jetstream.Msg
+	meta  *jetstream.MsgMetadata
+	start time.Time
+	// typ is the metric's type label. It comes from an untrusted message,
+	// so it stays "unknown" until the event decodes to a known type:
+	// garbage cannot grow the metric's cardinality without bound.
+	typ string
+	// span is the process span; hctx, the handler's context, carries it.
+	span trace.Span
+	hctx context.Context
+	// event is the event once it decoded and passed its schema: what a
+	// dead-letter hook is told of.
+	event *event.Event
+}
+
+// startSpan starts the process span before the message is decoded, as a
+// child of the producer's span (W3C trace context in the headers), so a
+// message dead-lettered for its form still shows in its trace, with an
+// error status; run renames it once the type is known.
+func (f *inFlight) startSpan() {
+	hctx := f.b.prop.Extract(f.ctx, observability.HeaderCarrier(f.m.Headers()))
+	if !trace.SpanContextFromContext(hctx).IsValid() {
+		hctx = untracedParent(hctx, f.m.Headers())
+	}
+	f.hctx, f.span = f.b.tracer.Start(hctx, "process "+f.cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer))
+	if f.span.IsRecording() {
+		f.span.SetAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(f.m.Subject()),
+			semconv.MessagingConsumerGroupName(f.cfg.Name), attribute.Int64("lowbarena.deliveries", int64(f.meta.NumDelivered)))
+	}
+}
+
+// admit decides whether the handler may see the message, and returns the
+// delivery it may see, or nil and the outcome the message was refused
+// with.
+//
+// Invariant: a message is admitted only if its data is within
+// MaxEventBytes, it is a CloudEvent of a type the arena knows, its data
+// passes that type's schema, and it has been delivered at most MaxDeliver
+// times; its event then has a subject whenever its data names one. A
+// refused message is settled here (dead-lettered, see poison) and its
+// handler never runs; an admitted one is not settled yet.
+func (f *inFlight) admit() (*Delivery, Outcome) {
+	m, meta := f.m, f.meta
 	if n := len(m.Data()); n > MaxEventBytes {
-		return poison(ReasonOversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
+		return nil, f.poison(ReasonOversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
 	}
 	ev, mode, err := ce.DecodeMode(m.Headers(), m.Data())
 	if err != nil {
@@ -460,20 +485,20 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		if errors.As(err, &de) {
 			reason = de.Reason
 		}
-		return poison(reason, err)
+		return nil, f.poison(reason, err)
 	}
 	if _, ok := events.Lookup(events.Type(ev.Type())); !ok {
-		return poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
+		return nil, f.poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
 	}
-	typ = ev.Type()
+	f.typ = ev.Type()
 	// Validation is done once per payload in this process: an event
 	// published here, or consumed here by another consumer, passed
 	// already (schemas.Validator remembers the exact bytes).
-	if err := b.validator.Validate(ev.Type(), ev.Data()); err != nil {
+	if err := f.b.validator.Validate(ev.Type(), ev.Data()); err != nil {
 		if errors.Is(err, schemas.ErrUnknownType) {
-			return poison(ReasonUnknownType, err)
+			return nil, f.poison(ReasonUnknownType, err)
 		}
-		return poison(ReasonSchemaInvalid, err)
+		return nil, f.poison(ReasonSchemaInvalid, err)
 	}
 	// subject is OPTIONAL in CloudEvents: an event published without it
 	// (by a client outside the arena) gets the id its data names, the
@@ -483,36 +508,61 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			ev.SetSubject(s)
 		}
 	}
-	decoded = &ev
-	if meta.NumDelivered > uint64(cfg.MaxDeliver) {
-		return poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
+	f.event = &ev
+	if meta.NumDelivered > uint64(f.cfg.MaxDeliver) {
+		return nil, f.poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
 	}
-
 	// What the handler publishes answers in the mode this event came in:
 	// a client that speaks structured mode only reads what follows.
-	hctx = ce.WithMode(hctx, mode)
-	if span.IsRecording() {
-		span.SetName("process " + ev.Type())
-		span.SetAttributes(semconv.MessagingMessageID(ev.ID()))
-		span.SetAttributes(eventAttrs(ev.Type(), ev.Subject(), ev.Data())...)
+	f.hctx = ce.WithMode(f.hctx, mode)
+	return &Delivery{Event: ev, Subject: m.Subject(), NumDelivered: meta.NumDelivered, StreamSeq: meta.Sequence.Stream, Stored: meta.Timestamp, msg: m}, Outcome{}
+}
+
+// run hands an admitted delivery to the handler and returns the
+// handler's outcome.
+//
+// Invariant: run settles nothing (no ack, no nak), so the handler's
+// outcome is acted on only after the handler has returned. While the
+// handler runs, the consumer's heartbeat keeps the message from being
+// redelivered (see heartbeat); a handler that panics is logged with its
+// stack and counts as a Retry with the panic as its error.
+func (f *inFlight) run(handler Handler, d *Delivery, hb *heartbeat) (out Outcome) {
+	if f.span.IsRecording() {
+		f.span.SetName("process " + d.Event.Type())
+		f.span.SetAttributes(semconv.MessagingMessageID(d.Event.ID()))
+		f.span.SetAttributes(eventAttrs(d.Event.Type(), d.Event.Subject(), d.Event.Data())...)
 	}
+	hb.add(f.m)
+	defer hb.remove(f.m)
+	defer func() {
+		if r := recover(); r != nil {
+			f.b.log.Error("handler panicked", "id", d.Event.ID(), "type", d.Event.Type(), "panic", r, "stack", string(debug.Stack()))
+			out = Retry(0, fmt.Errorf("handler panicked: %v", r))
+		}
+	}()
+	return handler(f.hctx, d)
+}
 
-	// While the handler runs, the consumer's heartbeat keeps the message
-	// from redelivery (see heartbeat).
-	hb.add(m)
-	out := b.run(hctx, handler, &Delivery{Event: ev, Subject: m.Subject(), NumDelivered: meta.NumDelivered, StreamSeq: meta.Sequence.Stream, Stored: meta.Timestamp, msg: m})
-	hb.remove(m)
-
+// settle acts on the outcome of the handler of ev and returns it.
+//
+// Invariant: the message is settled once, after its handler returned.
+// Ack: acknowledged, without waiting for the server's confirmation. Retry:
+// handed back at once when the consumer is stopping, dead-lettered with
+// max_deliver_exceeded on the delivery numbered MaxDeliver, otherwise
+// Nak'ed with the handler's delay or the backoff. Poison: dead-lettered
+// with the handler's reason. Each settlement is counted in the metrics
+// and recorded on the span.
+func (f *inFlight) settle(out Outcome, ev *event.Event) Outcome {
+	m, cfg, span := f.m, f.cfg, f.span
 	switch out.kind {
 	case kindAck:
 		// The ack is sent, not waited for (see Consume): should it be
 		// lost, the server redelivers after AckWait and the idempotent
 		// handler publishes nothing new.
 		if err := m.Ack(); err != nil {
-			b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+			f.b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
 		}
-		record("ack")
-		span.SetAttributes(AttrOutcome.String("ack"))
+		f.settled("ack")
 		return out
 	case kindRetry:
 		if out.err != nil {
@@ -523,30 +573,61 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 				span.SetStatus(codes.Error, out.err.Error())
 			}
 		}
-		if ctx.Err() != nil {
+		if f.ctx.Err() != nil {
 			// Shutting down: hand the message back at once.
 			_ = m.Nak()
-			record("shutdown")
-			span.SetAttributes(AttrOutcome.String("shutdown"))
+			f.settled("shutdown")
 			return out
 		}
-		if meta.NumDelivered >= uint64(cfg.MaxDeliver) {
-			return poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", meta.NumDelivered, out.err))
+		n := f.meta.NumDelivered
+		if n >= uint64(cfg.MaxDeliver) {
+			return f.poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", n, out.err))
 		}
 		delay := out.delay
 		if delay <= 0 {
-			delay = backoff(meta.NumDelivered)
+			delay = backoff(n)
 		}
-		b.log.Info("retry", "consumer", cfg.Name, "id", ev.ID(), "type", ev.Type(), "delivery", meta.NumDelivered, "delay", delay, "err", out.err)
+		f.b.log.Info("retry", "consumer", cfg.Name, "id", ev.ID(), "type", ev.Type(), "delivery", n, "delay", delay, "err", out.err)
 		if err := m.NakWithDelay(delay); err != nil {
-			b.log.Warn("nak failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+			f.b.log.Warn("nak failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
 		}
-		record("retry")
-		span.SetAttributes(AttrOutcome.String("retry"))
+		f.settled("retry")
 		return out
 	default:
-		return poison(out.reason, out.err)
+		return f.poison(out.reason, out.err)
 	}
+}
+
+// poison dead-letters the message with reason and cause (see deadLetter),
+// records it in the metrics and on the span, and returns the Poison
+// outcome. The dead-letter publish runs on a context of its own (see
+// ackTimeout), made only when one is needed.
+func (f *inFlight) poison(reason string, cause error) Outcome {
+	settle, cancel := settleContext(f.ctx)
+	defer cancel()
+	f.b.deadLetter(settle, f.cfg, f.m, f.meta, reason, cause, f.event)
+	f.record("dead_lettered")
+	f.span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(reason))
+	f.span.SetStatus(codes.Error, reason)
+	if cause != nil {
+		f.span.RecordError(cause)
+	}
+	return Poison(reason, cause)
+}
+
+// settled records a settlement other than a dead letter in the metrics
+// and on the span.
+func (f *inFlight) settled(outcome string) {
+	f.record(outcome)
+	f.span.SetAttributes(AttrOutcome.String(outcome))
+}
+
+// record counts the message under outcome and records the time since it
+// arrived.
+func (f *inFlight) record(outcome string) {
+	attrs := f.b.consumedAttrs(f.cfg.Name, f.typ, outcome)
+	f.b.consumed.Add(f.ctx, 1, attrs)
+	f.b.handlerTime.Record(f.ctx, time.Since(f.start).Seconds(), attrs)
 }
 
 // settleContext bounds a dead-letter publish by ackTimeout, on a context
@@ -588,22 +669,23 @@ func (b *Bus) Next(ctx context.Context, cfg ConsumerConfig, wait time.Duration, 
 	if err != nil {
 		return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
 	}
-	for m := range batch.Messages() {
-		hb := newHeartbeat(cfg.AckWait/3, b.log.With("consumer", cfg.Name))
-		go hb.run()
-		defer hb.stop()
-		out := b.handle(ctx, cfg, m, handler, hb)
-		fctx, cancel := settleContext(ctx)
-		defer cancel()
-		if err := b.nc.FlushWithContext(fctx); err != nil {
-			return out, fmt.Errorf("bus: flush the settlement of %s: %w", cfg.Name, err)
+	m, ok := <-batch.Messages()
+	if !ok {
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
 		}
-		return out, nil
+		return Outcome{}, ErrNoMessage
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-		return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
+	hb := newHeartbeat(cfg.AckWait/3, b.log.With("consumer", cfg.Name))
+	go hb.run()
+	defer hb.stop()
+	out := b.handle(ctx, cfg, m, handler, hb)
+	fctx, cancel := settleContext(ctx)
+	defer cancel()
+	if err := b.nc.FlushWithContext(fctx); err != nil {
+		return out, fmt.Errorf("bus: flush the settlement of %s: %w", cfg.Name, err)
 	}
-	return Outcome{}, ErrNoMessage
+	return out, nil
 }
 
 // ConsumeFirst handles the messages of several durables one at a time,
@@ -715,17 +797,6 @@ func sleep(ctx context.Context, d time.Duration) {
 // ErrNoMessage is returned by Next when no message came in time.
 var ErrNoMessage = errors.New("bus: no message")
 
-// run calls the handler, turning a panic into a Retry.
-func (b *Bus) run(ctx context.Context, h Handler, d *Delivery) (out Outcome) {
-	defer func() {
-		if r := recover(); r != nil {
-			b.log.Error("handler panicked", "id", d.Event.ID(), "type", d.Event.Type(), "panic", r, "stack", string(debug.Stack()))
-			out = Retry(0, fmt.Errorf("handler panicked: %v", r))
-		}
-	}()
-	return h(ctx, d)
-}
-
 // backoff is 1 s, 2 s, 4 s ... capped at 1 min.
 func backoff(delivered uint64) time.Duration {
 	d := time.Second << min(delivered-1, 6)
@@ -809,13 +880,16 @@ func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Ms
 
 // heartbeat tells the server, for every message whose handler is still
 // running, that it is in progress: one ticker per consumer, whatever the
-// number of messages in hand. A message gets an InProgress once its
-// handler has run for every since its last one (or its start), checked
-// every every/2, so the gap between two never exceeds 1.5 × every
-// (AckWait/2 for every = AckWait/3): long work is never redelivered, and
-// a handler that ends within every sends none.
+// number of messages in hand.
+//
+// The loop gives it a period of a third of the ack wait, and its ticker
+// fires twice a period. At each tick, a message whose handler started, or
+// had its last InProgress, at least a period ago gets an InProgress. Two
+// of them are thus at most a period and a half apart (half the ack wait),
+// so long work is never redelivered, and a handler that ends within a
+// period sends none.
 type heartbeat struct {
-	every time.Duration
+	every time.Duration // the period
 	log   *slog.Logger
 	done  chan struct{}
 	ended chan struct{}
