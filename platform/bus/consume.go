@@ -167,38 +167,45 @@ type ConsumerConfig struct {
 	// DeadLetterAs names the dead-letter subject (dlq.<DeadLetterAs>);
 	// default Name. Durables named per instance (a runner's per pod)
 	// dead-letter under their role's name, the one the operator reads and
-	// the NATS permissions allow.
+	// the NATS permissions allow (access.Consumer.DeadLetterAs).
 	DeadLetterAs string
-	// OnDeadLetter, when set, is told of every message about to be
-	// dead-lettered whose event decoded and passed its schema, before its
-	// dead-letter copy is stored: the owner of work that was given up
-	// (a runner's job, MaxDeliver deliveries without an outcome) publishes
-	// its end there, so whoever waits on it hears. It must be idempotent
-	// (a dead letter repeated after a crash calls it again): derive what it
-	// publishes from the event's id. An error keeps the message (Nak'ed
-	// for another try, as a failed dead-letter publish is): it comes back
-	// and the hook is asked again, however many deliveries that takes (see
-	// jsConfig); ErrStillHeld and ErrSettled say the work is not to be
-	// given up (still running elsewhere; ended already).
-	OnDeadLetter func(ctx context.Context, dl DeadLetter) error
+	// DeadLetterPolicy, when set, is asked about every message about to
+	// be dead-lettered whose event decoded and passed its schema, before
+	// its dead-letter copy is stored, and may keep or settle it instead
+	// (see DeadLetterVerdict). Package workqueue builds one from a hook
+	// through which the owner of given-up work ends it.
+	DeadLetterPolicy DeadLetterPolicy
 }
 
-// ErrStillHeld, returned (wrapped) by an OnDeadLetter hook, says that the
-// message's work still runs under an earlier delivery elsewhere (a live
-// handler whose heartbeat the server missed): the message is not
-// dead-lettered but comes back in a third of AckWait to be asked about
-// again, and a live handler's ack removes it meanwhile.
-var ErrStillHeld = errors.New("still held by a live handler")
+// DeadLetterPolicy decides what becomes of a message the loop is about to
+// dead-letter (see ConsumerConfig.DeadLetterPolicy). It must be
+// idempotent (a dead letter repeated after a crash asks it again): derive
+// what it publishes from the event's id. A policy that fails returns
+// GiveUp with its error: the message is Nak'ed for another try, as a
+// failed dead-letter publish is, comes back and is asked about again,
+// however many deliveries that takes (see jsConfig).
+type DeadLetterPolicy func(ctx context.Context, dl DeadLetter) (DeadLetterVerdict, error)
 
-// ErrSettled, returned (wrapped) by an OnDeadLetter hook, says that the
-// message's work has ended already (its outcome is stored: an earlier
-// delivery's handler published it and died, or lost its ack, before the
-// ack reached the server): the message is acked, not dead-lettered, and
-// nothing is given up.
-var ErrSettled = errors.New("its work has ended already")
+// DeadLetterVerdict is a DeadLetterPolicy's answer.
+type DeadLetterVerdict int
 
-// DeadLetter is a message about to be dead-lettered, as OnDeadLetter sees
-// it.
+const (
+	// GiveUp dead-letters the message (its copy stored, then Term); with
+	// an error, the policy failed and the message is Nak'ed to come back
+	// in 5 s.
+	GiveUp DeadLetterVerdict = iota
+	// Keep does not give the message up yet (its work still runs under an
+	// earlier delivery elsewhere): it is Nak'ed to come back in a third of
+	// AckWait (at least a second) and asked about again; a live handler's
+	// ack removes it meanwhile.
+	Keep
+	// Settled acks the message instead: its work has ended already, and
+	// nothing is given up.
+	Settled
+)
+
+// DeadLetter is a message about to be dead-lettered, as a
+// DeadLetterPolicy sees it.
 type DeadLetter struct {
 	// Event is the message's event (decoded and schema-valid).
 	Event event.Event
@@ -236,15 +243,15 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // itself. It dead-letters a message on the delivery numbered MaxDeliver
 // when the handler still asks for a retry, and before calling the handler
 // at all on a later delivery (a handler that crashes its process every
-// time), so no handler runs more than MaxDeliver times. The dead-letter
-// itself (the hook, then the copy, then Term) may fail or be cut short by
-// a crash: the message is then Nak'ed or its ack deadline passes, it comes
-// back, and the dead-letter is tried again, for as long as it takes. A
-// server-side limit would stop those returns and leave a given-up message
-// on the stream, undelivered, with its owner never told (a job whose last
-// runner died while it ended it, a hook that could not reach NATS on the
-// last delivery). Nothing loops: a message past MaxDeliver only ever gets
-// its dead-letter retried, every few seconds.
+// time), so no handler runs more than MaxDeliver times. The dead letter
+// itself (the dead-letter policy, then the copy, then Term) may fail or
+// be cut short by a crash: the message is then Nak'ed or its ack deadline
+// passes, it comes back, and the dead letter is tried again, for as long
+// as it takes. A server-side limit would stop those returns and leave a
+// given-up message on the stream, undelivered, with its owner never told
+// (a job whose last runner died while it ended it, a policy that could not
+// reach NATS on the last delivery). Nothing loops: a message past
+// MaxDeliver only ever gets its dead letter retried, every few seconds.
 func (c ConsumerConfig) jsConfig() jetstream.ConsumerConfig {
 	cc := jetstream.ConsumerConfig{
 		Durable:       c.Name,
@@ -390,9 +397,7 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) 
 	// The acks sent without waiting are on the wire once the server has
 	// answered a ping sent after them: a caller that closes the
 	// connection next loses none of them.
-	fctx, cancel := settleContext(ctx)
-	defer cancel()
-	if err := b.nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+	if err := b.FlushAcks(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		log.Warn("flushing acks at drain", "err", err)
 	}
 	return nil
@@ -443,7 +448,7 @@ type inFlight struct {
 	span trace.Span
 	hctx context.Context
 	// event is the event once it decoded and passed its schema: what a
-	// dead-letter hook is told of.
+	// dead-letter policy is asked about.
 	event *event.Event
 }
 
@@ -630,11 +635,11 @@ func (f *inFlight) record(outcome string) {
 	f.b.handlerTime.Record(f.ctx, time.Since(f.start).Seconds(), attrs)
 }
 
-// settleContext bounds a dead-letter publish by ackTimeout, on a context
-// that outlives the consumer's. Its deadline starts when it is made, not
-// when the message arrived: a handler may run far longer than ackTimeout
-// (a GPU job), and what settles its message must not inherit a deadline
-// that passed while it ran.
+// settleContext bounds a dead-letter publish, or a flush of acks, by
+// ackTimeout, on a context that outlives the consumer's. Its deadline
+// starts when it is made, not when the message arrived: a handler may run
+// far longer than ackTimeout (a GPU job), and what settles its message
+// must not inherit a deadline that passed while it ran.
 func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 }
@@ -654,149 +659,6 @@ func (b *Bus) consumedAttrs(consumer, typ, outcome string) metric.MeasurementOpt
 // attrKey names a cached set of metric attributes.
 type attrKey struct{ metric, a, b, c string }
 
-// Next handles the next message of the durable consumer cfg (created or
-// updated first) exactly as Consume would, waiting up to wait for one, and
-// returns the outcome it settled: the handler's, or Poison for a message
-// dead-lettered before the handler ran. It is for tests and tools that
-// step a consumer one message at a time; ErrNoMessage when none came.
-func (b *Bus) Next(ctx context.Context, cfg ConsumerConfig, wait time.Duration, handler Handler) (Outcome, error) {
-	cfg = cfg.withDefaults()
-	cons, err := b.EnsureConsumer(ctx, cfg)
-	if err != nil {
-		return Outcome{}, err
-	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
-	if err != nil {
-		return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
-	}
-	m, ok := <-batch.Messages()
-	if !ok {
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
-		}
-		return Outcome{}, ErrNoMessage
-	}
-	hb := newHeartbeat(cfg.AckWait/3, b.log.With("consumer", cfg.Name))
-	go hb.run()
-	defer hb.stop()
-	out := b.handle(ctx, cfg, m, handler, hb)
-	fctx, cancel := settleContext(ctx)
-	defer cancel()
-	if err := b.nc.FlushWithContext(fctx); err != nil {
-		return out, fmt.Errorf("bus: flush the settlement of %s: %w", cfg.Name, err)
-	}
-	return out, nil
-}
-
-// ConsumeFirst handles the messages of several durables one at a time,
-// preferring the earlier ones, until ctx is cancelled. When idle it asks
-// each durable in order for one message, waiting up to wait on each, and
-// after every message handled it starts again from the first: a message
-// of cfgs[0] waits at most about len(cfgs)*wait while the handler is
-// idle. It is for long handlers that must hold one message at a time (a
-// GPU runner): nothing is pulled ahead of the handler, so a busy process
-// holds no message another could take. Each message is handled exactly as
-// Consume handles it (the same ack semantics, heartbeats every AckWait/3,
-// dead letters); the durables are created or updated first, in order (a
-// caller whose durables must change in another order, a work queue's
-// filters that may not overlap meanwhile, ensures them first).
-//
-// On cancellation the message in hand is settled (a handler told to stop
-// asks for a retry, which hands it back at once) and its settlement
-// flushed before ConsumeFirst returns nil.
-func (b *Bus) ConsumeFirst(ctx context.Context, cfgs []ConsumerConfig, wait time.Duration, handler Handler) error {
-	return b.ConsumeFirstWhen(ctx, cfgs, wait, nil, handler)
-}
-
-// ConsumeFirstWhen is ConsumeFirst that asks durable i only while open(i)
-// is true (nil: always): a closed durable keeps its messages for other
-// processes. A runner closes its shared durable while a round holds its
-// pod. open is read before each fetch, so a message fetched just before
-// it closed is still handled; when every durable is closed the loop
-// waits wait before it asks again.
-func (b *Bus) ConsumeFirstWhen(ctx context.Context, cfgs []ConsumerConfig, wait time.Duration, open func(i int) bool, handler Handler) error {
-	if len(cfgs) == 0 {
-		return errors.New("bus: ConsumeFirst needs a consumer")
-	}
-	if wait <= 0 {
-		wait = time.Second
-	}
-	type durable struct {
-		cfg  ConsumerConfig
-		cons jetstream.Consumer
-		hb   *heartbeat
-	}
-	ds := make([]durable, len(cfgs))
-	for i, c := range cfgs {
-		c = c.withDefaults()
-		cons, err := b.EnsureConsumer(ctx, c)
-		if err != nil {
-			return err
-		}
-		hb := newHeartbeat(c.AckWait/3, b.log.With("consumer", c.Name))
-		go hb.run()
-		defer hb.stop()
-		ds[i] = durable{cfg: c, cons: cons, hb: hb}
-	}
-	defer func() {
-		fctx, cancel := settleContext(ctx)
-		defer cancel()
-		if err := b.nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			b.log.Warn("flushing acks at drain", "consumer", ds[0].cfg.Name, "err", err)
-		}
-	}()
-	for ctx.Err() == nil {
-		handled, asked := false, false
-		for i, d := range ds {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if open != nil && !open(i) {
-				continue
-			}
-			asked = true
-			batch, err := d.cons.Fetch(1, jetstream.FetchMaxWait(wait))
-			if err != nil {
-				// The server or the connection is away: try again after
-				// a wait, as Consume's pull loop does.
-				if ctx.Err() == nil {
-					b.log.Warn("fetch error", "consumer", d.cfg.Name, "err", err)
-				}
-				sleep(ctx, wait)
-				continue
-			}
-			for m := range batch.Messages() {
-				b.handle(ctx, d.cfg, m, handler, d.hb)
-				handled = true
-			}
-			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-				b.log.Warn("fetch error", "consumer", d.cfg.Name, "err", err)
-				sleep(ctx, wait)
-			}
-			if handled {
-				break // the next message: from the first durable again
-			}
-		}
-		if !asked {
-			sleep(ctx, wait)
-		}
-	}
-	return nil
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-// ErrNoMessage is returned by Next when no message came in time.
-var ErrNoMessage = errors.New("bus: no message")
-
 // backoff is 1 s, 2 s, 4 s ... capped at 1 min.
 func backoff(delivered uint64) time.Duration {
 	d := time.Second << min(delivered-1, 6)
@@ -806,34 +668,13 @@ func backoff(delivered uint64) time.Duration {
 // deadLetter copies m with its headers to dlq.<consumer> with the reason,
 // then Terms m. Its Nats-Msg-Id is derived from the stream and sequence, so
 // a dead-letter repeated after a crash is stored once. ev, the decoded
-// event (nil when it did not decode), goes to cfg.OnDeadLetter first: the
-// copy is stored only once the hook has published what it publishes, so
-// a crash between the two repeats the (idempotent) hook, never skips it.
+// event (nil when it did not decode), goes to cfg.DeadLetterPolicy first:
+// the copy is stored only once the policy has published what it
+// publishes, so a crash between the two repeats the (idempotent) policy,
+// never skips it.
 func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) {
-	if cfg.OnDeadLetter != nil && ev != nil {
-		dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered, Stored: meta.Timestamp}
-		err := cfg.OnDeadLetter(ctx, dl)
-		if errors.Is(err, ErrSettled) {
-			// Its outcome is stored: nothing to give up or to keep.
-			b.log.Info("not dead-lettered: its work has ended", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
-			if err := m.Ack(); err != nil {
-				b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
-			}
-			return
-		}
-		if errors.Is(err, ErrStillHeld) {
-			// Not given up yet: asked again in a third of the ack
-			// deadline, until its holder ends it (its ack removes the
-			// message) or the hook finds no holder.
-			b.log.Info("not dead-lettered: still held elsewhere", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
-			_ = m.NakWithDelay(max(cfg.AckWait/3, time.Second))
-			return
-		} else if err != nil {
-			b.log.Error("dead-letter hook failed; message returned to the server", "consumer", cfg.Name, "reason", reason,
-				"id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
-			_ = m.NakWithDelay(5 * time.Second)
-			return
-		}
+	if cfg.DeadLetterPolicy != nil && ev != nil && !b.askPolicy(ctx, cfg, m, meta, reason, cause, ev) {
+		return
 	}
 	name := cfg.Name
 	if cfg.DeadLetterAs != "" {
@@ -876,6 +717,37 @@ func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Ms
 	if err := m.TermWithReason(reason); err != nil {
 		b.log.Warn("term failed", "consumer", cfg.Name, "err", err)
 	}
+}
+
+// askPolicy asks cfg.DeadLetterPolicy about the message about to be
+// dead-lettered, and reports whether the dead letter goes on. When it does
+// not, the message is settled here: acked (Settled), or Nak'ed to come
+// back and be asked about again (Keep, or a policy that failed).
+func (b *Bus) askPolicy(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) bool {
+	dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered, Stored: meta.Timestamp}
+	verdict, err := cfg.DeadLetterPolicy(ctx, dl)
+	switch {
+	case verdict == Settled:
+		// Its work has ended: nothing to give up or to keep.
+		b.log.Info("not dead-lettered: its work has ended", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+		if err := m.Ack(); err != nil {
+			b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+		}
+		return false
+	case verdict == Keep:
+		// Not given up yet: asked again in a third of the ack deadline,
+		// until its holder ends it (its ack removes the message) or the
+		// policy lets it go.
+		b.log.Info("not dead-lettered: still held elsewhere", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+		_ = m.NakWithDelay(max(cfg.AckWait/3, time.Second))
+		return false
+	case err != nil:
+		b.log.Error("dead-letter policy failed; message returned to the server", "consumer", cfg.Name, "reason", reason,
+			"id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+		_ = m.NakWithDelay(5 * time.Second)
+		return false
+	}
+	return true
 }
 
 // heartbeat tells the server, for every message whose handler is still
