@@ -478,6 +478,10 @@ func (f *inFlight) startSpan() {
 // times; its event then has a subject whenever its data names one. A
 // refused message is settled here (dead-lettered, see poison) and its
 // handler never runs; an admitted one is not settled yet.
+//
+// A message delivered more than MaxDeliver times is the one refusal a
+// dead-letter policy may overrule: it then stays on the server (Keep, or
+// a failure) or is acked (Settled), and its handler does not run either.
 func (f *inFlight) admit() (*Delivery, Outcome) {
 	m, meta := f.m, f.meta
 	if n := len(m.Data()); n > MaxEventBytes {
@@ -603,9 +607,10 @@ func (f *inFlight) settle(out Outcome, ev *event.Event) Outcome {
 	}
 }
 
-// poison dead-letters the message with reason and cause (see deadLetter),
-// records it in the metrics and on the span, and returns the Poison
-// outcome. The dead-letter publish runs on a context of its own (see
+// poison dead-letters the message with reason and cause (see deadLetter:
+// the consumer's dead-letter policy may keep or settle it instead, and a
+// copy that cannot be stored leaves it Nak'ed), records it in the metrics
+// and on the span as dead_lettered, and returns the Poison outcome. The dead-letter publish runs on a context of its own (see
 // ackTimeout), made only when one is needed.
 func (f *inFlight) poison(reason string, cause error) Outcome {
 	settle, cancel := settleContext(f.ctx)
