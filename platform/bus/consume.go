@@ -167,38 +167,45 @@ type ConsumerConfig struct {
 	// DeadLetterAs names the dead-letter subject (dlq.<DeadLetterAs>);
 	// default Name. Durables named per instance (a runner's per pod)
 	// dead-letter under their role's name, the one the operator reads and
-	// the NATS permissions allow.
+	// the NATS permissions allow (access.Consumer.DeadLetterAs).
 	DeadLetterAs string
-	// OnDeadLetter, when set, is told of every message about to be
-	// dead-lettered whose event decoded and passed its schema, before its
-	// dead-letter copy is stored: the owner of work that was given up
-	// (a runner's job, MaxDeliver deliveries without an outcome) publishes
-	// its end there, so whoever waits on it hears. It must be idempotent
-	// (a dead letter repeated after a crash calls it again): derive what it
-	// publishes from the event's id. An error keeps the message (Nak'ed
-	// for another try, as a failed dead-letter publish is): it comes back
-	// and the hook is asked again, however many deliveries that takes (see
-	// jsConfig); ErrStillHeld and ErrSettled say the work is not to be
-	// given up (still running elsewhere; ended already).
-	OnDeadLetter func(ctx context.Context, dl DeadLetter) error
+	// DeadLetterPolicy, when set, is asked about every message about to
+	// be dead-lettered whose event decoded and passed its schema, before
+	// its dead-letter copy is stored, and may keep or settle it instead
+	// (see DeadLetterVerdict). Package workqueue builds one from a hook
+	// through which the owner of given-up work ends it.
+	DeadLetterPolicy DeadLetterPolicy
 }
 
-// ErrStillHeld, returned (wrapped) by an OnDeadLetter hook, says that the
-// message's work still runs under an earlier delivery elsewhere (a live
-// handler whose heartbeat the server missed): the message is not
-// dead-lettered but comes back in a third of AckWait to be asked about
-// again, and a live handler's ack removes it meanwhile.
-var ErrStillHeld = errors.New("still held by a live handler")
+// DeadLetterPolicy decides what becomes of a message the loop is about to
+// dead-letter (see ConsumerConfig.DeadLetterPolicy). It must be
+// idempotent (a dead letter repeated after a crash asks it again): derive
+// what it publishes from the event's id. A policy that fails returns
+// GiveUp with its error: the message is Nak'ed for another try, as a
+// failed dead-letter publish is, comes back and is asked about again,
+// however many deliveries that takes (see jsConfig).
+type DeadLetterPolicy func(ctx context.Context, dl DeadLetter) (DeadLetterVerdict, error)
 
-// ErrSettled, returned (wrapped) by an OnDeadLetter hook, says that the
-// message's work has ended already (its outcome is stored: an earlier
-// delivery's handler published it and died, or lost its ack, before the
-// ack reached the server): the message is acked, not dead-lettered, and
-// nothing is given up.
-var ErrSettled = errors.New("its work has ended already")
+// DeadLetterVerdict is a DeadLetterPolicy's answer.
+type DeadLetterVerdict int
 
-// DeadLetter is a message about to be dead-lettered, as OnDeadLetter sees
-// it.
+const (
+	// GiveUp dead-letters the message (its copy stored, then Term); with
+	// an error, the policy failed and the message is Nak'ed to come back
+	// in 5 s.
+	GiveUp DeadLetterVerdict = iota
+	// Keep does not give the message up yet (its work still runs under an
+	// earlier delivery elsewhere): it is Nak'ed to come back in a third of
+	// AckWait (at least a second) and asked about again; a live handler's
+	// ack removes it meanwhile.
+	Keep
+	// Settled acks the message instead: its work has ended already, and
+	// nothing is given up.
+	Settled
+)
+
+// DeadLetter is a message about to be dead-lettered, as a
+// DeadLetterPolicy sees it.
 type DeadLetter struct {
 	// Event is the message's event (decoded and schema-valid).
 	Event event.Event
@@ -236,15 +243,15 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // itself. It dead-letters a message on the delivery numbered MaxDeliver
 // when the handler still asks for a retry, and before calling the handler
 // at all on a later delivery (a handler that crashes its process every
-// time), so no handler runs more than MaxDeliver times. The dead-letter
-// itself (the hook, then the copy, then Term) may fail or be cut short by
-// a crash: the message is then Nak'ed or its ack deadline passes, it comes
-// back, and the dead-letter is tried again, for as long as it takes. A
-// server-side limit would stop those returns and leave a given-up message
-// on the stream, undelivered, with its owner never told (a job whose last
-// runner died while it ended it, a hook that could not reach NATS on the
-// last delivery). Nothing loops: a message past MaxDeliver only ever gets
-// its dead-letter retried, every few seconds.
+// time), so no handler runs more than MaxDeliver times. The dead letter
+// itself (the dead-letter policy, then the copy, then Term) may fail or
+// be cut short by a crash: the message is then Nak'ed or its ack deadline
+// passes, it comes back, and the dead letter is tried again, for as long
+// as it takes. A server-side limit would stop those returns and leave a
+// given-up message on the stream, undelivered, with its owner never told
+// (a job whose last runner died while it ended it, a policy that could not
+// reach NATS on the last delivery). Nothing loops: a message past
+// MaxDeliver only ever gets its dead letter retried, every few seconds.
 func (c ConsumerConfig) jsConfig() jetstream.ConsumerConfig {
 	cc := jetstream.ConsumerConfig{
 		Durable:       c.Name,
@@ -358,9 +365,10 @@ func consumerExists(err error) bool {
 // dead-letter publish fails, the message is Nak'ed instead, so nothing is
 // lost.
 //
-// Heartbeats: one ticker per consumer (not per message) sends InProgress
-// for every message whose handler has run AckWait/3 since its last one, so
-// long work is not redelivered.
+// Heartbeats: while a handler runs, its message gets an InProgress each
+// time a third of AckWait has passed since the handler started or since
+// the last InProgress, so long work is not redelivered. One ticker per
+// consumer sends them all (see heartbeat).
 func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) error {
 	cfg = cfg.withDefaults()
 	cons, err := b.EnsureConsumer(ctx, cfg)
@@ -389,9 +397,7 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) 
 	// The acks sent without waiting are on the wire once the server has
 	// answered a ping sent after them: a caller that closes the
 	// connection next loses none of them.
-	fctx, cancel := settleContext(ctx)
-	defer cancel()
-	if err := b.nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+	if err := b.FlushAcks(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		log.Warn("flushing acks at drain", "err", err)
 	}
 	return nil
@@ -402,7 +408,12 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) 
 // still settles the message in hand.
 var ackTimeout = 10 * time.Second
 
-func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handler Handler, hb *heartbeat) (settled Outcome) {
+// handle takes one message through the loop's three steps: admit decides
+// whether the handler may see it, run runs the handler, settle acts on
+// the handler's outcome. It returns the outcome the message was settled
+// with: the handler's, or Poison for a message refused before the
+// handler ran.
+func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handler Handler, hb *heartbeat) Outcome {
 	start := time.Now()
 	meta, err := m.Metadata()
 	if err != nil {
@@ -410,48 +421,71 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		b.log.Error("message without JetStream metadata", "consumer", cfg.Name, "subject", m.Subject(), "err", err)
 		return Retry(0, err)
 	}
-	// The type label comes from an untrusted message: only known types are
-	// used as metric attributes, so garbage cannot grow the metric's
-	// cardinality without bound. It is set once the event decodes.
-	typ := "unknown"
-	record := func(outcome string) {
-		attrs := b.consumedAttrs(cfg.Name, typ, outcome)
-		b.consumed.Add(ctx, 1, attrs)
-		b.handlerTime.Record(ctx, time.Since(start).Seconds(), attrs)
+	f := &inFlight{b: b, ctx: ctx, cfg: cfg, m: m, meta: meta, start: start, typ: "unknown"}
+	f.startSpan()
+	defer f.span.End()
+	d, refused := f.admit()
+	if d == nil {
+		return refused
 	}
-	// The process span starts before the message is decoded, as a child
-	// of the producer's span (W3C trace context in the headers), so a
-	// message dead-lettered for its form still shows in its trace, with
-	// an error status; it is renamed once the type is known.
-	hctx := b.prop.Extract(ctx, observability.HeaderCarrier(m.Headers()))
-	if !trace.SpanContextFromContext(hctx).IsValid() {
-		hctx = untracedParent(hctx, m.Headers())
-	}
-	hctx, span := b.tracer.Start(hctx, "process "+cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer))
-	defer span.End()
-	if span.IsRecording() {
-		span.SetAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(m.Subject()),
-			semconv.MessagingConsumerGroupName(cfg.Name), attribute.Int64("lowbarena.deliveries", int64(meta.NumDelivered)))
-	}
-	// A dead-letter publish runs on a context of its own (see
-	// ackTimeout), made only when one is needed. decoded is the event
-	// once it decoded and passed its schema (what OnDeadLetter sees).
-	var decoded *event.Event
-	poison := func(reason string, cause error) Outcome {
-		settle, cancel := settleContext(ctx)
-		defer cancel()
-		b.deadLetter(settle, cfg, m, meta, reason, cause, decoded)
-		record("dead_lettered")
-		span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(reason))
-		span.SetStatus(codes.Error, reason)
-		if cause != nil {
-			span.RecordError(cause)
-		}
-		return Poison(reason, cause)
-	}
+	return f.settle(f.run(handler, d, hb), &d.Event)
+}
 
+// inFlight is one message in the loop's hands, from its arrival to its
+// settlement.
+type inFlight struct {
+	b     *Bus
+	ctx   context.Context // the consumer's: cancelled at shutdown
+	cfg   ConsumerConfig
+	m     jetstream.Msg
+	meta  *jetstream.MsgMetadata
+	start time.Time
+	// typ is the metric's type label. It comes from an untrusted message,
+	// so it stays "unknown" until the event decodes to a known type:
+	// garbage cannot grow the metric's cardinality without bound.
+	typ string
+	// span is the process span; hctx, the handler's context, carries it.
+	span trace.Span
+	hctx context.Context
+	// event is the event once it decoded and passed its schema: what a
+	// dead-letter policy is asked about.
+	event *event.Event
+}
+
+// startSpan starts the process span before the message is decoded, as a
+// child of the producer's span (W3C trace context in the headers), so a
+// message dead-lettered for its form still shows in its trace, with an
+// error status; run renames it once the type is known.
+func (f *inFlight) startSpan() {
+	hctx := f.b.prop.Extract(f.ctx, observability.HeaderCarrier(f.m.Headers()))
+	if !trace.SpanContextFromContext(hctx).IsValid() {
+		hctx = untracedParent(hctx, f.m.Headers())
+	}
+	f.hctx, f.span = f.b.tracer.Start(hctx, "process "+f.cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer))
+	if f.span.IsRecording() {
+		f.span.SetAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(f.m.Subject()),
+			semconv.MessagingConsumerGroupName(f.cfg.Name), attribute.Int64("lowbarena.deliveries", int64(f.meta.NumDelivered)))
+	}
+}
+
+// admit decides whether the handler may see the message, and returns the
+// delivery it may see, or nil and the outcome the message was refused
+// with.
+//
+// Invariant: a message is admitted only if its data is within
+// MaxEventBytes, it is a CloudEvent of a type the arena knows, its data
+// passes that type's schema, and it has been delivered at most MaxDeliver
+// times; its event then has a subject whenever its data names one. A
+// refused message is settled here (dead-lettered, see poison) and its
+// handler never runs; an admitted one is not settled yet.
+//
+// A message delivered more than MaxDeliver times is the one refusal a
+// dead-letter policy may overrule: it then stays on the server (Keep, or
+// a failure) or is acked (Settled), and its handler does not run either.
+func (f *inFlight) admit() (*Delivery, Outcome) {
+	m, meta := f.m, f.meta
 	if n := len(m.Data()); n > MaxEventBytes {
-		return poison(ReasonOversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
+		return nil, f.poison(ReasonOversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
 	}
 	ev, mode, err := ce.DecodeMode(m.Headers(), m.Data())
 	if err != nil {
@@ -460,20 +494,20 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 		if errors.As(err, &de) {
 			reason = de.Reason
 		}
-		return poison(reason, err)
+		return nil, f.poison(reason, err)
 	}
 	if _, ok := events.Lookup(events.Type(ev.Type())); !ok {
-		return poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
+		return nil, f.poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
 	}
-	typ = ev.Type()
+	f.typ = ev.Type()
 	// Validation is done once per payload in this process: an event
 	// published here, or consumed here by another consumer, passed
 	// already (schemas.Validator remembers the exact bytes).
-	if err := b.validator.Validate(ev.Type(), ev.Data()); err != nil {
+	if err := f.b.validator.Validate(ev.Type(), ev.Data()); err != nil {
 		if errors.Is(err, schemas.ErrUnknownType) {
-			return poison(ReasonUnknownType, err)
+			return nil, f.poison(ReasonUnknownType, err)
 		}
-		return poison(ReasonSchemaInvalid, err)
+		return nil, f.poison(ReasonSchemaInvalid, err)
 	}
 	// subject is OPTIONAL in CloudEvents: an event published without it
 	// (by a client outside the arena) gets the id its data names, the
@@ -483,36 +517,61 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			ev.SetSubject(s)
 		}
 	}
-	decoded = &ev
-	if meta.NumDelivered > uint64(cfg.MaxDeliver) {
-		return poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
+	f.event = &ev
+	if meta.NumDelivered > uint64(f.cfg.MaxDeliver) {
+		return nil, f.poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
 	}
-
 	// What the handler publishes answers in the mode this event came in:
 	// a client that speaks structured mode only reads what follows.
-	hctx = ce.WithMode(hctx, mode)
-	if span.IsRecording() {
-		span.SetName("process " + ev.Type())
-		span.SetAttributes(semconv.MessagingMessageID(ev.ID()))
-		span.SetAttributes(eventAttrs(ev.Type(), ev.Subject(), ev.Data())...)
+	f.hctx = ce.WithMode(f.hctx, mode)
+	return &Delivery{Event: ev, Subject: m.Subject(), NumDelivered: meta.NumDelivered, StreamSeq: meta.Sequence.Stream, Stored: meta.Timestamp, msg: m}, Outcome{}
+}
+
+// run hands an admitted delivery to the handler and returns the
+// handler's outcome.
+//
+// Invariant: run settles nothing (no ack, no nak), so the handler's
+// outcome is acted on only after the handler has returned. While the
+// handler runs, the consumer's heartbeat keeps the message from being
+// redelivered (see heartbeat); a handler that panics is logged with its
+// stack and counts as a Retry with the panic as its error.
+func (f *inFlight) run(handler Handler, d *Delivery, hb *heartbeat) (out Outcome) {
+	if f.span.IsRecording() {
+		f.span.SetName("process " + d.Event.Type())
+		f.span.SetAttributes(semconv.MessagingMessageID(d.Event.ID()))
+		f.span.SetAttributes(eventAttrs(d.Event.Type(), d.Event.Subject(), d.Event.Data())...)
 	}
+	hb.add(f.m)
+	defer hb.remove(f.m)
+	defer func() {
+		if r := recover(); r != nil {
+			f.b.log.Error("handler panicked", "id", d.Event.ID(), "type", d.Event.Type(), "panic", r, "stack", string(debug.Stack()))
+			out = Retry(0, fmt.Errorf("handler panicked: %v", r))
+		}
+	}()
+	return handler(f.hctx, d)
+}
 
-	// While the handler runs, the consumer's heartbeat keeps the message
-	// from redelivery (see heartbeat).
-	hb.add(m)
-	out := b.run(hctx, handler, &Delivery{Event: ev, Subject: m.Subject(), NumDelivered: meta.NumDelivered, StreamSeq: meta.Sequence.Stream, Stored: meta.Timestamp, msg: m})
-	hb.remove(m)
-
+// settle acts on the outcome of the handler of ev and returns it.
+//
+// Invariant: the message is settled once, after its handler returned.
+// Ack: acknowledged, without waiting for the server's confirmation. Retry:
+// handed back at once when the consumer is stopping, dead-lettered with
+// max_deliver_exceeded on the delivery numbered MaxDeliver, otherwise
+// Nak'ed with the handler's delay or the backoff. Poison: dead-lettered
+// with the handler's reason. Each settlement is counted in the metrics
+// and recorded on the span.
+func (f *inFlight) settle(out Outcome, ev *event.Event) Outcome {
+	m, cfg, span := f.m, f.cfg, f.span
 	switch out.kind {
 	case kindAck:
 		// The ack is sent, not waited for (see Consume): should it be
 		// lost, the server redelivers after AckWait and the idempotent
 		// handler publishes nothing new.
 		if err := m.Ack(); err != nil {
-			b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+			f.b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
 		}
-		record("ack")
-		span.SetAttributes(AttrOutcome.String("ack"))
+		f.settled("ack")
 		return out
 	case kindRetry:
 		if out.err != nil {
@@ -523,37 +582,69 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 				span.SetStatus(codes.Error, out.err.Error())
 			}
 		}
-		if ctx.Err() != nil {
+		if f.ctx.Err() != nil {
 			// Shutting down: hand the message back at once.
 			_ = m.Nak()
-			record("shutdown")
-			span.SetAttributes(AttrOutcome.String("shutdown"))
+			f.settled("shutdown")
 			return out
 		}
-		if meta.NumDelivered >= uint64(cfg.MaxDeliver) {
-			return poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", meta.NumDelivered, out.err))
+		n := f.meta.NumDelivered
+		if n >= uint64(cfg.MaxDeliver) {
+			return f.poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", n, out.err))
 		}
 		delay := out.delay
 		if delay <= 0 {
-			delay = backoff(meta.NumDelivered)
+			delay = backoff(n)
 		}
-		b.log.Info("retry", "consumer", cfg.Name, "id", ev.ID(), "type", ev.Type(), "delivery", meta.NumDelivered, "delay", delay, "err", out.err)
+		f.b.log.Info("retry", "consumer", cfg.Name, "id", ev.ID(), "type", ev.Type(), "delivery", n, "delay", delay, "err", out.err)
 		if err := m.NakWithDelay(delay); err != nil {
-			b.log.Warn("nak failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+			f.b.log.Warn("nak failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
 		}
-		record("retry")
-		span.SetAttributes(AttrOutcome.String("retry"))
+		f.settled("retry")
 		return out
 	default:
-		return poison(out.reason, out.err)
+		return f.poison(out.reason, out.err)
 	}
 }
 
-// settleContext bounds a dead-letter publish by ackTimeout, on a context
-// that outlives the consumer's. Its deadline starts when it is made, not
-// when the message arrived: a handler may run far longer than ackTimeout
-// (a GPU job), and what settles its message must not inherit a deadline
-// that passed while it ran.
+// poison dead-letters the message with reason and cause (see deadLetter:
+// the consumer's dead-letter policy may keep or settle it instead, and a
+// copy that cannot be stored leaves it Nak'ed), records it in the metrics
+// and on the span as dead_lettered, and returns the Poison outcome. The dead-letter publish runs on a context of its own (see
+// ackTimeout), made only when one is needed.
+func (f *inFlight) poison(reason string, cause error) Outcome {
+	settle, cancel := settleContext(f.ctx)
+	defer cancel()
+	f.b.deadLetter(settle, f.cfg, f.m, f.meta, reason, cause, f.event)
+	f.record("dead_lettered")
+	f.span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(reason))
+	f.span.SetStatus(codes.Error, reason)
+	if cause != nil {
+		f.span.RecordError(cause)
+	}
+	return Poison(reason, cause)
+}
+
+// settled records a settlement other than a dead letter in the metrics
+// and on the span.
+func (f *inFlight) settled(outcome string) {
+	f.record(outcome)
+	f.span.SetAttributes(AttrOutcome.String(outcome))
+}
+
+// record counts the message under outcome and records the time since it
+// arrived.
+func (f *inFlight) record(outcome string) {
+	attrs := f.b.consumedAttrs(f.cfg.Name, f.typ, outcome)
+	f.b.consumed.Add(f.ctx, 1, attrs)
+	f.b.handlerTime.Record(f.ctx, time.Since(f.start).Seconds(), attrs)
+}
+
+// settleContext bounds a dead-letter publish, or a flush of acks, by
+// ackTimeout, on a context that outlives the consumer's. Its deadline
+// starts when it is made, not when the message arrived: a handler may run
+// far longer than ackTimeout (a GPU job), and what settles its message
+// must not inherit a deadline that passed while it ran.
 func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 }
@@ -573,159 +664,6 @@ func (b *Bus) consumedAttrs(consumer, typ, outcome string) metric.MeasurementOpt
 // attrKey names a cached set of metric attributes.
 type attrKey struct{ metric, a, b, c string }
 
-// Next handles the next message of the durable consumer cfg (created or
-// updated first) exactly as Consume would, waiting up to wait for one, and
-// returns the outcome it settled: the handler's, or Poison for a message
-// dead-lettered before the handler ran. It is for tests and tools that
-// step a consumer one message at a time; ErrNoMessage when none came.
-func (b *Bus) Next(ctx context.Context, cfg ConsumerConfig, wait time.Duration, handler Handler) (Outcome, error) {
-	cfg = cfg.withDefaults()
-	cons, err := b.EnsureConsumer(ctx, cfg)
-	if err != nil {
-		return Outcome{}, err
-	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
-	if err != nil {
-		return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
-	}
-	for m := range batch.Messages() {
-		hb := newHeartbeat(cfg.AckWait/3, b.log.With("consumer", cfg.Name))
-		go hb.run()
-		defer hb.stop()
-		out := b.handle(ctx, cfg, m, handler, hb)
-		fctx, cancel := settleContext(ctx)
-		defer cancel()
-		if err := b.nc.FlushWithContext(fctx); err != nil {
-			return out, fmt.Errorf("bus: flush the settlement of %s: %w", cfg.Name, err)
-		}
-		return out, nil
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-		return Outcome{}, fmt.Errorf("bus: fetch from %s: %w", cfg.Name, err)
-	}
-	return Outcome{}, ErrNoMessage
-}
-
-// ConsumeFirst handles the messages of several durables one at a time,
-// preferring the earlier ones, until ctx is cancelled. When idle it asks
-// each durable in order for one message, waiting up to wait on each, and
-// after every message handled it starts again from the first: a message
-// of cfgs[0] waits at most about len(cfgs)*wait while the handler is
-// idle. It is for long handlers that must hold one message at a time (a
-// GPU runner): nothing is pulled ahead of the handler, so a busy process
-// holds no message another could take. Each message is handled exactly as
-// Consume handles it (the same ack semantics, heartbeats every AckWait/3,
-// dead letters); the durables are created or updated first, in order (a
-// caller whose durables must change in another order, a work queue's
-// filters that may not overlap meanwhile, ensures them first).
-//
-// On cancellation the message in hand is settled (a handler told to stop
-// asks for a retry, which hands it back at once) and its settlement
-// flushed before ConsumeFirst returns nil.
-func (b *Bus) ConsumeFirst(ctx context.Context, cfgs []ConsumerConfig, wait time.Duration, handler Handler) error {
-	return b.ConsumeFirstWhen(ctx, cfgs, wait, nil, handler)
-}
-
-// ConsumeFirstWhen is ConsumeFirst that asks durable i only while open(i)
-// is true (nil: always): a closed durable keeps its messages for other
-// processes. A runner closes its shared durable while a round holds its
-// pod. open is read before each fetch, so a message fetched just before
-// it closed is still handled; when every durable is closed the loop
-// waits wait before it asks again.
-func (b *Bus) ConsumeFirstWhen(ctx context.Context, cfgs []ConsumerConfig, wait time.Duration, open func(i int) bool, handler Handler) error {
-	if len(cfgs) == 0 {
-		return errors.New("bus: ConsumeFirst needs a consumer")
-	}
-	if wait <= 0 {
-		wait = time.Second
-	}
-	type durable struct {
-		cfg  ConsumerConfig
-		cons jetstream.Consumer
-		hb   *heartbeat
-	}
-	ds := make([]durable, len(cfgs))
-	for i, c := range cfgs {
-		c = c.withDefaults()
-		cons, err := b.EnsureConsumer(ctx, c)
-		if err != nil {
-			return err
-		}
-		hb := newHeartbeat(c.AckWait/3, b.log.With("consumer", c.Name))
-		go hb.run()
-		defer hb.stop()
-		ds[i] = durable{cfg: c, cons: cons, hb: hb}
-	}
-	defer func() {
-		fctx, cancel := settleContext(ctx)
-		defer cancel()
-		if err := b.nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			b.log.Warn("flushing acks at drain", "consumer", ds[0].cfg.Name, "err", err)
-		}
-	}()
-	for ctx.Err() == nil {
-		handled, asked := false, false
-		for i, d := range ds {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if open != nil && !open(i) {
-				continue
-			}
-			asked = true
-			batch, err := d.cons.Fetch(1, jetstream.FetchMaxWait(wait))
-			if err != nil {
-				// The server or the connection is away: try again after
-				// a wait, as Consume's pull loop does.
-				if ctx.Err() == nil {
-					b.log.Warn("fetch error", "consumer", d.cfg.Name, "err", err)
-				}
-				sleep(ctx, wait)
-				continue
-			}
-			for m := range batch.Messages() {
-				b.handle(ctx, d.cfg, m, handler, d.hb)
-				handled = true
-			}
-			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-				b.log.Warn("fetch error", "consumer", d.cfg.Name, "err", err)
-				sleep(ctx, wait)
-			}
-			if handled {
-				break // the next message: from the first durable again
-			}
-		}
-		if !asked {
-			sleep(ctx, wait)
-		}
-	}
-	return nil
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-// ErrNoMessage is returned by Next when no message came in time.
-var ErrNoMessage = errors.New("bus: no message")
-
-// run calls the handler, turning a panic into a Retry.
-func (b *Bus) run(ctx context.Context, h Handler, d *Delivery) (out Outcome) {
-	defer func() {
-		if r := recover(); r != nil {
-			b.log.Error("handler panicked", "id", d.Event.ID(), "type", d.Event.Type(), "panic", r, "stack", string(debug.Stack()))
-			out = Retry(0, fmt.Errorf("handler panicked: %v", r))
-		}
-	}()
-	return h(ctx, d)
-}
-
 // backoff is 1 s, 2 s, 4 s ... capped at 1 min.
 func backoff(delivered uint64) time.Duration {
 	d := time.Second << min(delivered-1, 6)
@@ -735,34 +673,13 @@ func backoff(delivered uint64) time.Duration {
 // deadLetter copies m with its headers to dlq.<consumer> with the reason,
 // then Terms m. Its Nats-Msg-Id is derived from the stream and sequence, so
 // a dead-letter repeated after a crash is stored once. ev, the decoded
-// event (nil when it did not decode), goes to cfg.OnDeadLetter first: the
-// copy is stored only once the hook has published what it publishes, so
-// a crash between the two repeats the (idempotent) hook, never skips it.
+// event (nil when it did not decode), goes to cfg.DeadLetterPolicy first:
+// the copy is stored only once the policy has published what it
+// publishes, so a crash between the two repeats the (idempotent) policy,
+// never skips it.
 func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) {
-	if cfg.OnDeadLetter != nil && ev != nil {
-		dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered, Stored: meta.Timestamp}
-		err := cfg.OnDeadLetter(ctx, dl)
-		if errors.Is(err, ErrSettled) {
-			// Its outcome is stored: nothing to give up or to keep.
-			b.log.Info("not dead-lettered: its work has ended", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
-			if err := m.Ack(); err != nil {
-				b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
-			}
-			return
-		}
-		if errors.Is(err, ErrStillHeld) {
-			// Not given up yet: asked again in a third of the ack
-			// deadline, until its holder ends it (its ack removes the
-			// message) or the hook finds no holder.
-			b.log.Info("not dead-lettered: still held elsewhere", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
-			_ = m.NakWithDelay(max(cfg.AckWait/3, time.Second))
-			return
-		} else if err != nil {
-			b.log.Error("dead-letter hook failed; message returned to the server", "consumer", cfg.Name, "reason", reason,
-				"id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
-			_ = m.NakWithDelay(5 * time.Second)
-			return
-		}
+	if cfg.DeadLetterPolicy != nil && ev != nil && !b.askPolicy(ctx, cfg, m, meta, reason, cause, ev) {
+		return
 	}
 	name := cfg.Name
 	if cfg.DeadLetterAs != "" {
@@ -807,15 +724,49 @@ func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Ms
 	}
 }
 
+// askPolicy asks cfg.DeadLetterPolicy about the message about to be
+// dead-lettered, and reports whether the dead letter goes on. When it does
+// not, the message is settled here: acked (Settled), or Nak'ed to come
+// back and be asked about again (Keep, or a policy that failed).
+func (b *Bus) askPolicy(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) bool {
+	dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered, Stored: meta.Timestamp}
+	verdict, err := cfg.DeadLetterPolicy(ctx, dl)
+	switch {
+	case verdict == Settled:
+		// Its work has ended: nothing to give up or to keep.
+		b.log.Info("not dead-lettered: its work has ended", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+		if err := m.Ack(); err != nil {
+			b.log.Warn("ack failed", "consumer", cfg.Name, "id", ev.ID(), "err", err)
+		}
+		return false
+	case verdict == Keep:
+		// Not given up yet: asked again in a third of the ack deadline,
+		// until its holder ends it (its ack removes the message) or the
+		// policy lets it go.
+		b.log.Info("not dead-lettered: still held elsewhere", "consumer", cfg.Name, "id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+		_ = m.NakWithDelay(max(cfg.AckWait/3, time.Second))
+		return false
+	case err != nil:
+		b.log.Error("dead-letter policy failed; message returned to the server", "consumer", cfg.Name, "reason", reason,
+			"id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
+		_ = m.NakWithDelay(5 * time.Second)
+		return false
+	}
+	return true
+}
+
 // heartbeat tells the server, for every message whose handler is still
 // running, that it is in progress: one ticker per consumer, whatever the
-// number of messages in hand. A message gets an InProgress once its
-// handler has run for every since its last one (or its start), checked
-// every every/2, so the gap between two never exceeds 1.5 × every
-// (AckWait/2 for every = AckWait/3): long work is never redelivered, and
-// a handler that ends within every sends none.
+// number of messages in hand.
+//
+// The loop gives it a period of a third of the ack wait, and its ticker
+// fires twice a period. At each tick, a message whose handler started, or
+// had its last InProgress, at least a period ago gets an InProgress. Two
+// of them are thus at most a period and a half apart (half the ack wait),
+// so long work is never redelivered, and a handler that ends within a
+// period sends none.
 type heartbeat struct {
-	every time.Duration
+	every time.Duration // the period
 	log   *slog.Logger
 	done  chan struct{}
 	ended chan struct{}

@@ -18,6 +18,7 @@ import (
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/ce"
+	"github.com/lowbarena/lowbarena/platform/workqueue"
 	"github.com/lowbarena/lowbarena/services/runner"
 )
 
@@ -93,9 +94,9 @@ func TestJobWhoseRunnerDiesEveryTimeIsAbandoned(t *testing.T) {
 // runners' MaxDeliver while another runner's fresh entry in the pods
 // registry says it runs it (its heartbeat lost while NATS elected the
 // consumer's leader, seen in the chaos runs) is not given up: the hook
-// says bus.ErrStillHeld and publishes nothing. Once that entry is older
-// than two thirds of the ack deadline (its runner died), the job is given
-// up as before; an entry naming another job holds nothing.
+// says workqueue.ErrStillHeld and publishes nothing. Once that entry is
+// older than two thirds of the ack deadline (its runner died), the job is
+// given up as before; an entry naming another job holds nothing.
 func TestJobStillRunningElsewhereIsNotAbandoned(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -123,7 +124,7 @@ func TestJobStillRunningElsewhereIsNotAbandoned(t *testing.T) {
 	holds("other-job", "b7")
 	holds("there", "a2")
 	err = s.Abandon(ctx, dl)
-	require.ErrorIs(t, err, bus.ErrStillHeld)
+	require.ErrorIs(t, err, workqueue.ErrStillHeld)
 	require.ErrorContains(t, err, runner.PodKey("pod-e", "there"))
 	require.Zero(t, failed(), "nothing published while the job runs elsewhere")
 

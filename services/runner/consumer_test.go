@@ -13,6 +13,7 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
+	"github.com/lowbarena/lowbarena/platform/workqueue"
 	"github.com/lowbarena/lowbarena/services/runner"
 )
 
@@ -90,7 +91,7 @@ func TestRunnerHoldsOneJobAtATime(t *testing.T) {
 				rctx, stop := context.WithCancel(ctx)
 				done := make(chan error, 1)
 				go func() {
-					done <- b.ConsumeFirst(rctx, []bus.ConsumerConfig{s.PodConsumer(), s.Consumer()}, 200*time.Millisecond,
+					done <- workqueue.ConsumeFirst(rctx, b, []bus.ConsumerConfig{s.PodConsumer(), s.Consumer()}, 200*time.Millisecond,
 						func(hctx context.Context, d *bus.Delivery) bus.Outcome {
 							seen <- got{name, d.Event.ID(), d.NumDelivered}
 							if name == "busy" {

@@ -17,6 +17,7 @@ import (
 	"github.com/lowbarena/lowbarena/platform/access/enforce"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
+	"github.com/lowbarena/lowbarena/platform/workqueue"
 	"github.com/lowbarena/lowbarena/services/runner"
 )
 
@@ -86,7 +87,7 @@ func TestOutcomesReadUnderPermissions(t *testing.T) {
 				types = append(types, e.Type())
 			}
 			if tc.settled {
-				require.ErrorIs(t, err, bus.ErrSettled)
+				require.ErrorIs(t, err, workqueue.ErrSettled)
 				require.Equal(t, []string{string(events.RunnerJobCompleted)}, types)
 				return
 			}

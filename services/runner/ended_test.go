@@ -14,6 +14,7 @@ import (
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/ce"
+	"github.com/lowbarena/lowbarena/platform/workqueue"
 	"github.com/lowbarena/lowbarena/services/runner"
 )
 
@@ -118,8 +119,8 @@ func TestJobThatEndedIsNotRunAgain(t *testing.T) {
 		require.NoError(t, err)
 		return s.Abandon(ctx, bus.DeadLetter{Event: ev, Consumer: runner.Name, Reason: bus.ReasonMaxDeliver, Deliveries: 4})
 	}
-	require.ErrorIs(t, giveUp("e1"), bus.ErrSettled)
-	require.ErrorIs(t, giveUp("e2"), bus.ErrSettled)
+	require.ErrorIs(t, giveUp("e1"), workqueue.ErrSettled)
+	require.ErrorIs(t, giveUp("e2"), workqueue.ErrSettled)
 	require.NoError(t, giveUp("e3"))
 	require.Len(t, bustest.Stored(t, b, outcomes(events.JobEfficiency, "e3")), 1, "no second job_abandoned")
 }

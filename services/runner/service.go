@@ -31,6 +31,7 @@ import (
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/store"
+	"github.com/lowbarena/lowbarena/platform/workqueue"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
@@ -187,19 +188,20 @@ func (s *Service) Kinds() []string { return s.registry.Names() }
 // hears.
 func (s *Service) Consumer() bus.ConsumerConfig {
 	return bus.ConsumerConfig{
-		Name:         Name,
-		Stream:       events.StreamRunnerJobs,
-		Subjects:     []string{events.JobSharedFilter},
-		AckWait:      s.opts.AckWait,
-		MaxDeliver:   3,
-		Prefetch:     1,
-		OnDeadLetter: s.Abandon,
+		Name:             Name,
+		Stream:           events.StreamRunnerJobs,
+		Subjects:         []string{events.JobSharedFilter},
+		AckWait:          s.opts.AckWait,
+		MaxDeliver:       3,
+		Prefetch:         1,
+		DeadLetterPolicy: workqueue.OnDeadLetter(s.Abandon),
 	}
 }
 
-// Abandon ends a job the runners' consumer gives up (bus.OnDeadLetter):
-// one delivered MaxDeliver times without an outcome (every runner that
-// took it stopped or was killed first), or one its handler called poison.
+// Abandon ends a job the runners' consumer gives up (its
+// workqueue.OnDeadLetter hook): one delivered MaxDeliver times without an
+// outcome (every runner that took it stopped or was killed first), or one
+// its handler called poison.
 // It publishes the job's runner.job.failed with reason job_abandoned, the
 // deliveries and the last reason in its message, so the stage or round
 // that waits on the job fails it instead of waiting forever.
@@ -211,8 +213,8 @@ func (s *Service) Consumer() bus.ConsumerConfig {
 // has nothing to end; the dead letter keeps it.
 //
 // A job delivered past MaxDeliver while a live runner still runs an
-// earlier delivery is not given up (bus.ErrStillHeld: the message comes
-// back later and is asked about again): in the chaos runs a runner's
+// earlier delivery is not given up (workqueue.ErrStillHeld: the message
+// comes back later and is asked about again): in the chaos runs a runner's
 // heartbeat was lost while NATS elected the consumer's leader, the job
 // was delivered again to the other runner, given up there, and the
 // first runner completed it 8 s later, too late for the submission,
@@ -243,7 +245,7 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 	case t == events.RunnerJobFailed && reason == events.ReasonJobAbandoned:
 		return nil
 	case t != "":
-		return fmt.Errorf("%w: job %s has its %s", bus.ErrSettled, req.JobID, t)
+		return fmt.Errorf("%w: job %s has its %s", workqueue.ErrSettled, req.JobID, t)
 	}
 	if dl.Reason == bus.ReasonMaxDeliver {
 		holder, err := s.heldElsewhere(ctx, req.JobID)
@@ -251,7 +253,7 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 			return fmt.Errorf("runner: read the pods registry before giving job %s up: %w", req.JobID, err)
 		}
 		if holder != "" {
-			return fmt.Errorf("%w: job %s runs on %s (delivery %d here)", bus.ErrStillHeld, req.JobID, holder, dl.Deliveries)
+			return fmt.Errorf("%w: job %s runs on %s (delivery %d here)", workqueue.ErrStillHeld, req.JobID, holder, dl.Deliveries)
 		}
 	}
 	last := dl.Reason
@@ -366,7 +368,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer func() { cancel(); <-announced }()
 	const shared = 1
 	open := func(i int) bool { return i != shared || s.pod.sharedOpen() }
-	return s.bus.ConsumeFirstWhen(ctx, []bus.ConsumerConfig{s.PodConsumer(), s.Consumer()}, pollWait, open, s.Handle)
+	return workqueue.ConsumeFirstWhen(ctx, s.bus, []bus.ConsumerConfig{s.PodConsumer(), s.Consumer()}, pollWait, open, s.Handle)
 }
 
 // gpu names the runner's device.

@@ -1,4 +1,4 @@
-package bus_test
+package workqueue_test
 
 import (
 	"context"
@@ -13,14 +13,15 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
+	"github.com/lowbarena/lowbarena/platform/workqueue"
 )
 
-// TestDeadLetterHookSeesGivenUpWork: OnDeadLetter is told of a message the
-// consumer gives up, with its event, reason, last error and deliveries,
-// before the dead-letter copy is stored; a hook that fails keeps the
-// message (it comes back, and the hook is asked again, on as many
-// deliveries past MaxDeliver as it takes) rather than losing what the hook
-// publishes.
+// TestDeadLetterHookSeesGivenUpWork: an OnDeadLetter hook is told of a
+// message the consumer gives up, with its event, reason, last error and
+// deliveries, before the dead-letter copy is stored; a hook that fails
+// keeps the message (it comes back, and the hook is asked again, on as
+// many deliveries past MaxDeliver as it takes) rather than losing what the
+// hook publishes.
 func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -30,7 +31,7 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 		calls      int
 		deliveries uint64
 		lastErr    string
-		// stillHeld makes the failing calls say bus.ErrStillHeld.
+		// stillHeld makes the failing calls say workqueue.ErrStillHeld.
 		stillHeld bool
 	}{
 		{"the hook publishes at once", 0, 1, 2, "store unreachable", false},
@@ -53,19 +54,19 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 			var seen []bus.DeadLetter
 			dlqAtCall := []int{}
 			handled := 0
-			consume(t, b, bus.ConsumerConfig{Name: "hooked", MaxDeliver: 2, AckWait: 3 * time.Second, OnDeadLetter: func(_ context.Context, dl bus.DeadLetter) error {
+			consume(t, b, bus.ConsumerConfig{Name: "hooked", MaxDeliver: 2, AckWait: 3 * time.Second, DeadLetterPolicy: workqueue.OnDeadLetter(func(_ context.Context, dl bus.DeadLetter) error {
 				mu.Lock()
 				defer mu.Unlock()
 				seen = append(seen, dl)
 				dlqAtCall = append(dlqAtCall, len(streamMsgs(t, b, events.StreamDLQ)))
 				if len(seen) <= tc.failures {
 					if tc.stillHeld {
-						return fmt.Errorf("%w: on another runner", bus.ErrStillHeld)
+						return fmt.Errorf("%w: on another runner", workqueue.ErrStillHeld)
 					}
 					return errors.New("NATS away")
 				}
 				return nil
-			}}, func(_ context.Context, d *bus.Delivery) bus.Outcome {
+			})}, func(_ context.Context, d *bus.Delivery) bus.Outcome {
 				mu.Lock()
 				handled++
 				mu.Unlock()
@@ -95,30 +96,30 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 func TestDeadLetterHookIsNotToldOfUndecodableMessages(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	called := make(chan bus.DeadLetter, 4)
-	consume(t, b, bus.ConsumerConfig{Name: "hooked-raw", OnDeadLetter: func(_ context.Context, dl bus.DeadLetter) error {
+	consume(t, b, bus.ConsumerConfig{Name: "hooked-raw", DeadLetterPolicy: workqueue.OnDeadLetter(func(_ context.Context, dl bus.DeadLetter) error {
 		called <- dl
 		return nil
-	}}, func(context.Context, *bus.Delivery) bus.Outcome { return bus.Ack() })
+	})}, func(context.Context, *bus.Delivery) bus.Outcome { return bus.Ack() })
 	_, err := b.JetStream().Publish(tctx(t), "arena.build.started.x", []byte("not an event"))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(streamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
 	require.Empty(t, called)
 }
 
-// TestDeadLetterHookSettlesEndedWork: a hook that says bus.ErrSettled (the
-// message's work ended on an earlier delivery whose ack never reached the
-// server) has the message acked: no dead-letter copy, nothing pending, the
-// handler not run again.
+// TestDeadLetterHookSettlesEndedWork: a hook that says
+// workqueue.ErrSettled (the message's work ended on an earlier delivery
+// whose ack never reached the server) has the message acked: no
+// dead-letter copy, nothing pending, the handler not run again.
 func TestDeadLetterHookSettlesEndedWork(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	var mu sync.Mutex
 	calls, handled := 0, 0
-	consume(t, b, bus.ConsumerConfig{Name: "settled", MaxDeliver: 2, AckWait: 3 * time.Second, OnDeadLetter: func(_ context.Context, dl bus.DeadLetter) error {
+	consume(t, b, bus.ConsumerConfig{Name: "settled", MaxDeliver: 2, AckWait: 3 * time.Second, DeadLetterPolicy: workqueue.OnDeadLetter(func(_ context.Context, dl bus.DeadLetter) error {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
-		return fmt.Errorf("%w: its outcome is stored", bus.ErrSettled)
-	}}, func(_ context.Context, d *bus.Delivery) bus.Outcome {
+		return fmt.Errorf("%w: its outcome is stored", workqueue.ErrSettled)
+	})}, func(_ context.Context, d *bus.Delivery) bus.Outcome {
 		mu.Lock()
 		handled++
 		mu.Unlock()

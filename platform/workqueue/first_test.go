@@ -1,4 +1,4 @@
-package bus_test
+package workqueue_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
+	"github.com/lowbarena/lowbarena/platform/workqueue"
 )
 
 // TestConsumeFirstPrefersEarlierDurables: with messages waiting on two
@@ -34,7 +35,7 @@ func TestConsumeFirstPrefersEarlierDurables(t *testing.T) {
 	running := make(chan struct{}, 1) // holds a token while a handler runs
 	errc := make(chan error, 1)
 	go func() {
-		errc <- b.ConsumeFirst(ctx, []bus.ConsumerConfig{first, second}, 100*time.Millisecond, func(_ context.Context, d *bus.Delivery) bus.Outcome {
+		errc <- workqueue.ConsumeFirst(ctx, b, []bus.ConsumerConfig{first, second}, 100*time.Millisecond, func(_ context.Context, d *bus.Delivery) bus.Outcome {
 			select {
 			case running <- struct{}{}:
 			default:
