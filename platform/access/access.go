@@ -170,14 +170,14 @@ var Users = []User{
 	{
 		Name: Build, Role: "the build stage",
 		Publishes: stageTypes("build"),
-		Consumers: []Consumer{{Stream: events.StreamArena, Name: "build", Filters: []string{events.SubjectRootArena + ".submission.received.>"}}},
+		Consumers: []Consumer{{Stream: events.StreamArena, Name: "build", Filters: []string{events.Submission.Received.Filter()}}},
 		KV:        []Bucket{{Name: bus.BucketBundles, Mode: Write}},
 		Objects:   []Bucket{{Name: bus.ObjectUploads, Mode: Read}, {Name: bus.ObjectArtifacts, Mode: Write}},
 	},
 	{
 		Name: Contract, Role: "the contract stage",
 		Publishes: stageTypes("contract"),
-		Consumers: []Consumer{{Stream: events.StreamArena, Name: "contract", Filters: []string{events.SubjectRootArena + ".build.completed.>"}}},
+		Consumers: []Consumer{{Stream: events.StreamArena, Name: "contract", Filters: []string{events.Build.Completed.Filter()}}},
 		Objects:   []Bucket{{Name: bus.ObjectArtifacts, Mode: Read}},
 	},
 	{
