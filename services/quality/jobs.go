@@ -30,7 +30,7 @@ func ReferenceJobID(campaign, suiteKey, referenceDigest string) string {
 // st (stored in the artifact store as suiteRef): the BF16 reference's
 // (its checkpoint stored as reference) first when its rows are not
 // stored yet, then the candidate's. Both request ids are the kit's
-// default, events.DeriveID(job id, runner.job.requested), as before.
+// default, events.DeriveID(job id, runner.job.requested).
 func Jobs(in events.ContractCompletedData, c *campaign.Campaign, st *suite.Suite, suiteRef, reference events.BundleRef, referenceStored bool) []stage.Job {
 	job := func(id, submission, role string, ckpt events.BundleRef, kv string) stage.Job {
 		p := events.QualityJobParams{Campaign: c.TaskID, Role: role, Engine: *c.Engine, KVCacheDType: kv,
