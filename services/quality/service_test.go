@@ -341,53 +341,6 @@ func TestRestartBetweenRequestAndResult(t *testing.T) {
 	require.Contains(t, f.Message, "engine_oom")
 }
 
-// TestReferencesMigrate: quality references an older arena kept in the
-// runner's bucket move to the stage's own on start (a newer state there
-// wins), the runner's own keys stay, and a contract whose reference moved
-// queues no second reference job.
-func TestReferencesMigrate(t *testing.T) {
-	h := setup(t)
-	js := h.b.JetStream()
-	old, err := js.KeyValue(h.ctx, bus.BucketReferences)
-	require.NoError(t, err)
-	own, err := js.KeyValue(h.ctx, bus.BucketQualityReferences)
-	require.NoError(t, err)
-	done := func(generations int) []byte {
-		raw, err := json.Marshal(quality.RefState{Status: quality.StatusDone, Result: events.QualityJobResult{Role: events.RoleBF16, Generations: generations}})
-		require.NoError(t, err)
-		return raw
-	}
-	devKey := bus.Key("quality", examples.TaskID, h.suite.Key())
-	rankedKey := bus.Key("quality", examples.TaskID, h.ranked.Key())
-	runnerKey := bus.Key("pod-0", examples.TaskID, strings.Repeat("ab", 32))
-	_, err = old.Put(h.ctx, devKey, done(130))
-	require.NoError(t, err)
-	_, err = old.Put(h.ctx, rankedKey, done(1))
-	require.NoError(t, err)
-	_, err = old.Put(h.ctx, runnerKey, []byte(`{"rates":{}}`))
-	require.NoError(t, err)
-	_, err = own.Put(h.ctx, rankedKey, done(2)) // newer, already there
-	require.NoError(t, err)
-
-	h.start(t)
-	for key, generations := range map[string]int{devKey: 130, rankedKey: 2} {
-		e, err := own.Get(h.ctx, key)
-		require.NoError(t, err, key)
-		var st quality.RefState
-		require.NoError(t, json.Unmarshal(e.Value(), &st))
-		require.Equal(t, quality.StatusDone, st.Status)
-		require.Equal(t, generations, st.Result.Generations, key)
-		_, err = old.Get(h.ctx, key)
-		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "%s left the runner's bucket", key)
-	}
-	_, err = old.Get(h.ctx, runnerKey)
-	require.NoError(t, err, "the runner's keys stay")
-
-	h.contract(t, "sub1")
-	require.Eventually(t, func() bool { return jobs(t, h) == 1 }, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, quality.JobID("sub1"), queued(t, h)[0].JobID, "the candidate's job only: its reference moved")
-}
-
 // TestReferenceWithoutWeights: a campaign whose BF16 reference folder
 // holds no *.safetensors is refused with campaign_no_reference, and
 // nothing is stored or queued.
