@@ -95,7 +95,7 @@ func TestJobWhoseRunnerDiesEveryTimeIsAbandoned(t *testing.T) {
 // consumer's leader, seen in the chaos runs) is not given up: the hook
 // says bus.ErrStillHeld and publishes nothing. Once that entry is older
 // than two thirds of the ack deadline (its runner died), the job is given
-// up as before; an entry naming another job holds nothing.
+// up; an entry naming another job holds nothing.
 func TestJobStillRunningElsewhereIsNotAbandoned(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
