@@ -120,7 +120,7 @@ func (h *harness) rows(t *testing.T, st *suite.Suite, submission, role string, s
 }
 
 // completed publishes a runner's completed quality job; campaign is what
-// the runner puts in the result ("" as an older runner did).
+// the runner puts in the result.
 func (h *harness) completed(t *testing.T, job, submission, role, campaign string, st *suite.Suite, generations, empty int) {
 	t.Helper()
 	res, err := json.Marshal(events.QualityJobResult{Campaign: campaign, Role: role, SuiteKey: st.Key(), Items: generations, Generations: generations, Empty: empty, Simulated: true})
@@ -217,13 +217,11 @@ func TestQualityPairsCandidateWithReference(t *testing.T) {
 	n := h.rows(t, h.suite, quality.ReferenceSubmission, events.RoleBF16, bf16Score)
 	h.rows(t, h.suite, "sub1", events.RoleCandidate, lossScore)
 	// The candidate finishes before its reference: the stage waits.
-	h.completed(t, quality.JobID("sub1"), "sub1", events.RoleCandidate, "", h.suite, n, 0)
+	h.completed(t, quality.JobID("sub1"), "sub1", events.RoleCandidate, examples.TaskID, h.suite, n, 0)
 	time.Sleep(time.Second)
 	require.Empty(t, bustest.Stored(t, h.b, "arena.quality.completed.sub1"))
-	// The reference job is on the work queue beside the candidates'. Its
-	// result names no campaign (an older runner's): the job's entry kept
-	// at request time does.
-	h.completed(t, referenceJob(t, h, h.suite.Key()), "", events.RoleBF16, "", h.suite, n, 0)
+	// The reference job is on the work queue beside the candidates'.
+	h.completed(t, referenceJob(t, h, h.suite.Key()), "", events.RoleBF16, examples.TaskID, h.suite, n, 0)
 
 	q, f, ok := outcome(t, h, "sub1")
 	require.True(t, ok, "%+v", f)
@@ -288,7 +286,7 @@ func TestRunnerFailureFailsTheStage(t *testing.T) {
 			require.Equal(t, events.DeriveID(job, string(events.QualityFailed)), e.ID())
 			require.Equal(t, tc.reason, f.Reason)
 			require.Equal(t, tc.message, f.Message)
-			require.JSONEq(t, tc.detail, string(f.Detail), "the detail of earlier arenas")
+			require.JSONEq(t, tc.detail, string(f.Detail), "the failure's detail: log tail, pod and runner")
 		})
 	}
 }
