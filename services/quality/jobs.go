@@ -132,8 +132,8 @@ func (s *Service) suite(c *campaign.Campaign, split string) (*suite.Suite, strin
 // result carries: its campaign and its suite key, whose split is its last
 // part. It loads the
 // suite from the campaigns folder when this process has not yet, so a
-// result after a restart finds it. A suite no campaign holds any more is
-// suite_invalid; a campaign no longer run is campaign_unknown_task.
+// result after a restart finds it. A suite its campaign no longer holds
+// is suite_invalid; a campaign no longer run is campaign_unknown_task.
 func (s *Service) suiteOf(campaignID, suiteKey string) (string, *suite.Suite, error) {
 	split := suiteKey[strings.LastIndex(suiteKey, "/")+1:]
 	c, err := s.opts.Campaigns.Lookup(campaignID)
