@@ -242,9 +242,9 @@ func TestJoinWithoutSubmissionReadsItFromTheStream(t *testing.T) {
 	b, st, ctx := env(t)
 	s, err := score.New(ctx, b, quiet(), score.Options{Store: st})
 	require.NoError(t, err)
-	older := score.Consumer
-	older.Subjects = older.Subjects[:3]
-	require.NotContains(t, older.Subjects, events.Submission.Received.Filter())
+	withoutReceived := score.Consumer
+	withoutReceived.Subjects = withoutReceived.Subjects[:3]
+	require.NotContains(t, withoutReceived.Subjects, events.Submission.Received.Filter())
 
 	submit(t, ctx, b, "s3", "p3", "dev")
 	c, q, e := inputs()
@@ -255,7 +255,7 @@ func TestJoinWithoutSubmissionReadsItFromTheStream(t *testing.T) {
 	require.NoError(t, err)
 	// That durable joins the two outcomes; it never saw the submission.
 	for range 2 {
-		o, err := b.Next(ctx, older, 10*time.Second, s.Handle)
+		o, err := b.Next(ctx, withoutReceived, 10*time.Second, s.Handle)
 		require.NoError(t, err)
 		require.True(t, o.IsAck(), "outcome %s", o)
 	}
@@ -265,7 +265,7 @@ func TestJoinWithoutSubmissionReadsItFromTheStream(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(en.Value()), `"submission"`)
 
-	// The new stage takes the durable over from where it was.
+	// The stage takes that durable over from where it was.
 	defer start(t, ctx, b, st)()
 	e.SubmissionID = "s3"
 	_, err = bus.Emit(ctx, b, events.Efficiency.Completed, "s3-e", events.Source("efficiency"), "s3", e)
