@@ -238,8 +238,7 @@ func TestPinnedJobSubject(t *testing.T) {
 	}
 }
 
-// Job outcomes carry their kind: a kind's filters match its own outcomes
-// and the kind-less subjects of outcomes stored before the migration,
+// Job outcomes carry their kind: a kind's filters match its own outcomes,
 // never another kind's.
 func TestJobOutcomeSubject(t *testing.T) {
 	got, err := events.JobOutcomeSubject(events.RunnerJobCompleted, "efficiency", "eff-1")
@@ -267,8 +266,6 @@ func TestJobOutcomeSubject(t *testing.T) {
 	for subject, want := range map[string]bool{
 		"arena.runner.job.completed.efficiency.eff-1": true,
 		"arena.runner.job.failed.efficiency.eff-1":    true,
-		"arena.runner.job.completed.eff-1":            true, // stored before the migration
-		"arena.runner.job.failed.eff-1":               true,
 		"arena.runner.job.completed.quality.q-1":      false,
 		"arena.runner.job.failed.sla.s-1":             false,
 		"arena.runner.job.progress.eff-1":             false,
@@ -276,7 +273,6 @@ func TestJobOutcomeSubject(t *testing.T) {
 		require.Equal(t, want, matches(eff, subject), subject)
 	}
 	require.True(t, subjectMatches(events.FilterFor(events.RunnerJobCompleted), "arena.runner.job.completed.quality.q-1"))
-	require.True(t, subjectMatches(events.FilterFor(events.RunnerJobCompleted), "arena.runner.job.completed.q-1"))
 }
 
 // A topic decodes only its own type, into its own payload.

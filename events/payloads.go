@@ -299,7 +299,7 @@ type RoundStepData struct {
 	// Rates are the entry's output tokens per second by workload, on its
 	// running_sla step once measured (the round page divides them by the
 	// in-round baseline's); Simulated says they came from a simulated
-	// engine or GPU. Both are absent from steps of older arenas.
+	// engine or GPU. Both are absent from the other steps.
 	Rates     map[string]float64 `json:"rates,omitempty"`
 	Simulated bool               `json:"simulated,omitempty"`
 }

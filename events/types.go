@@ -293,17 +293,13 @@ func JobOutcomeSubject(t Type, kind, id string) (string, error) {
 }
 
 // JobOutcomeFilters returns the subject filters of the outcomes (completed
-// and failed) of one job kind. Beside each kind's own filter stands the
-// subject outcomes had before they carried their kind
-// (arena.runner.job.completed.<id>): an arena started on an older data
-// folder still delivers the outcomes stored there, and its consumers tell
-// their kind from the payload (nothing new is published there).
+// and failed) of one job kind: arena.runner.job.<verb>.<kind>.*, so a
+// stage's consumer sees its own kind's outcomes and no other's.
 func JobOutcomeFilters(kind string) []string {
 	var out []string
 	for _, t := range []Type{RunnerJobCompleted, RunnerJobFailed} {
 		s := byType[t]
-		root := SubjectRootArena + "." + s.Noun + "." + s.Verb + "."
-		out = append(out, root+kind+".*", root+"*")
+		out = append(out, SubjectRootArena+"."+s.Noun+"."+s.Verb+"."+kind+".*")
 	}
 	return out
 }
@@ -360,8 +356,7 @@ func FilterFor(t Type) string {
 		return SubjectRootJobs + ".>"
 	}
 	if s.KindInSubject {
-		// Every kind, and the subjects of outcomes stored before they
-		// carried their kind.
+		// Every kind: arena.runner.job.<verb>.<kind>.<id>.
 		return SubjectRootArena + "." + s.Noun + "." + s.Verb + ".>"
 	}
 	return SubjectRootArena + "." + s.Noun + "." + s.Verb + ".*"

@@ -98,8 +98,8 @@ def add(a, b): return a + b
 }
 
 // TestCodeSeesNothingOfTheHost lays out what a program must not read (a
-// held-out suite, the arena's data folder, a run folder of another sample
-// as the grader used to make them, the host's /etc/passwd) and runs a
+// held-out suite, the arena's data folder, another sample's run folder in
+// the host's temporary folder, the host's /etc/passwd) and runs a
 // program that looks for them and for their content anywhere it can read.
 // The same program run on the host, outside the sandbox, finds them: the
 // check can fail.
@@ -108,7 +108,7 @@ func TestCodeSeesNothingOfTheHost(t *testing.T) {
 	t.Parallel()
 	token := fmt.Sprintf("lowbarena-secret-%d", time.Now().UnixNano())
 	dir := worldDir(t, 0o755)
-	// A run folder as the grader made them before it had a sandbox.
+	// Another sample's run folder, in the host's temporary folder.
 	other, err := os.MkdirTemp("", "lowbarena-code-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(other) })

@@ -129,7 +129,7 @@ func Judge(in Inputs) record.Audit {
 		ReferenceCached: in.ReferenceCached, Pod: in.Pod}
 	ev := in.Evidence
 	if ev == nil {
-		a.Verdict, a.Message = record.VerdictSkipped, "the efficiency job gathered no audit evidence (a runner older than the audits)"
+		a.Verdict, a.Message = record.VerdictSkipped, "the efficiency job gathered no audit evidence"
 		return a
 	}
 	a.Seed = ev.Seed

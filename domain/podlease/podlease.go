@@ -9,10 +9,7 @@ package podlease
 
 import (
 	"encoding/json"
-	"strings"
 	"time"
-
-	"github.com/lowbarena/lowbarena/domain/record"
 )
 
 // Lease is the value of a pod's key: the round that holds the pod, the
@@ -42,10 +39,9 @@ const (
 	// Held: a lease that has not expired; the pod is busy.
 	Held
 	// Expired: a lease whose holder did not renew it in time (it died),
-	// or a value the round service did not write (an older arena kept
-	// the bare round id there, forever after a crash). The round service
-	// takes it over by compare-and-set on its revision; runners treat
-	// the pod as free.
+	// or a value that is not a lease (no round, or not JSON). The round
+	// service takes it over by compare-and-set on its revision; runners
+	// treat the pod as free.
 	Expired
 )
 
@@ -70,12 +66,7 @@ func Read(value []byte, now time.Time) (Lease, State) {
 	}
 	var l Lease
 	if err := json.Unmarshal(value, &l); err != nil || l.Round == "" {
-		// The old format: the bare round id. Treated as expired.
-		id := strings.TrimSpace(string(value))
-		if !record.ValidID(id) {
-			id = ""
-		}
-		return Lease{Round: id}, Expired
+		return Lease{}, Expired
 	}
 	if now.Before(l.ExpiresAt) {
 		return l, Held

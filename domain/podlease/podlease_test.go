@@ -27,7 +27,6 @@ func TestRead(t *testing.T) {
 		{"held", lease(now.Add(time.Second)), podlease.Held, "round-a"},
 		{"expired", lease(now.Add(-time.Second)), podlease.Expired, "round-a"},
 		{"expires now", lease(now), podlease.Expired, "round-a"},
-		{"old format: a bare round id", []byte("round-0123456789abcdef"), podlease.Expired, "round-0123456789abcdef"},
 		{"garbage", []byte("{not json"), podlease.Expired, ""},
 		{"no round", []byte(`{"holder":"x","expires_at":"2027-01-01T00:00:00Z"}`), podlease.Expired, ""},
 	} {

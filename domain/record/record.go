@@ -39,7 +39,7 @@ type Submission struct {
 	Track     string    `json:"track"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Bundle is the digest of the submitted bundle once the build stage has
-	// computed it. It is not in the fixtures' records (they predate it).
+	// computed it. It is not in the fixtures' records.
 	Bundle *Bundle `json:"bundle,omitempty"`
 	// Events counts the pipeline events folded into the record.
 	Events int `json:"events,omitempty"`
@@ -157,7 +157,7 @@ type Contract struct {
 	// HeaderBytesRead is how many bytes of the safetensors files the
 	// contract read: each shard's 8-byte length and its header, never
 	// tensor data (over HTTP Range requests for a checkpoint by
-	// reference). Not in the fixtures' records, which predate it.
+	// reference). Not in the fixtures' records.
 	HeaderBytesRead int64 `json:"header_bytes_read,omitempty"`
 }
 
@@ -353,7 +353,7 @@ type PeakMemory struct {
 	PeakGiB         float64 `json:"peak_gib"`
 	WeightsGiB      float64 `json:"weights_gib"`
 	// Source names where the breakdown came from (one of the
-	// MemoryFrom* values); empty in records older than it.
+	// MemoryFrom* values); empty when the measurement names none.
 	Source string `json:"source,omitempty"`
 }
 
@@ -379,9 +379,9 @@ const (
 // Engine is what the engine reported at start-up, its audits and the
 // budget replay.
 type Engine struct {
-	// Audit is the engine's audit block: null in records older than the
-	// audits (as in the fixtures), else the KV dtype check and the four
-	// audits with the verdict of all of them.
+	// Audit is the engine's audit block: null when the efficiency
+	// outcome carries none (as in the fixtures), else the KV dtype check
+	// and the four audits with the verdict of all of them.
 	Audit     *Audit            `json:"audit"`
 	Budget    map[string]Budget `json:"budget"`
 	HardCap   bool              `json:"hard_cap"`
@@ -475,12 +475,11 @@ type Audit struct {
 	ReferenceCached bool   `json:"reference_cached"`
 	Pod             string `json:"pod,omitempty"`
 	// GPUIndex is the GPU of the pod they ran on (NVML's index; absent
-	// for 0, all a pod had before several runners per pod).
+	// for 0, the only GPU of a pod with one runner).
 	GPUIndex int `json:"gpu_index,omitempty"`
 	// Verdict is fail when any audit failed (Reason and Message are the
 	// first failed one's, in the order below), pass when every audit
-	// ran and passed, skipped when none ran; empty in records older
-	// than the audits.
+	// ran and passed, skipped when none ran.
 	Verdict string `json:"verdict,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`

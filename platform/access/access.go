@@ -67,7 +67,7 @@ type Bucket struct {
 	// store also the purge that replacing or deleting an object needs).
 	Mode Mode
 	// Keys narrows a KV grant to the keys under a prefix, as a subject
-	// filter over the key ("quality.>"); empty means every key.
+	// filter over the key ("pod.*"); empty means every key.
 	Keys string
 }
 
@@ -170,14 +170,14 @@ var Users = []User{
 	{
 		Name: Build, Role: "the build stage",
 		Publishes: stageTypes("build"),
-		Consumers: []Consumer{{Stream: events.StreamArena, Name: "build", Filters: []string{events.SubjectRootArena + ".submission.received.>"}}},
+		Consumers: []Consumer{{Stream: events.StreamArena, Name: "build", Filters: []string{events.Submission.Received.Filter()}}},
 		KV:        []Bucket{{Name: bus.BucketBundles, Mode: Write}},
 		Objects:   []Bucket{{Name: bus.ObjectUploads, Mode: Read}, {Name: bus.ObjectArtifacts, Mode: Write}},
 	},
 	{
 		Name: Contract, Role: "the contract stage",
 		Publishes: stageTypes("contract"),
-		Consumers: []Consumer{{Stream: events.StreamArena, Name: "contract", Filters: []string{events.SubjectRootArena + ".build.completed.>"}}},
+		Consumers: []Consumer{{Stream: events.StreamArena, Name: "contract", Filters: []string{events.Build.Completed.Filter()}}},
 		Objects:   []Bucket{{Name: bus.ObjectArtifacts, Mode: Read}},
 	},
 	{
@@ -188,12 +188,7 @@ var Users = []User{
 			{Stream: events.StreamArena, Name: "quality", Filters: []string{events.Contract.Completed.Filter()}},
 			{Stream: events.StreamArena, Name: "quality-results", Filters: events.JobOutcomeFilters(events.JobQuality)},
 		},
-		KV: []Bucket{
-			{Name: bus.BucketQualityReferences, Mode: Write},
-			// Moving the references an older arena kept in the runner's
-			// bucket: those keys only.
-			{Name: bus.BucketReferences, Mode: Write, Keys: "quality.>"},
-		},
+		KV: []Bucket{{Name: bus.BucketQualityReferences, Mode: Write}},
 		// The campaign's suite and BF16 reference go to the artifact
 		// store for the runner.
 		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Write}},

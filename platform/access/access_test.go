@@ -110,14 +110,13 @@ func TestEachBucketHasOneWriter(t *testing.T) {
 			require.False(t, u.Permissions().Allows("$JS.API.STREAM.DELETE."+access.KVStream(bucket)), u.Name)
 		}
 	}
-	// The quality stage moves its old references out of the runner's
-	// bucket: those keys only.
-	q, _ := access.Lookup(access.Quality)
-	require.True(t, q.Permissions().Allows("$KV.references.quality.qwen3-tiny.lowb-gen_1_dev"))
-	require.True(t, q.Permissions().Allows("$JS.API.DIRECT.GET.KV_references.$KV.references.quality.x"))
-	require.False(t, q.Permissions().Allows("$JS.API.DIRECT.GET.KV_references.$KV.references.pod-0.x"))
-	require.True(t, q.Permissions().Allows("$JS.API.CONSUMER.CREATE.KV_references.Xy12.$KV.references.quality.>"))
-	require.False(t, q.Permissions().Allows("$JS.API.CONSUMER.CREATE.KV_references.Xy12.$KV.references.>"))
+	// A grant narrowed to some keys reads those keys only: the runner
+	// reads the rounds bucket's pod leases, not the rounds.
+	r, _ := access.Lookup(access.Runner)
+	require.True(t, r.Permissions().Allows("$JS.API.DIRECT.GET.KV_rounds.$KV.rounds.pod.pod-0"))
+	require.False(t, r.Permissions().Allows("$JS.API.DIRECT.GET.KV_rounds.$KV.rounds.round.r1"))
+	require.True(t, r.Permissions().Allows("$JS.API.CONSUMER.CREATE.KV_rounds.Xy12.$KV.rounds.pod.*"))
+	require.False(t, r.Permissions().Allows("$JS.API.CONSUMER.CREATE.KV_rounds.Xy12.$KV.rounds.>"))
 }
 
 func TestObjectStores(t *testing.T) {

@@ -283,8 +283,8 @@ func (c ConsumerConfig) jsConfig() jetstream.ConsumerConfig {
 // *ConsumerMismatchError (code consumer_config_mismatch) and left as it
 // is, instead of the server's bare refusal of the update; one whose
 // filter subjects, ack wait or max deliver differ is updated in place,
-// keeping its queue and position (a runner narrows an older arena's
-// filter this way), and the change is logged with both values.
+// keeping its queue and position, and the change is logged with both
+// values.
 func (b *Bus) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream.Consumer, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Name == "" {
@@ -354,7 +354,7 @@ func consumerExists(err error) bool {
 //     handled meanwhile). An ack lost on the way (a crash, a broken
 //     connection) leaves the message to be redelivered after AckWait: the
 //     handler is idempotent, so the second run publishes nothing new. That
-//     is at-least-once delivery, as before: an ack never precedes the
+//     is at-least-once delivery: an ack never precedes the
 //     handler's end, and a graceful stop flushes every ack it sent;
 //   - handler Retry: NakWithDelay, until the delivery numbered MaxDeliver,
 //     which is dead-lettered with max_deliver_exceeded and the last error;

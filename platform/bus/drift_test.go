@@ -20,7 +20,7 @@ import (
 // (ack policy, deliver policy: the server cannot change them), naming the
 // consumer, the field, the server's value and the code's, and left as it
 // was. The drifted durables are made directly on an embedded nats-server,
-// as an older arena or a hand-edit would have left them.
+// as a hand-edit would leave them.
 func TestConsumerDrift(t *testing.T) {
 	code := bus.ConsumerConfig{Name: "drifted", Subjects: []string{"arena.build.>"}, AckWait: 20 * time.Second, MaxDeliver: 4}
 	for _, tc := range []struct {

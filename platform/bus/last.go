@@ -14,8 +14,8 @@ import (
 // Last reads the newest event of topic t about id from stream (the one
 // stored last on its subject) and decodes its payload. ok is false when
 // the stream holds none, or id cannot name a subject. It is how a service
-// reads an event it was not subscribed to when it passed (a join that
-// predates the service's own state).
+// reads an event its consumer has not handed it yet (a score entry whose
+// outcomes were joined before its submission.received).
 func Last[T any](ctx context.Context, stream jetstream.Stream, t events.Topic[T], id string) (v T, ok bool, err error) {
 	subject, err := events.Subject(t.Type(), id)
 	if err != nil {

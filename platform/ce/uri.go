@@ -14,7 +14,7 @@ import (
 // service, one schema per type), and every event repeats one of each, so
 // decoding parses each once instead of once per event. It stops learning
 // at maxURIs, so values from outside the arena cannot grow it without
-// bound; past that they are parsed every time, as before.
+// bound; past that they are parsed every time.
 var uris struct {
 	m sync.Map // string -> url.URL
 	n atomic.Int64

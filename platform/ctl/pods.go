@@ -156,7 +156,7 @@ func Pods(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, wait time.
 func readBucket(ctx context.Context, js jetstream.JetStream, bucket, filter string) (map[string][]byte, error) {
 	kv, err := js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("pods: the arena has no bucket %s: its services are older than this command; upgrade them", bucket)
+		return nil, fmt.Errorf("pods: the arena has no bucket %s: its streams and buckets are not provisioned yet (arena up, or a service started with --provision yes, creates them)", bucket)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pods: open bucket %s: %w", bucket, err)

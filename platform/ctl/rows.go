@@ -23,11 +23,11 @@ import (
 // in order, so the whole answer costs the query and the bytes, linear in
 // the rows.
 //
-// Compatibility: the field and the headers are new and optional. A
-// client that does not set Chunked gets one message as before (and, past
-// max_payload, a refusal with ReasonReplyTooLarge instead of a failed
-// publish); a service that predates them ignores Chunked and answers one
-// message without HeaderChunk, which CallRows takes as the whole answer.
+// The field and the headers are optional. A client that does not set
+// Chunked gets one message (and, past max_payload, a refusal with
+// ReasonReplyTooLarge instead of a failed publish); a responder that does
+// not chunk answers one message without HeaderChunk, which CallRows takes
+// as the whole answer.
 const (
 	HeaderChunk     = "Lowbarena-Chunk"
 	HeaderChunkLast = "Lowbarena-Chunk-Last"

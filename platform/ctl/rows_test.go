@@ -121,10 +121,10 @@ func TestRowsInChunks(t *testing.T) {
 	require.ErrorIs(t, err, ctl.ErrNoService)
 }
 
-// TestCallRowsAgainstOtherServices: a service that predates chunks (one
-// reply, no chunk header) is read as before; one whose chunks skip a
-// number, or stop before the last, fails with reply_incomplete, never a
-// partial answer.
+// TestCallRowsAgainstOtherServices: a responder that does not chunk (one
+// reply, no chunk header) is read as the whole answer; one whose chunks
+// skip a number, or stop before the last, fails with reply_incomplete,
+// never a partial answer.
 func TestCallRowsAgainstOtherServices(t *testing.T) {
 	nc := bustest.Connect(t, bustest.Server(t, ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -192,11 +192,6 @@ func handleResult[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out],
 	if err != nil {
 		return bus.Poison("bad_payload", err)
 	}
-	// Outcomes stored before subjects carried their kind reach every
-	// stage: only the stage's own kind is its business.
-	if o.Kind() != s.Kind {
-		return bus.Ack()
-	}
 	id, job := o.SubmissionID(), o.JobID()
 	t0 := time.Now()
 	if id == "" {

@@ -92,7 +92,7 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 
 // TestDeadLetterHookIsNotToldOfUndecodableMessages: a message that is not
 // an event of the arena has no event to hand the hook; it is dead-lettered
-// as before.
+// without it.
 func TestDeadLetterHookIsNotToldOfUndecodableMessages(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	called := make(chan bus.DeadLetter, 4)

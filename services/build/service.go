@@ -32,13 +32,12 @@ const Name = "build"
 // EnvWork names the work folder's environment variable.
 const EnvWork = "LOWBARENA_BUILD_WORK"
 
-// Consumer is the stage's durable consumer. Bundles can be large, so
-// the consume loop heartbeats (InProgress every AckWait/3) and takes
-// them a few at a time. Its filter is the one the durable has always had
-// (every token after received), so an arena's existing consumer is kept.
+// Consumer is the stage's durable consumer, filtered on the stage's
+// input topic. Bundles can be large, so the consume loop heartbeats
+// (InProgress every AckWait/3) and takes them a few at a time.
 var Consumer = bus.ConsumerConfig{
 	Name:     Name,
-	Subjects: []string{events.SubjectRootArena + ".submission.received.>"},
+	Subjects: []string{events.Submission.Received.Filter()},
 	AckWait:  60 * time.Second,
 	Prefetch: 2,
 }

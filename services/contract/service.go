@@ -30,11 +30,11 @@ import (
 // durable.
 const Name = "contract"
 
-// Consumer is the stage's durable consumer. Its filter is the one the
-// durable has always had, so an arena's existing consumer is kept.
+// Consumer is the stage's durable consumer, filtered on the stage's
+// input topic.
 var Consumer = bus.ConsumerConfig{
 	Name:     Name,
-	Subjects: []string{events.SubjectRootArena + ".build.completed.>"},
+	Subjects: []string{events.Build.Completed.Filter()},
 	AckWait:  30 * time.Second,
 	// A contract by reference reads headers over HTTP and may take
 	// seconds: a short buffer keeps inputs from waiting out AckWait in it.

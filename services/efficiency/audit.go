@@ -129,7 +129,7 @@ func (s *Service) quality(ctx context.Context, c events.RunnerJobCompletedData, 
 		return fmt.Errorf("efficiency: read the quality job's answers: %w", err)
 	}
 	if len(rows) == 0 {
-		in.QualityWhy = "the store holds none of the quality job's answers (a runner older than the audits)"
+		in.QualityWhy = "the store holds none of the quality job's answers"
 		return nil
 	}
 	in.Quality = map[string]audit.Reference{}

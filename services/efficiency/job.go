@@ -18,14 +18,6 @@ type AuditSuite func(c *campaign.Campaign, split string) (*events.AuditJobParams
 // (and JetStream drops the second request).
 func JobID(submission string) string { return "eff-" + events.DeriveID(submission, Name)[:24] }
 
-// RequestID is the event id of a submission's efficiency job request. It
-// derives from the submission and the job kind, not from the job id (the
-// kit's default): ids on the wire stay those of earlier arenas, so a
-// contract redelivered across the upgrade queues no second job.
-func RequestID(submission string) string {
-	return events.DeriveID(submission, string(events.RunnerJobRequested), events.JobEfficiency)
-}
-
 // Job is the efficiency job of a kept contract, built from its campaign:
 // the engine, the workloads, the budget factor and the campaign's BF16
 // reference, which store puts in the artifact store and references.
@@ -74,6 +66,5 @@ func Job(in events.ContractCompletedData, set campaign.Set, store func(*campaign
 	return stage.Job{
 		Request: events.RunnerJobRequestedData{JobID: JobID(id), Kind: events.JobEfficiency, SubmissionID: id, Engine: camp.Engine.Command,
 			Checkpoint: *in.Artifact, Params: params},
-		ID: RequestID(id),
 	}, nil
 }

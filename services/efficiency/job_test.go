@@ -107,7 +107,6 @@ func TestJob(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, efficiency.JobID("sub1"), j.Request.JobID)
-			require.Equal(t, events.DeriveID("sub1", string(events.RunnerJobRequested), events.JobEfficiency), j.ID, "the request id of earlier arenas")
 			require.Equal(t, events.JobEfficiency, j.Request.Kind)
 			require.Equal(t, "sub1", j.Request.SubmissionID)
 			require.Equal(t, examples.EngineCommand, j.Request.Engine)

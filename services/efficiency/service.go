@@ -99,9 +99,7 @@ var Requests = bus.ConsumerConfig{
 }
 
 // Results is the durable that turns runner outcomes of efficiency jobs
-// into the stage's (their subjects carry the kind; the old kind-less
-// subjects of older data folders are included, and the kit checks the
-// payload's kind). A measurement with audit evidence waits for the
+// into the stage's (their subjects carry the kind). A measurement with audit evidence waits for the
 // submission's quality outcome, retried every AuditWait for up to an
 // hour (MaxDeliver): with one runner, its quality job may queue behind
 // other submissions' jobs.

@@ -113,7 +113,7 @@ func TestContractBecomesAJob(t *testing.T) {
 	require.Equal(t, "engine_oom", f.Reason)
 	require.Equal(t, failed.Message, f.Message)
 	require.JSONEq(t, `{"log_tail":"torch.OutOfMemoryError","pod":"pod-0","runner":"r1","gpu_hours":0.25}`, string(f.Detail),
-		"the detail of earlier arenas")
+		"the failure's detail: log tail, pod, runner and GPU-hours")
 
 	// A campaign without an engine cannot serve.
 	set[examples.TaskID].Engine = nil

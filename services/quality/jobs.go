@@ -30,7 +30,7 @@ func ReferenceJobID(campaign, suiteKey, referenceDigest string) string {
 // st (stored in the artifact store as suiteRef): the BF16 reference's
 // (its checkpoint stored as reference) first when its rows are not
 // stored yet, then the candidate's. Both request ids are the kit's
-// default, events.DeriveID(job id, runner.job.requested), as before.
+// default, events.DeriveID(job id, runner.job.requested).
 func Jobs(in events.ContractCompletedData, c *campaign.Campaign, st *suite.Suite, suiteRef, reference events.BundleRef, referenceStored bool) []stage.Job {
 	job := func(id, submission, role string, ckpt events.BundleRef, kv string) stage.Job {
 		p := events.QualityJobParams{Campaign: c.TaskID, Role: role, Engine: *c.Engine, KVCacheDType: kv,
@@ -129,36 +129,23 @@ func (s *Service) suite(c *campaign.Campaign, split string) (*suite.Suite, strin
 }
 
 // suiteOf finds the suite a candidate's job answered, from what its
-// result carries: its campaign (every campaign when an older runner left
-// it out) and its suite key, whose split is its last part. It loads the
+// result carries: its campaign and its suite key, whose split is its last
+// part. It loads the
 // suite from the campaigns folder when this process has not yet, so a
-// result after a restart finds it. A suite no campaign holds any more is
-// suite_invalid; a campaign no longer run is campaign_unknown_task.
+// result after a restart finds it. A suite its campaign no longer holds
+// is suite_invalid; a campaign no longer run is campaign_unknown_task.
 func (s *Service) suiteOf(campaignID, suiteKey string) (string, *suite.Suite, error) {
 	split := suiteKey[strings.LastIndex(suiteKey, "/")+1:]
-	var camps []*campaign.Campaign
-	if campaignID != "" {
-		c, err := s.opts.Campaigns.Lookup(campaignID)
-		if err != nil {
-			return "", nil, stage.Refuse(events.ReasonCampaignUnknown, err.Error())
-		}
-		camps = append(camps, c)
-	} else {
-		for _, task := range s.opts.Campaigns.Tasks() {
-			camps = append(camps, s.opts.Campaigns[task])
-		}
+	c, err := s.opts.Campaigns.Lookup(campaignID)
+	if err != nil {
+		return "", nil, stage.Refuse(events.ReasonCampaignUnknown, err.Error())
 	}
-	for _, c := range camps {
-		if c.Quality == nil {
-			continue
-		}
+	if c.Quality != nil {
 		st, _, err := s.suite(c, split)
-		if errors.Is(err, suite.ErrBadSuite) {
-			continue
-		} else if err != nil {
+		if err != nil && !errors.Is(err, suite.ErrBadSuite) {
 			return "", nil, err
 		}
-		if st.Key() == suiteKey {
+		if err == nil && st.Key() == suiteKey {
 			return c.TaskID, st, nil
 		}
 	}

@@ -15,8 +15,8 @@ import (
 
 // Failure passes a runner's failure of a candidate's job on: its reason
 // and message, with the engine's log tail, the pod and the runner as the
-// detail, always (the detail of earlier arenas; the kit's default adds
-// the GPU-hours and leaves the detail out without a log tail).
+// detail, always (unlike the kit's default, which adds the GPU-hours and
+// leaves the detail out without a log tail).
 func Failure(f events.RunnerJobFailedData) *stage.Refusal {
 	return stage.Refuse(f.Reason, f.Message).WithDetail(map[string]any{"log_tail": f.LogTail, "pod": f.Pod, "runner": f.Runner})
 }

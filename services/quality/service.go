@@ -80,9 +80,7 @@ type Service struct {
 	stored map[string]events.BundleRef // folder -> the folder in the artifact store
 }
 
-// New opens the stores the stage needs and moves the quality references
-// an older arena kept in the runner's bucket into the stage's own (see
-// migrateReferences).
+// New opens the stores the stage needs.
 func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service, error) {
 	if o.Store == nil {
 		return nil, errors.New("quality: a store is required (quality_items)")
@@ -98,12 +96,8 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if err != nil {
 		return nil, fmt.Errorf("quality: open bucket %s: %w", bus.BucketQualityReferences, err)
 	}
-	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log,
-		suites: map[string]*suite.Suite{}, stored: map[string]events.BundleRef{}}
-	if err := s.migrateReferences(ctx); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log,
+		suites: map[string]*suite.Suite{}, stored: map[string]events.BundleRef{}}, nil
 }
 
 // Requests is the durable that turns kept contracts into quality jobs.

@@ -120,7 +120,7 @@ func (h *harness) rows(t *testing.T, st *suite.Suite, submission, role string, s
 }
 
 // completed publishes a runner's completed quality job; campaign is what
-// the runner puts in the result ("" as an older runner did).
+// the runner puts in the result.
 func (h *harness) completed(t *testing.T, job, submission, role, campaign string, st *suite.Suite, generations, empty int) {
 	t.Helper()
 	res, err := json.Marshal(events.QualityJobResult{Campaign: campaign, Role: role, SuiteKey: st.Key(), Items: generations, Generations: generations, Empty: empty, Simulated: true})
@@ -217,13 +217,11 @@ func TestQualityPairsCandidateWithReference(t *testing.T) {
 	n := h.rows(t, h.suite, quality.ReferenceSubmission, events.RoleBF16, bf16Score)
 	h.rows(t, h.suite, "sub1", events.RoleCandidate, lossScore)
 	// The candidate finishes before its reference: the stage waits.
-	h.completed(t, quality.JobID("sub1"), "sub1", events.RoleCandidate, "", h.suite, n, 0)
+	h.completed(t, quality.JobID("sub1"), "sub1", events.RoleCandidate, examples.TaskID, h.suite, n, 0)
 	time.Sleep(time.Second)
 	require.Empty(t, bustest.Stored(t, h.b, "arena.quality.completed.sub1"))
-	// The reference job is on the work queue beside the candidates'. Its
-	// result names no campaign (an older runner's): the job's entry kept
-	// at request time does.
-	h.completed(t, referenceJob(t, h, h.suite.Key()), "", events.RoleBF16, "", h.suite, n, 0)
+	// The reference job is on the work queue beside the candidates'.
+	h.completed(t, referenceJob(t, h, h.suite.Key()), "", events.RoleBF16, examples.TaskID, h.suite, n, 0)
 
 	q, f, ok := outcome(t, h, "sub1")
 	require.True(t, ok, "%+v", f)
@@ -288,7 +286,7 @@ func TestRunnerFailureFailsTheStage(t *testing.T) {
 			require.Equal(t, events.DeriveID(job, string(events.QualityFailed)), e.ID())
 			require.Equal(t, tc.reason, f.Reason)
 			require.Equal(t, tc.message, f.Message)
-			require.JSONEq(t, tc.detail, string(f.Detail), "the detail of earlier arenas")
+			require.JSONEq(t, tc.detail, string(f.Detail), "the failure's detail: log tail, pod and runner")
 		})
 	}
 }
@@ -339,53 +337,6 @@ func TestRestartBetweenRequestAndResult(t *testing.T) {
 	require.False(t, ok)
 	require.Equal(t, quality.ReasonNoReference, f.Reason)
 	require.Contains(t, f.Message, "engine_oom")
-}
-
-// TestReferencesMigrate: quality references an older arena kept in the
-// runner's bucket move to the stage's own on start (a newer state there
-// wins), the runner's own keys stay, and a contract whose reference moved
-// queues no second reference job.
-func TestReferencesMigrate(t *testing.T) {
-	h := setup(t)
-	js := h.b.JetStream()
-	old, err := js.KeyValue(h.ctx, bus.BucketReferences)
-	require.NoError(t, err)
-	own, err := js.KeyValue(h.ctx, bus.BucketQualityReferences)
-	require.NoError(t, err)
-	done := func(generations int) []byte {
-		raw, err := json.Marshal(quality.RefState{Status: quality.StatusDone, Result: events.QualityJobResult{Role: events.RoleBF16, Generations: generations}})
-		require.NoError(t, err)
-		return raw
-	}
-	devKey := bus.Key("quality", examples.TaskID, h.suite.Key())
-	rankedKey := bus.Key("quality", examples.TaskID, h.ranked.Key())
-	runnerKey := bus.Key("pod-0", examples.TaskID, strings.Repeat("ab", 32))
-	_, err = old.Put(h.ctx, devKey, done(130))
-	require.NoError(t, err)
-	_, err = old.Put(h.ctx, rankedKey, done(1))
-	require.NoError(t, err)
-	_, err = old.Put(h.ctx, runnerKey, []byte(`{"rates":{}}`))
-	require.NoError(t, err)
-	_, err = own.Put(h.ctx, rankedKey, done(2)) // newer, already there
-	require.NoError(t, err)
-
-	h.start(t)
-	for key, generations := range map[string]int{devKey: 130, rankedKey: 2} {
-		e, err := own.Get(h.ctx, key)
-		require.NoError(t, err, key)
-		var st quality.RefState
-		require.NoError(t, json.Unmarshal(e.Value(), &st))
-		require.Equal(t, quality.StatusDone, st.Status)
-		require.Equal(t, generations, st.Result.Generations, key)
-		_, err = old.Get(h.ctx, key)
-		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "%s left the runner's bucket", key)
-	}
-	_, err = old.Get(h.ctx, runnerKey)
-	require.NoError(t, err, "the runner's keys stay")
-
-	h.contract(t, "sub1")
-	require.Eventually(t, func() bool { return jobs(t, h) == 1 }, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, quality.JobID("sub1"), queued(t, h)[0].JobID, "the candidate's job only: its reference moved")
 }
 
 // TestReferenceWithoutWeights: a campaign whose BF16 reference folder

@@ -14,12 +14,11 @@ import (
 const Durable = "round-jobs"
 
 // Consumer is the durable consumer of what the runner says about jobs:
-// the outcomes of SLA jobs (on their kind's subjects and on the
-// kind-less subjects of older arenas, so the payload's kind is checked)
-// and the progress of every job (only SLA jobs of a round matter). The
-// instances of the service share it. It starts at the end of the stream
-// when first created: a round of an older arena cannot resume (see
-// stateVersion), and New creates it before this instance starts a round.
+// the outcomes of SLA jobs (on their kind's subjects) and the progress of
+// every job (only SLA jobs of a round matter). The instances of the
+// service share it. It starts at the end of the stream when first
+// created: New creates it before this instance starts a round, so no
+// round's job has an outcome stored before it.
 func (s *Service) Consumer() bus.ConsumerConfig {
 	return bus.ConsumerConfig{
 		Name:       Durable,
@@ -59,7 +58,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		if err != nil {
 			return bus.Poison("bad_payload", err)
 		}
-		if c.Kind != events.JobSLA || c.RoundID == "" {
+		if c.RoundID == "" {
 			return bus.Ack()
 		}
 		var run events.EngineRun
@@ -76,7 +75,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		if err != nil {
 			return bus.Poison("bad_payload", err)
 		}
-		if f.Kind != events.JobSLA || f.RoundID == "" {
+		if f.RoundID == "" {
 			return bus.Ack()
 		}
 		round, job = f.RoundID, f.JobID

@@ -59,7 +59,7 @@ const (
 const (
 	// ReasonInterrupted ends a round whose instance died and that cannot
 	// resume (its campaign is no longer loaded, its state does not
-	// decode, an older arena wrote it).
+	// decode or is of another version).
 	ReasonInterrupted = "interrupted"
 )
 

@@ -538,27 +538,31 @@ func TestRoundSurvivesAStop(t *testing.T) {
 	require.Nil(t, lease)
 }
 
-// An older arena kept the pod's key as the bare round id, forever after a
-// crash, beside a round state it could not resume: neither blocks a new
-// round. The old round ends as interrupted with the steps it reached.
-func TestOldFormatPodKeyDoesNotBlock(t *testing.T) {
+// Neither a pod key that is not a lease (not JSON) nor an expired lease
+// of a running round whose state is of another version blocks a new
+// round: the key reads as expired, and that round ends as interrupted
+// with the steps it reached.
+func TestStalePodKeyDoesNotBlock(t *testing.T) {
+	old := "round-0123456789abcdef"
+	expired, err := json.Marshal(round.Lease{Round: old, Holder: "round-dead", ExpiresAt: time.Now().UTC().Add(-time.Minute)})
+	require.NoError(t, err)
 	for _, c := range []struct {
 		name  string
+		key   []byte
 		state bool
 	}{
-		{"a bare round id", false},
-		{"a bare round id and its running round", true},
+		{"a value that is not a lease", []byte("not a lease"), false},
+		{"an expired lease of a round of another version", expired, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := setup(t, "pod-old", nil)
 			kv, err := h.b.JetStream().KeyValue(h.ctx, bus.BucketRounds)
 			require.NoError(t, err)
-			old := "round-0123456789abcdef"
-			_, err = kv.Put(h.ctx, "pod.pod-old", []byte(old))
+			_, err = kv.Put(h.ctx, "pod.pod-old", c.key)
 			require.NoError(t, err)
 			if c.state {
-				// The state as the older service wrote it: no version,
-				// entries without their checkpoints, step 9 running.
+				// A state of no version this service resumes (none at
+				// all), step 9 running.
 				now := time.Now().UTC()
 				var steps []events.RoundStepData
 				for i := 1; i <= 23; i++ {

@@ -10,10 +10,12 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 )
 
-// stateVersion marks a round state this service can resume. A state
-// without it was written by an older arena (its entries kept no
-// checkpoint), so it cannot resume and ends as interrupted.
-const stateVersion = 2
+// stateVersion is the version of the round state this service writes
+// and resumes, numbered from 1 as the ClickHouse migrations are. A state
+// of another version cannot resume and ends as interrupted (see
+// recover); a change to the state's layout that a running round would
+// not survive takes the next number.
+const stateVersion = 1
 
 // Round statuses.
 const (
@@ -63,8 +65,7 @@ type Step = events.RoundStepData
 // Service.update), so the consumer, the ticker and the request handler
 // of any instance may change it.
 type Round struct {
-	// Version is stateVersion in a state this service wrote, 0 in one an
-	// older arena wrote.
+	// Version is the stateVersion of the service that wrote the state.
 	Version    int       `json:"version,omitempty"`
 	ID         string    `json:"round_id"`
 	Campaign   string    `json:"campaign"`
@@ -87,7 +88,7 @@ type Round struct {
 	// Trace is the W3C trace context (traceparent) of the round's start:
 	// every effect is carried out in that trace, whoever carries it out
 	// (the start, a tick, another instance after a crash), so one round is
-	// one trace. Absent in a round an older arena started.
+	// one trace.
 	Trace map[string]string `json:"trace,omitempty"`
 }
 

@@ -238,7 +238,6 @@ func TestReadLease(t *testing.T) {
 		{"held", lease(now.Add(time.Second)), leaseHeld, "round-a"},
 		{"expired", lease(now.Add(-time.Second)), leaseExpired, "round-a"},
 		{"expires now", lease(now), leaseExpired, "round-a"},
-		{"old format: a bare round id", []byte("round-0123456789abcdef"), leaseExpired, "round-0123456789abcdef"},
 		{"garbage", []byte("{not json"), leaseExpired, ""},
 	}
 	for _, c := range cases {

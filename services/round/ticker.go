@@ -101,9 +101,9 @@ func (s *Service) sweepPod(ctx context.Context, pod string) error {
 // recover takes over a round whose lease has expired (its instance died:
 // a SIGKILL of the round service or of `arena up`) and says whether it
 // still runs. A running round that can resume is leased to this instance
-// and resumed; one that cannot (its campaign is no longer loaded, an
-// older arena wrote its state) ends with round.failed reason interrupted
-// and the steps it reached; a state that does not decode is replaced by
+// and resumed; one that cannot (its campaign is no longer loaded, its
+// state is of another stateVersion) ends with round.failed reason
+// interrupted and the steps it reached; a state that does not decode is replaced by
 // a failed one. A round that has ended has its outbox flushed (its end,
 // the pod's release).
 func (s *Service) recover(ctx context.Context, id string) (bool, error) {
@@ -123,7 +123,7 @@ func (s *Service) recover(ctx context.Context, id string) (bool, error) {
 	why := ""
 	switch {
 	case r.Version != stateVersion:
-		why = "an older arena started it, and its state keeps no checkpoints to serve"
+		why = fmt.Sprintf("its state is version %d, and this service resumes version %d", r.Version, stateVersion)
 	case !ok || camp.Engine == nil:
 		why = fmt.Sprintf("its campaign %s is no longer loaded", r.Campaign)
 	}

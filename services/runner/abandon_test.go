@@ -96,7 +96,7 @@ func TestJobWhoseRunnerDiesEveryTimeIsAbandoned(t *testing.T) {
 // consumer's leader, seen in the chaos runs) is not given up: the hook
 // says workqueue.ErrStillHeld and publishes nothing. Once that entry is
 // older than two thirds of the ack deadline (its runner died), the job is
-// given up as before; an entry naming another job holds nothing.
+// given up; an entry naming another job holds nothing.
 func TestJobStillRunningElsewhereIsNotAbandoned(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

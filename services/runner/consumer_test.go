@@ -138,8 +138,8 @@ func publishJob(t *testing.T, ctx context.Context, b *bus.Bus, id, pod string) {
 
 // TestPinnedJobSubjects: a job that names its pod goes to
 // jobs.<kind>.<id>.<pod>, which only that pod's durable matches; one
-// without stays on jobs.<kind>.<id> (the subject jobs queued by an older
-// arena are on), which only the shared durable matches.
+// without stays on jobs.<kind>.<id>, which only the shared durable
+// matches.
 func TestPinnedJobSubjects(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx := context.Background()
@@ -185,44 +185,4 @@ func subjectMatches(filter, subject string) bool {
 		}
 	}
 	return true
-}
-
-// TestRunnerNarrowsAnOlderSharedDurable: an older arena's shared durable
-// filtered on jobs.> overlaps every pod's durable, which the work queue
-// refuses; a runner starting on it narrows its filter to jobs.*.* in place
-// (the job it had queued is still served) and creates its pod's durable.
-func TestRunnerNarrowsAnOlderSharedDurable(t *testing.T) {
-	b, _ := bustest.Bus(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := runner.New(ctx, b, log, runner.Options{Pod: "pod-m", WorkDir: t.TempDir(), AckWait: 3 * time.Second})
-	require.NoError(t, err)
-
-	old := s.Consumer()
-	old.Subjects = []string{events.SubjectRootJobs + ".>"}
-	_, err = b.EnsureConsumer(ctx, old)
-	require.NoError(t, err)
-	publishJob(t, ctx, b, "old-1", "") // queued by the older arena
-	// What the server says without the migration.
-	_, err = b.EnsureConsumer(ctx, s.PodConsumer())
-	require.ErrorContains(t, err, "not unique")
-
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	defer func() { stop(); require.NoError(t, <-done) }()
-	// The sample job's checkpoint is not in the artifact store: it fails
-	// on this runner, so it was served.
-	e := bustest.Await(t, b, "arena.runner.job.failed."+bustest.SampleJobKind+".old-1", events.RunnerJobFailed)
-	f, err := events.Job.Failed.Decode(e)
-	require.NoError(t, err)
-	require.Equal(t, "pod-m", f.Pod)
-
-	js := b.JetStream()
-	for name, filter := range map[string]string{runner.Name: events.JobSharedFilter, "runner-pod-m": "jobs.*.*.pod-m"} {
-		c, err := js.Consumer(ctx, events.StreamRunnerJobs, name)
-		require.NoError(t, err, name)
-		require.Equal(t, filter, c.CachedInfo().Config.FilterSubject, name)
-	}
 }

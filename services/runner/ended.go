@@ -24,11 +24,10 @@ import (
 // in RUNNER_JOBS, both the servers' clocks): a request the stage made
 // again under the same id once the streams' duplicate window had passed
 // (a BF16 reference asked for again after its state was cleared) runs
-// again, as it did before runners read outcomes. The zero stored time
-// compares nothing.
+// again. The zero stored time compares nothing.
 //
-// A user whose permissions predate this read (an auth.conf from before
-// it) is refused at once, an error that matches bus.ErrDenied.
+// A user whose permissions do not grant this read (an auth.conf that
+// lacks it) is refused at once, an error that matches bus.ErrDenied.
 //
 // It is how a job whose runner published the outcome and died (or lost
 // its ack) before the ack reached the server is not run a second time on

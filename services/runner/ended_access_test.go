@@ -24,9 +24,9 @@ import (
 // TestOutcomesReadUnderPermissions: with the permission table's users (as
 // `arena up` and deploy/nats/auth.conf give them), the runner reads a
 // job's stored outcome and does not give a completed job up. A runner
-// user without that read (an auth.conf older than it) is refused at once
-// and gives the job up as runners did before they read outcomes, instead
-// of asking forever.
+// user without that read (an auth.conf that does not grant it) is
+// refused at once and gives the job up without knowing its outcome,
+// instead of asking forever.
 func TestOutcomesReadUnderPermissions(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -36,7 +36,7 @@ func TestOutcomesReadUnderPermissions(t *testing.T) {
 		settled bool
 	}{
 		{"the table's runner reads outcomes", true, true},
-		{"a runner refused the read gives up as before", false, false},
+		{"a runner refused the read gives the job up", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

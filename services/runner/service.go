@@ -220,7 +220,7 @@ func (s *Service) Consumer() bus.ConsumerConfig {
 // first runner completed it 8 s later, too late for the submission,
 // already failed. The pods registry says who runs what (heldElsewhere);
 // once the runner that held it dies, its entry goes stale within two
-// thirds of the ack deadline and the job is given up as before.
+// thirds of the ack deadline and the job is given up.
 func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 	if events.Type(dl.Event.Type()) != events.RunnerJobRequested {
 		return nil
@@ -236,8 +236,9 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 	// second job_abandoned, however long ago the first was published.
 	switch t, reason, err := s.ended(ctx, dl.Event, dl.Stored, req.Kind, req.JobID); {
 	case errors.Is(err, bus.ErrDenied):
-		// Its NATS user may not read outcomes (an older auth.conf): the
-		// job is given up as it was before runners read them.
+		// Its NATS user may not read outcomes (an auth.conf that does
+		// not grant it): the job is given up without knowing whether it
+		// ended, rather than asked about forever.
 		s.log.Warn("cannot read the job's outcome; giving it up without knowing it (grant the runner's NATS user what deploy/nats/auth.conf grants it)",
 			"job", req.JobID, "err", err)
 	case err != nil:
@@ -337,9 +338,7 @@ func (s *Service) Actors() []app.Actor {
 	return []app.Actor{{Name: Name, Run: s.Run}}
 }
 
-// Run consumes jobs until ctx is cancelled (see Actors). The shared
-// durable is ensured first: an older arena's, filtered on jobs.>, is
-// narrowed before the pod's durable is created beside it.
+// Run consumes jobs until ctx is cancelled (see Actors).
 //
 // While a round holds the pod (its lease, watched in the rounds bucket)
 // the runner asks only its pod's durable: the round's jobs have the pod
@@ -348,9 +347,6 @@ func (s *Service) Actors() []app.Actor {
 // shared durable is a pull consumer, so the server hands each job to a
 // runner that asks, and only idle runners of unheld pods ask.
 func (s *Service) Run(ctx context.Context) error {
-	if _, err := s.bus.EnsureConsumer(ctx, s.Consumer()); err != nil {
-		return fmt.Errorf("runner: %w", err)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan struct{})

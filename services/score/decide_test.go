@@ -205,7 +205,7 @@ func TestStandingOf(t *testing.T) {
 	require.NotNil(t, st.Score)
 	require.Equal(t, 0.2007, st.Score.Score)
 	require.Empty(t, st.Failed)
-	require.Empty(t, st.AuditVerdict, "an efficiency outcome older than the audits")
+	require.Empty(t, st.AuditVerdict, "an efficiency outcome without an audit block")
 
 	// A failed audit: the standing says so, and its score does not
 	// qualify (a round disqualifies the entry with the reason).

@@ -26,8 +26,8 @@ func submittedOf(d events.SubmissionReceivedData) *submitted {
 }
 
 // joined is a submission's entry in score_inputs: its submission and its
-// three outcomes, each set once it arrived. An entry begun before the
-// stage joined submission.received has no submission (see received).
+// three outcomes, each set once it arrived. An entry whose outcomes came
+// before its submission.received has no submission (see withSubmission).
 type joined struct {
 	Submission *submitted                      `json:"submission,omitempty"`
 	Contract   *events.ContractCompletedData   `json:"contract,omitempty"`
@@ -36,7 +36,7 @@ type joined struct {
 }
 
 // complete says the three outcomes are in; the submission is not needed
-// to say so (an older entry may lack it, see received).
+// to say so (an entry may lack it, see withSubmission).
 func (j joined) complete() bool { return j.Contract != nil && j.Quality != nil && j.Efficiency != nil }
 
 // pending names the outcomes not in yet, in pipeline order.
@@ -147,10 +147,10 @@ func (s *Service) load(ctx context.Context, id string) (joined, uint64, error) {
 	return j, e.Revision(), nil
 }
 
-// withSubmission fills in the submission of an entry that lacks it (a
-// join begun before the stage joined submission.received, on an older
-// data folder) from the ARENA stream; it stays nil when the stream has
-// none either.
+// withSubmission fills in the submission of an entry that lacks it (its
+// outcomes were joined before its submission.received, whose delivery
+// was retried or is still to come) from the ARENA stream; it stays nil
+// when the stream has none either.
 func (s *Service) withSubmission(ctx context.Context, id string, j *joined) error {
 	if j.Submission != nil {
 		return nil

@@ -57,8 +57,8 @@ type Options struct {
 type Service struct {
 	bus    *bus.Bus
 	inputs jetstream.KeyValue
-	// arena is the ARENA stream, read for the submission.received of a
-	// join begun before the stage joined it.
+	// arena is the ARENA stream, read for the submission.received of an
+	// entry joined without it (see withSubmission).
 	arena  jetstream.Stream
 	policy policy.Policy
 	opts   Options

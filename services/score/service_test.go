@@ -235,17 +235,16 @@ func TestScoresWithoutTheGateway(t *testing.T) {
 	require.Equal(t, uint8(1), rows[0].Ranked)
 }
 
-// A join begun before the stage joined submission.received (an older
-// data folder: its durable is past the submission's event) reads the
-// submission from the ARENA stream and scores with the right
-// participant.
-func TestOlderJoinReadsTheSubmissionFromTheStream(t *testing.T) {
+// An entry whose outcomes were joined without its submission.received
+// (here by a durable that does not consume it) reads the submission from
+// the ARENA stream and scores with the right participant.
+func TestJoinWithoutSubmissionReadsItFromTheStream(t *testing.T) {
 	b, st, ctx := env(t)
 	s, err := score.New(ctx, b, quiet(), score.Options{Store: st})
 	require.NoError(t, err)
-	older := score.Consumer
-	older.Subjects = older.Subjects[:3]
-	require.NotContains(t, older.Subjects, events.Submission.Received.Filter())
+	withoutReceived := score.Consumer
+	withoutReceived.Subjects = withoutReceived.Subjects[:3]
+	require.NotContains(t, withoutReceived.Subjects, events.Submission.Received.Filter())
 
 	submit(t, ctx, b, "s3", "p3", "dev")
 	c, q, e := inputs()
@@ -254,10 +253,9 @@ func TestOlderJoinReadsTheSubmissionFromTheStream(t *testing.T) {
 	require.NoError(t, err)
 	_, err = bus.Emit(ctx, b, events.Quality.Completed, "s3-q", events.Source("quality"), "s3", q)
 	require.NoError(t, err)
-	// The older durable joins the two outcomes; it never saw the
-	// submission.
+	// That durable joins the two outcomes; it never saw the submission.
 	for range 2 {
-		o, err := b.Next(ctx, older, 10*time.Second, s.Handle)
+		o, err := b.Next(ctx, withoutReceived, 10*time.Second, s.Handle)
 		require.NoError(t, err)
 		require.True(t, o.IsAck(), "outcome %s", o)
 	}
@@ -267,7 +265,7 @@ func TestOlderJoinReadsTheSubmissionFromTheStream(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(en.Value()), `"submission"`)
 
-	// The new stage takes the durable over from where it was.
+	// The stage takes that durable over from where it was.
 	defer start(t, ctx, b, st)()
 	e.SubmissionID = "s3"
 	_, err = bus.Emit(ctx, b, events.Efficiency.Completed, "s3-e", events.Source("efficiency"), "s3", e)

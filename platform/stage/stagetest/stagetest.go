@@ -101,9 +101,7 @@ func Contract[In, Out any](t *testing.T, s stage.Stage[In, Out], in In, out Out)
 // side as Contract does, with the jobs queued once on RUNNER_JOBS, and the
 // result side: an outcome of the stage's kind ends the stage once, a
 // failed job passes the runner's reason on, an outcome of another kind
-// never reaches the stage, a shared job's outcome goes to Shared, and an
-// outcome stored before subjects carried their kind, pending on a consumer
-// of the old layout, is still delivered after the migration.
+// never reaches the stage, and a shared job's outcome goes to Shared.
 func JobContract[In, Out any](t *testing.T, s stage.JobStage[In, Out], in In, out Out) {
 	t.Helper()
 	b, _ := bustest.Bus(t)
@@ -124,14 +122,6 @@ func JobContract[In, Out any](t *testing.T, s stage.JobStage[In, Out], in In, ou
 		return func(context.Context, events.RunnerJobCompletedData) (Out, error) { return o, err }
 	}
 	reqCfg, resCfg := s.RequestsConfig(), s.ResultsConfig()
-
-	// A consumer of the old layout (outcome subjects without their kind)
-	// holds an outcome of the stage's kind, not yet delivered.
-	legacyCfg := resCfg
-	legacyCfg.Subjects = []string{"arena.runner.job.completed.*", "arena.runner.job.failed.*"}
-	_, err := b.EnsureConsumer(ctx, legacyCfg)
-	require.NoError(t, err)
-	publishLegacy(t, ctx, b, "legacy-job", kind, "sub-legacy")
 
 	t.Run("the jobs are queued once however often the input runs", func(t *testing.T) {
 		e := publish(t, ctx, b, s.Input, "in-jobs", "sub-jobs", in)
@@ -162,14 +152,6 @@ func JobContract[In, Out any](t *testing.T, s stage.JobStage[In, Out], in In, ou
 		stored := storedOf(t, b, name, "sub-refused")
 		require.Equal(t, []events.Type{s.Output.Started.Type(), s.Output.Failed.Type()}, typesOf(stored))
 		requireFailed(t, stored[1], events.DeriveID(e.ID(), string(s.Output.Failed.Type())), name, r)
-	})
-
-	t.Run("an outcome stored before the migration is still delivered", func(t *testing.T) {
-		o := next(t, ctx, b, resCfg, resultsOf(bind(nil, results(out, nil))))
-		require.True(t, o.IsAck(), "outcome %s", o)
-		stored := storedOf(t, b, name, "sub-legacy")
-		require.Equal(t, []events.Type{s.Output.Completed.Type()}, typesOf(stored))
-		require.Equal(t, events.DeriveID("legacy-job", string(s.Output.Completed.Type())), stored[0].ID())
 	})
 
 	t.Run("a completed job ends the stage once", func(t *testing.T) {
@@ -277,20 +259,6 @@ func publishOutcome[T any](t *testing.T, ctx context.Context, b *bus.Bus, topic 
 	}
 	require.NoError(t, json.Unmarshal(raw, &job))
 	publish(t, ctx, b, topic, "outcome-"+job.JobID+"-"+string(topic.Type()), job.JobID, data)
-}
-
-// publishLegacy stores a completed outcome where arenas stored them before
-// outcome subjects carried their kind.
-func publishLegacy(t *testing.T, ctx context.Context, b *bus.Bus, job, kind, sub string) {
-	t.Helper()
-	e, err := events.Job.Completed.Event("legacy-"+job, "/lowbarena/runner", job, events.RunnerJobCompletedData{JobID: job, Kind: kind,
-		SubmissionID: sub, Runner: "r", Result: json.RawMessage(`{}`)})
-	require.NoError(t, err)
-	msg, err := ce.Encode(e)
-	require.NoError(t, err)
-	msg.Subject = "arena.runner.job.completed." + job
-	_, err = b.JetStream().PublishMsg(ctx, msg)
-	require.NoError(t, err)
 }
 
 func storedOf(t *testing.T, b *bus.Bus, stageName, subject string) []event.Event {

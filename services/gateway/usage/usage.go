@@ -154,8 +154,8 @@ func NewTally(b *bus.Bus, ledger *Ledger, records jetstream.KeyValue, log *slog.
 }
 
 // Run consumes job outcomes until ctx ends. On first start the consumer
-// reads the stream from its beginning, so an arena upgraded with
-// outcomes of the last week already stored charges them.
+// reads the stream from its beginning, so outcomes stored before the
+// tally first ran are charged too.
 func (t *Tally) Run(ctx context.Context) error {
 	return t.b.Consume(ctx, bus.ConsumerConfig{Name: TallyConsumer,
 		Subjects: []string{events.FilterFor(events.RunnerJobCompleted), events.FilterFor(events.RunnerJobFailed)}}, t.Handle)

@@ -238,7 +238,7 @@ func (c *Client) idle() time.Duration {
 // since a connection goes back to the pool only when its answer is read.
 // Nothing here fails a run: a request that fails, or is not answered
 // within timeout, leaves its connection to be opened by a measured
-// request, as before.
+// request.
 func OpenConnections(ctx context.Context, hc *http.Client, baseURL string, n int, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
