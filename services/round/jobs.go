@@ -2,7 +2,6 @@ package round
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -62,8 +61,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		if c.Kind != events.JobSLA || c.RoundID == "" {
 			return bus.Ack()
 		}
-		var run events.EngineRun
-		runErr := json.Unmarshal(c.Result, &run)
+		run, runErr := events.SLAJob.Result(c)
 		round, job = c.RoundID, c.JobID
 		apply = func(r *Round, e *Entry, now time.Time) bool {
 			if runErr != nil {

@@ -1,7 +1,6 @@
 package round
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -312,7 +311,9 @@ func advance(r *Round, camp *campaign.Campaign, now time.Time, timeout time.Dura
 			}
 			if e.Status == entryPending {
 				r.mark(i, "running", "", now)
-				request(r, e, camp, now, timeout)
+				if !request(r, e, camp, now, timeout) {
+					continue // disqualified: the plan moves on
+				}
 			}
 			return false
 		case st.Phase == "running_sla":
@@ -330,14 +331,22 @@ func advance(r *Round, camp *campaign.Campaign, now time.Time, timeout time.Dura
 	}
 }
 
-// request asks the runner for e's SLA job and sets its deadline.
-func request(r *Round, e *Entry, camp *campaign.Campaign, now time.Time, timeout time.Duration) {
+// request asks the runner for e's SLA job and sets its deadline. Params
+// that do not encode disqualify the entry (job_bad_params, as the runner
+// would) and request reports false.
+func request(r *Round, e *Entry, camp *campaign.Campaign, now time.Time, timeout time.Duration) bool {
 	e.Status, e.Job = entryRunning, jobID(r.ID, e.ID)
 	deadline := now.Add(timeout)
 	e.Deadline = &deadline
-	params, _ := json.Marshal(events.SLAJobParams{Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec, KVCacheDType: e.KVCacheDType, Entry: e.ID})
-	r.emit(Effect{Job: &events.RunnerJobRequestedData{JobID: e.Job, Kind: events.JobSLA, SubmissionID: e.Submission, RoundID: r.ID,
-		Pod: r.Pod, Engine: camp.Engine.Command, Checkpoint: e.Checkpoint, Params: params}})
+	req, err := events.SLAJob.Request(events.RunnerJobRequestedData{JobID: e.Job, SubmissionID: e.Submission, RoundID: r.ID,
+		Pod: r.Pod, Engine: camp.Engine.Command, Checkpoint: e.Checkpoint},
+		events.SLAJobParams{Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec, KVCacheDType: e.KVCacheDType, Entry: e.ID})
+	if err != nil {
+		disqualify(r, e, "job_bad_params: "+err.Error(), 0, now)
+		return false
+	}
+	r.emit(Effect{Job: &req})
+	return true
 }
 
 // resume is a taken-over round starting again: the job of the entry in

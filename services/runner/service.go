@@ -543,12 +543,11 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	case err != nil:
 		return bus.Retry(0, err)
 	}
-	body, err := json.Marshal(res.Value)
-	if err != nil {
-		return bus.Poison("result_unencodable", err)
+	if res.Unencodable != nil {
+		return bus.Poison("result_unencodable", res.Unencodable)
 	}
 	done := events.RunnerJobCompletedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: body, CheckpointDigest: req.Checkpoint.SHA256,
+		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: res.Body, CheckpointDigest: req.Checkpoint.SHA256,
 		GPU: gpu, GPUIndex: gpuIndex}
 	// On arena.runner.job.completed.<kind>.<job>.
 	if _, err := bus.Emit(ctx, s.bus, events.Job.Completed, events.DeriveID(d.Event.ID(), string(events.RunnerJobCompleted)), src, req.JobID, done); err != nil {
