@@ -136,5 +136,5 @@ func (s *Service) after(ctx context.Context, r *Round) {
 // atTeardown says the round waits at its teardown step for its scores.
 func atTeardown(r *Round) bool {
 	i := r.next()
-	return r.Status == StatusRunning && i >= 0 && r.Steps[i].Phase == "teardown" && r.Steps[i].Status == "running"
+	return r.Status == StatusRunning && i >= 0 && r.Steps[i].Phase == events.PhaseTeardown && r.Steps[i].Status == events.StepRunning
 }

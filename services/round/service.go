@@ -249,15 +249,15 @@ func (s *Service) do(ctx context.Context, r *Round, ef Effect) error {
 		st := *ef.Step
 		// round.step ids derive from round, step and status (not the
 		// type), as they always have: a repeated step event is dropped.
-		if _, err := bus.Emit(ctx, s.bus, src, events.Round.Step, r.ID, st, bus.WithID(events.DeriveID(r.ID, fmt.Sprint(st.Step), st.Status))); err != nil {
+		if _, err := bus.Emit(ctx, s.bus, src, events.Round.Step, r.ID, st, bus.WithID(events.DeriveID(r.ID, fmt.Sprint(st.Step), string(st.Status)))); err != nil {
 			return fmt.Errorf("round: publish step %d of %s: %w", st.Step, r.ID, err)
 		}
-		if st.Status != "running" && s.opts.Store != nil && st.FinishedAt != nil && st.StartedAt != nil {
+		if st.Status != events.StepRunning && s.opts.Store != nil && st.FinishedAt != nil && st.StartedAt != nil {
 			// round_steps is a ReplacingMergeTree on (round_id, step)
 			// versioned by ts_ms, the step's end: a repeated row is one.
 			end := uint64(st.FinishedAt.UnixMilli())
-			row := store.RoundStep{TsMs: end, RoundID: r.ID, Step: uint32(st.Step), Name: st.Name, Phase: st.Phase,
-				Role: st.Role, EntryID: st.EntryID, Status: st.Status, StartedMs: uint64(st.StartedAt.UnixMilli()), FinishedMs: end, Detail: st.Detail}
+			row := store.RoundStep{TsMs: end, RoundID: r.ID, Step: uint32(st.Step), Name: st.Name, Phase: string(st.Phase),
+				Role: st.Role, EntryID: st.EntryID, Status: string(st.Status), StartedMs: uint64(st.StartedAt.UnixMilli()), FinishedMs: end, Detail: st.Detail}
 			if err := store.Insert(ctx, s.opts.Store, []store.RoundStep{row}); err != nil {
 				// The event is the truth; the row is its copy for SQL.
 				s.log.Warn("round step row not written", "round", r.ID, "step", st.Step, "err", err)
