@@ -289,10 +289,10 @@ type RoundStepData struct {
 	Of         int        `json:"of"`
 	Group      string     `json:"group"`
 	Name       string     `json:"name"`
-	Phase      string     `json:"phase"`
+	Phase      Phase      `json:"phase"`
 	Role       string     `json:"role,omitempty"`
 	EntryID    string     `json:"entry_id,omitempty"`
-	Status     string     `json:"status"`
+	Status     StepStatus `json:"status"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	Detail     string     `json:"detail,omitempty"`

@@ -216,11 +216,11 @@ func TestStartWithCredentials(t *testing.T) {
 	rt, err := Start(ctx, cfg(access.Score, ProvisionAuto), WithLogOutput(io.Discard), WithoutTelemetry())
 	require.NoError(t, err)
 	defer rt.Close()
-	_, err = bus.Emit(ctx, rt.Bus, events.Score.Failed, "f1", events.Source(access.Score), "s1",
-		events.StageFailedData{SubmissionID: "s1", Stage: "score", Reason: "x", Message: "x."})
+	_, err = bus.Emit(ctx, rt.Bus, events.Source(access.Score), events.Score.Failed, "s1",
+		events.StageFailedData{SubmissionID: "s1", Stage: "score", Reason: "x", Message: "x."}, bus.WithID("f1"))
 	require.NoError(t, err, "its own event")
-	_, err = bus.Emit(ctx, rt.Bus, events.Contract.Failed, "f2", events.Source(access.Score), "s1",
-		events.StageFailedData{SubmissionID: "s1", Stage: "contract", Reason: "x", Message: "x."})
+	_, err = bus.Emit(ctx, rt.Bus, events.Source(access.Score), events.Contract.Failed, "s1",
+		events.StageFailedData{SubmissionID: "s1", Stage: "contract", Reason: "x", Message: "x."}, bus.WithID("f2"))
 	require.ErrorIs(t, err, bus.ErrDenied, "another stage's")
 }
 

@@ -237,17 +237,58 @@ func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, er
 // here, so its spans and the bus's go to the same place.
 func (b *Bus) TracerProvider() trace.TracerProvider { return b.tp }
 
-// Emit builds an event of topic t and publishes it: the payload's type is
-// the topic's, so a wrong pairing does not compile.
-func Emit[T any](ctx context.Context, b *Bus, t events.Topic[T], id, source, subject string, data T) (*jetstream.PubAck, error) {
-	e, err := t.Event(id, source, subject, data)
+// Emit builds an event of topic t and publishes it. Its arguments come in
+// CloudEvents' order: the source, the type (the topic), the subject, the
+// data, and last how the id is made, which is most often CausedBy: the id
+// derives from the event's cause and the topic's type, so a handler that
+// runs again publishes the same id and JetStream drops the repeat. The
+// payload's type is the topic's, so a wrong pairing does not compile.
+func Emit[T any](ctx context.Context, b *Bus, source string, t events.Topic[T], subject string, data T, id ID) (*jetstream.PubAck, error) {
+	eid, err := id.of(t.Type())
+	if err != nil {
+		return nil, err
+	}
+	e, err := t.Event(eid, source, subject, data)
 	if err != nil {
 		return nil, err
 	}
 	return b.Publish(ctx, e)
 }
 
-// PublishNew builds an event with events.NewEvent and publishes it.
+// ID is how Emit names its event: CausedBy or WithID. The zero ID names
+// none, and Emit refuses it.
+type ID struct {
+	cause, id string
+	parts     []string
+	derive    bool
+}
+
+// CausedBy derives an event's id from its cause (the id of the event
+// that caused it, or the id its chain is keyed on: a submission's, a
+// round's, a job's), the type of the topic it is emitted on, then parts:
+// events.DeriveID(cause, type, parts...).
+func CausedBy(cause string, parts ...string) ID {
+	return ID{cause: cause, parts: parts, derive: true}
+}
+
+// WithID gives an event's id as is: one derived otherwise than CausedBy
+// derives it, or a test's.
+func WithID(id string) ID { return ID{id: id} }
+
+func (i ID) of(t events.Type) (string, error) {
+	switch {
+	case i.derive:
+		return events.DeriveID(i.cause, append([]string{string(t)}, i.parts...)...), nil
+	case i.id != "":
+		return i.id, nil
+	}
+	return "", fmt.Errorf("bus: emit %s without an id (CausedBy or WithID)", t)
+}
+
+// PublishNew builds an event with events.NewEvent and publishes it, its
+// payload untyped: for a caller that holds the event's type only at run
+// time (a test over the catalogue's samples, bustest.Sample). Code that
+// knows its topic uses Emit.
 func (b *Bus) PublishNew(ctx context.Context, id string, t events.Type, source, subject string, data any) (*jetstream.PubAck, error) {
 	e, err := events.NewEvent(id, t, source, subject, data)
 	if err != nil {

@@ -24,8 +24,8 @@ func TestLast(t *testing.T) {
 	require.False(t, ok, "nothing stored yet")
 
 	for attempt := 1; attempt <= 2; attempt++ {
-		_, err := bus.Emit(ctx, b, events.Build.Started, "started-"+strconv.Itoa(attempt), events.Source("test"), bustest.SampleSubject,
-			events.StageStartedData{SubmissionID: bustest.SampleSubject, Stage: "build", Attempt: attempt})
+		_, err := bus.Emit(ctx, b, events.Source("test"), events.Build.Started, bustest.SampleSubject,
+			events.StageStartedData{SubmissionID: bustest.SampleSubject, Stage: "build", Attempt: attempt}, bus.WithID("started-"+strconv.Itoa(attempt)))
 		require.NoError(t, err)
 	}
 	got, ok, err := bus.Last(ctx, stream, events.Build.Started, bustest.SampleSubject)

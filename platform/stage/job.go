@@ -174,11 +174,11 @@ func handleRequest[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out]
 			// outcome: a programming error, never a retry loop.
 			return bus.Poison("job_kind_mismatch", fmt.Errorf("stage %s (kind %s) built a %s job", s.Output.Name, s.Kind, req.Kind))
 		}
-		eid := j.ID
-		if eid == "" {
-			eid = events.DeriveID(req.JobID, string(events.RunnerJobRequested))
+		eid := bus.CausedBy(req.JobID)
+		if j.ID != "" {
+			eid = bus.WithID(j.ID)
 		}
-		if _, err := bus.Emit(ctx, k.bus, events.Job.Requested, eid, k.source, req.JobID, req); err != nil {
+		if _, err := bus.Emit(ctx, k.bus, k.source, events.Job.Requested, req.JobID, req, eid); err != nil {
 			return bus.Retry(0, err)
 		}
 		k.log.Info("job requested", "submission", id, "job", req.JobID, "kind", req.Kind)
@@ -217,7 +217,7 @@ func handleResult[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out],
 	if err != nil {
 		return settle(ctx, k, s.Output, job, id, t0, err)
 	}
-	if _, err := bus.Emit(ctx, k.bus, s.Output.Completed, events.DeriveID(job, string(s.Output.Completed.Type())), k.source, id, out); err != nil {
+	if _, err := bus.Emit(ctx, k.bus, k.source, s.Output.Completed, id, out, bus.CausedBy(job)); err != nil {
 		return bus.Retry(0, err)
 	}
 	var attrs []any

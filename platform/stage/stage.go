@@ -171,7 +171,7 @@ func handleStage[In, Out any](ctx context.Context, k *kit, s Stage[In, Out], d *
 	if err != nil {
 		return settle(ctx, k, s.Output, cause, id, t0, err)
 	}
-	if _, err := bus.Emit(ctx, k.bus, s.Output.Completed, events.DeriveID(cause, string(s.Output.Completed.Type())), k.source, id, out); err != nil {
+	if _, err := bus.Emit(ctx, k.bus, k.source, s.Output.Completed, id, out, bus.CausedBy(cause)); err != nil {
 		return bus.Retry(0, err)
 	}
 	var attrs []any
@@ -273,7 +273,7 @@ func (k *kit) record(ctx context.Context, outcome string, t0 time.Time) {
 // input, so it is stored once however often the input is delivered.
 func started[Out any](ctx context.Context, k *kit, out events.StageTopics[Out], cause, id string, attempt uint64) error {
 	data := events.StageStartedData{SubmissionID: id, Stage: out.Name, Attempt: int(attempt)}
-	_, err := bus.Emit(ctx, k.bus, out.Started, events.DeriveID(cause, string(out.Started.Type())), k.source, id, data)
+	_, err := bus.Emit(ctx, k.bus, k.source, out.Started, id, data, bus.CausedBy(cause))
 	return err
 }
 
@@ -286,7 +286,7 @@ func (k *kit) done(ctx context.Context, id string, t0 time.Time, attrs []any) {
 // cause.
 func refuse[Out any](ctx context.Context, k *kit, out events.StageTopics[Out], cause, id string, t0 time.Time, r *Refusal) bus.Outcome {
 	data := events.StageFailedData{SubmissionID: id, Stage: out.Name, Reason: r.Code, Message: r.Message, Detail: r.Detail}
-	if _, err := bus.Emit(ctx, k.bus, out.Failed, events.DeriveID(cause, string(out.Failed.Type())), k.source, id, data); err != nil {
+	if _, err := bus.Emit(ctx, k.bus, k.source, out.Failed, id, data, bus.CausedBy(cause)); err != nil {
 		return bus.Retry(0, err)
 	}
 	k.record(ctx, "failed", t0)

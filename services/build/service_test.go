@@ -102,7 +102,7 @@ func (h *harness) publish(id string, ref events.BundleRef) {
 	h.t.Helper()
 	data := events.SubmissionReceivedData{SubmissionID: id, Participant: "team", TaskID: "qwen3-tiny", Split: "dev", Track: "engine",
 		Solution: events.DeclaredSolution{Checkpoint: "ck", Method: "m", Precision: "W4A16KV8"}, Bundle: ref, SubmittedAt: time.Now().UTC()}
-	_, err := bus.Emit(h.ctx, h.b, events.Submission.Received, events.DeriveID(id, string(events.SubmissionReceived)), events.Source("test"), id, data)
+	_, err := bus.Emit(h.ctx, h.b, events.Source("test"), events.Submission.Received, id, data, bus.CausedBy(id))
 	require.NoError(h.t, err)
 }
 

@@ -319,7 +319,7 @@ func TestContractNeverShowsTheToken(t *testing.T) {
 	arts, err := artifact.NewJetStream(ctx, rt.Bus.JetStream(), bus.ObjectArtifacts)
 	require.NoError(t, err)
 	in := storeReference(t, arts, "private", exs["fp8-w8a8"].Dir, srv)
-	_, err = bus.Emit(ctx, rt.Bus, events.Build.Completed, events.DeriveID(in.SubmissionID, string(events.BuildCompleted)), events.Source("build"), in.SubmissionID, in)
+	_, err = bus.Emit(ctx, rt.Bus, events.Source("build"), events.Build.Completed, in.SubmissionID, in, bus.CausedBy(in.SubmissionID))
 	require.NoError(t, err)
 	e := bustest.Await(t, rt.Bus, "arena.contract.*.private", events.ContractCompleted, events.ContractFailed)
 	var failed events.StageFailedData

@@ -120,7 +120,7 @@ func put(t *testing.T, store artifact.Store, id, dir string) events.BuildComplet
 
 func (h *harness) publish(d events.BuildCompletedData) {
 	h.t.Helper()
-	_, err := bus.Emit(h.ctx, h.b, events.Build.Completed, events.DeriveID(d.SubmissionID, string(events.BuildCompleted)), events.Source("build"), d.SubmissionID, d)
+	_, err := bus.Emit(h.ctx, h.b, events.Source("build"), events.Build.Completed, d.SubmissionID, d, bus.CausedBy(d.SubmissionID))
 	require.NoError(h.t, err)
 }
 

@@ -2,7 +2,6 @@ package efficiency
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	_ "github.com/lowbarena/lowbarena/adapters/sandbox" // the code grader, under suite.GraderCode
@@ -82,8 +81,8 @@ func (s *Service) result(ctx context.Context, c events.RunnerJobCompletedData) (
 
 // evidenceOf reads the job's audit evidence; nil when it gathered none.
 func evidenceOf(c events.RunnerJobCompletedData) *audit.Evidence {
-	var res events.EfficiencyJobResult
-	if json.Unmarshal(c.Result, &res) != nil {
+	res, err := events.EfficiencyJob.Result(c)
+	if err != nil {
 		return nil
 	}
 	return res.Candidate.Audit

@@ -1,7 +1,6 @@
 package efficiency
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/lowbarena/lowbarena/domain/campaign"
@@ -58,13 +57,13 @@ func Job(in events.ContractCompletedData, set campaign.Set, store func(*campaign
 			return stage.Job{}, err
 		}
 	}
-	params, err := json.Marshal(p)
-	if err != nil {
-		return stage.Job{}, fmt.Errorf("efficiency: encode job params: %w", err)
-	}
 	id := in.SubmissionID
+	req, err := events.EfficiencyJob.Request(events.RunnerJobRequestedData{JobID: JobID(id), SubmissionID: id, Engine: camp.Engine.Command,
+		Checkpoint: *in.Artifact}, p)
+	if err != nil {
+		return stage.Job{}, fmt.Errorf("efficiency: %w", err)
+	}
 	return stage.Job{
-		Request: events.RunnerJobRequestedData{JobID: JobID(id), Kind: events.JobEfficiency, SubmissionID: id, Engine: camp.Engine.Command,
-			Checkpoint: *in.Artifact, Params: params},
+		Request: req,
 	}, nil
 }

@@ -1,7 +1,6 @@
 package efficiency
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -21,8 +20,8 @@ import (
 // the declared one. It is a pure function of the job's outcome: never a
 // retry.
 func Result(c events.RunnerJobCompletedData) (events.EfficiencyCompletedData, error) {
-	var res events.EfficiencyJobResult
-	if err := json.Unmarshal(c.Result, &res); err != nil {
+	res, err := events.EfficiencyJob.Result(c)
+	if err != nil {
 		return events.EfficiencyCompletedData{}, stage.Refuse(ReasonBadMeasurement, "the runner's result does not decode: "+err.Error())
 	}
 	out, err := Block(c, res)

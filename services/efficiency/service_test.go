@@ -64,7 +64,7 @@ func TestContractBecomesAJob(t *testing.T) {
 
 	cc := kept("sub1")
 	for _, id := range []string{"cc-1", "cc-2"} { // the same submission twice
-		_, err := bus.Emit(ctx, b, events.Contract.Completed, id, events.Source("contract"), "sub1", cc)
+		_, err := bus.Emit(ctx, b, events.Source("contract"), events.Contract.Completed, "sub1", cc, bus.WithID(id))
 		require.NoError(t, err)
 	}
 	// The work queue admits no second consumer: read the job straight off
@@ -104,7 +104,7 @@ func TestContractBecomesAJob(t *testing.T) {
 
 	failed := events.RunnerJobFailedData{JobID: req.JobID, Kind: events.JobEfficiency, SubmissionID: "sub1", Runner: "r1", Pod: "pod-0", GPUHours: 0.25,
 		Reason: "engine_oom", Message: "engine died before becoming healthy (last error: torch.OutOfMemoryError); container log tail: ...", LogTail: "torch.OutOfMemoryError"}
-	_, err = bus.Emit(ctx, b, events.Job.Failed, "rf-1", events.Source("runner"), req.JobID, failed)
+	_, err = bus.Emit(ctx, b, events.Source("runner"), events.Job.Failed, req.JobID, failed, bus.WithID("rf-1"))
 	require.NoError(t, err)
 	e := bustest.Await(t, b, "arena.efficiency.failed.sub1", events.EfficiencyFailed)
 	f, err := events.Efficiency.Failed.Decode(e)
@@ -118,7 +118,7 @@ func TestContractBecomesAJob(t *testing.T) {
 	// A campaign without an engine cannot serve.
 	set[examples.TaskID].Engine = nil
 	cc.SubmissionID = "sub2"
-	_, err = bus.Emit(ctx, b, events.Contract.Completed, "cc-3", events.Source("contract"), "sub2", cc)
+	_, err = bus.Emit(ctx, b, events.Source("contract"), events.Contract.Completed, "sub2", cc, bus.WithID("cc-3"))
 	require.NoError(t, err)
 	e = bustest.Await(t, b, "arena.efficiency.failed.sub2", events.EfficiencyFailed)
 	f, err = events.Efficiency.Failed.Decode(e)
@@ -133,7 +133,7 @@ func TestReferenceWithoutWeights(t *testing.T) {
 	set := exampleCampaigns(t)
 	set[examples.TaskID] = withoutWeights(t, *set[examples.TaskID])
 	b, ctx := start(t, set)
-	_, err := bus.Emit(ctx, b, events.Contract.Completed, "cc-1", events.Source("contract"), "sub1", kept("sub1"))
+	_, err := bus.Emit(ctx, b, events.Source("contract"), events.Contract.Completed, "sub1", kept("sub1"), bus.WithID("cc-1"))
 	require.NoError(t, err)
 	e := bustest.Await(t, b, "arena.efficiency.failed.sub1", events.EfficiencyFailed)
 	f, err := events.Efficiency.Failed.Decode(e)

@@ -46,10 +46,11 @@ func BenchmarkSubmit(b *testing.B) {
 			if _, err := store.PutBytes(ctx, id+".tar.gz", body); err != nil {
 				b.Fatal(err)
 			}
-			_, err := g.b.PublishNew(ctx, events.DeriveID(id, "bench"), events.SubmissionReceived, events.Source("cli"), id, events.SubmissionReceivedData{
+			_, err := bus.Emit(ctx, g.b, events.Source("cli"), events.Submission.Received, id, events.SubmissionReceivedData{
 				SubmissionID: id, Participant: "bench", TaskID: "qwen3-tiny", Split: "dev", Track: "engine",
 				Solution: events.DeclaredSolution{Checkpoint: "c", Method: "m"},
-				Bundle:   events.BundleRef{Store: "jetstream", Bucket: bus.ObjectUploads, Object: id + ".tar.gz", Size: int64(len(body)), SHA256: sum, Files: 3}})
+				Bundle:   events.BundleRef{Store: "jetstream", Bucket: bus.ObjectUploads, Object: id + ".tar.gz", Size: int64(len(body)), SHA256: sum, Files: 3}},
+				bus.WithID(events.DeriveID(id, "bench")))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -166,8 +166,8 @@ func TestHostileInput(t *testing.T) {
 			id := first.body["submission_id"].(string)
 			require.Eventually(t, func() bool { return g.get(t, "/v1/submissions/"+id, gpu).status == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
 			// The runner's outcome of its job: 0.5 GPU-hours.
-			_, err := bus.Emit(ctx, g.b, events.Job.Completed, "out-"+id, events.Source("runner"), "eff-"+id, events.RunnerJobCompletedData{
-				JobID: "eff-" + id, Kind: events.JobEfficiency, SubmissionID: id, Runner: "pod-0/runner-0", GPUHours: 0.5, Result: []byte(`{}`)})
+			_, err := bus.Emit(ctx, g.b, events.Source("runner"), events.Job.Completed, "eff-"+id, events.RunnerJobCompletedData{
+				JobID: "eff-" + id, Kind: events.JobEfficiency, SubmissionID: id, Runner: "pod-0/runner-0", GPUHours: 0.5, Result: []byte(`{}`)}, bus.WithID("out-"+id))
 			require.NoError(t, err)
 			require.Eventually(t, func() bool {
 				u, _ := g.get(t, "/v1/me", gpu).body["usage"].(map[string]any)

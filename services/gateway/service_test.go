@@ -61,11 +61,11 @@ func TestComponentServesRoundViews(t *testing.T) {
 	require.ErrorContains(t, err, "listen on "+addr.String())
 
 	const id = "round-c"
-	_, err = bus.Emit(ctx, b, events.Round.Started, "ev-started", events.Source("round"), id,
-		events.RoundStartedData{RoundID: id, Campaign: "tiny", Pod: "pod-a", Candidates: []string{"sub-1"}, Steps: 2})
+	_, err = bus.Emit(ctx, b, events.Source("round"), events.Round.Started, id,
+		events.RoundStartedData{RoundID: id, Campaign: "tiny", Pod: "pod-a", Candidates: []string{"sub-1"}, Steps: 2}, bus.WithID("ev-started"))
 	require.NoError(t, err)
-	_, err = bus.Emit(ctx, b, events.Round.Failed, "ev-failed", events.Source("round"), id,
-		events.RoundFailedData{RoundID: id, Reason: "interrupted", Message: "the round service stopped"})
+	_, err = bus.Emit(ctx, b, events.Source("round"), events.Round.Failed, id,
+		events.RoundFailedData{RoundID: id, Reason: "interrupted", Message: "the round service stopped"}, bus.WithID("ev-failed"))
 	require.NoError(t, err)
 
 	var v rounds.View

@@ -2,7 +2,6 @@ package quality
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,20 +30,29 @@ func ReferenceJobID(campaign, suiteKey, referenceDigest string) string {
 // (its checkpoint stored as reference) first when its rows are not
 // stored yet, then the candidate's. Both request ids are the kit's
 // default, events.DeriveID(job id, runner.job.requested).
-func Jobs(in events.ContractCompletedData, c *campaign.Campaign, st *suite.Suite, suiteRef, reference events.BundleRef, referenceStored bool) []stage.Job {
-	job := func(id, submission, role string, ckpt events.BundleRef, kv string) stage.Job {
+// Its error is the params' encoding's.
+func Jobs(in events.ContractCompletedData, c *campaign.Campaign, st *suite.Suite, suiteRef, reference events.BundleRef, referenceStored bool) ([]stage.Job, error) {
+	var out []stage.Job
+	job := func(id, submission, role string, ckpt events.BundleRef, kv string) error {
 		p := events.QualityJobParams{Campaign: c.TaskID, Role: role, Engine: *c.Engine, KVCacheDType: kv,
 			Suite: suiteRef, SuiteKey: st.Key(), Sampling: c.Quality.Sampling}
-		// QualityJobParams holds nothing json.Marshal refuses.
-		params, _ := json.Marshal(p)
-		return stage.Job{Request: events.RunnerJobRequestedData{JobID: id, Kind: events.JobQuality, SubmissionID: submission,
-			Engine: c.Engine.Command, Checkpoint: ckpt, Params: params}}
+		req, err := events.QualityJob.Request(events.RunnerJobRequestedData{JobID: id, SubmissionID: submission,
+			Engine: c.Engine.Command, Checkpoint: ckpt}, p)
+		if err != nil {
+			return fmt.Errorf("quality: %w", err)
+		}
+		out = append(out, stage.Job{Request: req})
+		return nil
 	}
-	var out []stage.Job
 	if !referenceStored {
-		out = append(out, job(ReferenceJobID(c.TaskID, st.Key(), reference.SHA256), "", events.RoleBF16, reference, "auto"))
+		if err := job(ReferenceJobID(c.TaskID, st.Key(), reference.SHA256), "", events.RoleBF16, reference, "auto"); err != nil {
+			return nil, err
+		}
 	}
-	return append(out, job(JobID(in.SubmissionID), in.SubmissionID, events.RoleCandidate, *in.Artifact, in.KVCacheDType))
+	if err := job(JobID(in.SubmissionID), in.SubmissionID, events.RoleCandidate, *in.Artifact, in.KVCacheDType); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // jobs builds the jobs of a kept contract (see Jobs). Refusals:
@@ -97,7 +105,7 @@ func (s *Service) jobs(ctx context.Context, in events.ContractCompletedData) ([]
 	case err != nil:
 		return nil, fmt.Errorf("quality: read bucket %s: %w", bus.BucketQualityReferences, err)
 	}
-	return Jobs(in, c, st, suiteRef, reference, stored), nil
+	return Jobs(in, c, st, suiteRef, reference, stored)
 }
 
 // suite loads a campaign's suite of a split (a ranked submission is

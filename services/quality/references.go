@@ -127,7 +127,8 @@ func (s *Service) shared(ctx context.Context, o stage.Outcome) error {
 	case o.Failed != nil:
 		st = RefState{Status: StatusFailed, Reason: o.Failed.Reason + ": " + o.Failed.Message}
 	default:
-		if err := json.Unmarshal(o.Completed.Result, &res); err != nil {
+		var err error
+		if res, err = events.QualityJob.Result(*o.Completed); err != nil {
 			st = RefState{Status: StatusFailed, Reason: "the runner's result does not decode: " + err.Error()}
 		} else if res.Role != events.RoleBF16 {
 			s.log.Warn("a quality job of no submission that is no BF16 reference; left alone", "job", job, "role", res.Role)

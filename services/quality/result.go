@@ -26,8 +26,8 @@ func Failure(f events.RunnerJobFailedData) *stage.Refusal {
 // state is read from the bucket, and once that is done its rows are
 // paired with BF16's.
 func (s *Service) result(ctx context.Context, c events.RunnerJobCompletedData) (events.QualityCompletedData, error) {
-	var res events.QualityJobResult
-	if err := json.Unmarshal(c.Result, &res); err != nil {
+	res, err := events.QualityJob.Result(c)
+	if err != nil {
 		return events.QualityCompletedData{}, stage.Refuse(ReasonBadStatistics, "the runner's result does not decode: "+err.Error())
 	}
 	task, st, err := s.suiteOf(res.Campaign, res.SuiteKey)

@@ -102,7 +102,7 @@ func (h *harness) contractSplit(t *testing.T, id, split string) {
 	art := &events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/x.json", SHA256: strings.Repeat("ab", 32), Files: 1}
 	cc := events.ContractCompletedData{SubmissionID: id, Contract: record.Contract{OK: true}, DetectedPrecision: "W8A8KV8",
 		TaskID: examples.TaskID, Split: split, Artifact: art, KVCacheDType: "fp8"}
-	_, err := bus.Emit(h.ctx, h.b, events.Contract.Completed, "cc-"+id, events.Source("contract"), id, cc)
+	_, err := bus.Emit(h.ctx, h.b, events.Source("contract"), events.Contract.Completed, id, cc, bus.WithID("cc-"+id))
 	require.NoError(t, err)
 }
 
@@ -126,7 +126,7 @@ func (h *harness) completed(t *testing.T, job, submission, role, campaign string
 	res, err := json.Marshal(events.QualityJobResult{Campaign: campaign, Role: role, SuiteKey: st.Key(), Items: generations, Generations: generations, Empty: empty, Simulated: true})
 	require.NoError(t, err)
 	d := events.RunnerJobCompletedData{JobID: job, Kind: events.JobQuality, SubmissionID: submission, Runner: "r", Result: res}
-	_, err = bus.Emit(h.ctx, h.b, events.Job.Completed, "done-"+job, events.Source("runner"), job, d)
+	_, err = bus.Emit(h.ctx, h.b, events.Source("runner"), events.Job.Completed, job, d, bus.WithID("done-"+job))
 	require.NoError(t, err)
 }
 
@@ -134,7 +134,7 @@ func (h *harness) failed(t *testing.T, job, submission, reason string) {
 	t.Helper()
 	fd := events.RunnerJobFailedData{JobID: job, Kind: events.JobQuality, SubmissionID: submission, Runner: "r", Pod: "pod-0",
 		Reason: reason, Message: "engine died while serving", LogTail: "CUDA error"}
-	_, err := bus.Emit(h.ctx, h.b, events.Job.Failed, "failed-"+job, events.Source("runner"), job, fd)
+	_, err := bus.Emit(h.ctx, h.b, events.Source("runner"), events.Job.Failed, job, fd, bus.WithID("failed-"+job))
 	require.NoError(t, err)
 }
 
@@ -278,7 +278,7 @@ func TestRunnerFailureFailsTheStage(t *testing.T) {
 			job := quality.JobID(tc.sub)
 			fd := events.RunnerJobFailedData{JobID: job, Kind: events.JobQuality, SubmissionID: tc.sub, Runner: "r", Pod: "pod-0",
 				Reason: tc.reason, Message: tc.message, LogTail: tc.tail}
-			_, err := bus.Emit(h.ctx, h.b, events.Job.Failed, "failed-"+job, events.Source("runner"), job, fd)
+			_, err := bus.Emit(h.ctx, h.b, events.Source("runner"), events.Job.Failed, job, fd, bus.WithID("failed-"+job))
 			require.NoError(t, err)
 			e := bustest.Await(t, h.b, "arena.quality.failed."+tc.sub, events.QualityFailed)
 			f, err := events.Quality.Failed.Decode(e)

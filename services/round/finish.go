@@ -28,7 +28,7 @@ const notScored = "not scored yet: its quality and efficiency stages have not bo
 // submission. It changes nothing unless the round waits at its teardown.
 func finish(r *Round, scores map[string]devScore, pol policy.Policy, threshold float64, now time.Time) bool {
 	i := r.next()
-	if r.Status != StatusRunning || i < 0 || r.Steps[i].Phase != "teardown" || r.Steps[i].Status != "running" {
+	if r.Status != StatusRunning || i < 0 || r.Steps[i].Phase != events.PhaseTeardown || r.Steps[i].Status != events.StepRunning {
 		return false
 	}
 	res := &events.RoundCompletedData{RoundID: r.ID, Campaign: r.Campaign, PreviousLeader: r.Incumbent}
@@ -103,7 +103,7 @@ func finish(r *Round, scores map[string]devScore, pol policy.Policy, threshold f
 	if top != nil {
 		r.emit(Effect{Leader: &Leader{Submission: top.Submission, Score: *top.Score, Round: r.ID}})
 	}
-	r.mark(i, "done", "pod "+r.Pod+" released", now)
+	r.mark(i, events.StepDone, "pod "+r.Pod+" released", now)
 	r.emit(Effect{Completed: res})
 	r.emit(Effect{Release: true})
 	return true

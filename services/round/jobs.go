@@ -2,7 +2,6 @@ package round
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -61,8 +60,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		if c.RoundID == "" {
 			return bus.Ack()
 		}
-		var run events.EngineRun
-		runErr := json.Unmarshal(c.Result, &run)
+		run, runErr := events.SLAJob.Result(c)
 		round, job = c.RoundID, c.JobID
 		apply = func(r *Round, e *Entry, now time.Time) bool {
 			if runErr != nil {
@@ -137,5 +135,5 @@ func (s *Service) after(ctx context.Context, r *Round) {
 // atTeardown says the round waits at its teardown step for its scores.
 func atTeardown(r *Round) bool {
 	i := r.next()
-	return r.Status == StatusRunning && i >= 0 && r.Steps[i].Phase == "teardown" && r.Steps[i].Status == "running"
+	return r.Status == StatusRunning && i >= 0 && r.Steps[i].Phase == events.PhaseTeardown && r.Steps[i].Status == events.StepRunning
 }

@@ -247,17 +247,17 @@ func (s *Service) do(ctx context.Context, r *Round, ef Effect) error {
 	switch {
 	case ef.Step != nil:
 		st := *ef.Step
-		// round.step ids derive from round, step and status, as they
-		// always have: a repeated step event is dropped.
-		if _, err := bus.Emit(ctx, s.bus, events.Round.Step, events.DeriveID(r.ID, fmt.Sprint(st.Step), st.Status), src, r.ID, st); err != nil {
+		// round.step ids derive from round, step and status (not the
+		// type), as they always have: a repeated step event is dropped.
+		if _, err := bus.Emit(ctx, s.bus, src, events.Round.Step, r.ID, st, bus.WithID(events.DeriveID(r.ID, fmt.Sprint(st.Step), string(st.Status)))); err != nil {
 			return fmt.Errorf("round: publish step %d of %s: %w", st.Step, r.ID, err)
 		}
-		if st.Status != "running" && s.opts.Store != nil && st.FinishedAt != nil && st.StartedAt != nil {
+		if st.Status != events.StepRunning && s.opts.Store != nil && st.FinishedAt != nil && st.StartedAt != nil {
 			// round_steps is a ReplacingMergeTree on (round_id, step)
 			// versioned by ts_ms, the step's end: a repeated row is one.
 			end := uint64(st.FinishedAt.UnixMilli())
-			row := store.RoundStep{TsMs: end, RoundID: r.ID, Step: uint32(st.Step), Name: st.Name, Phase: st.Phase,
-				Role: st.Role, EntryID: st.EntryID, Status: st.Status, StartedMs: uint64(st.StartedAt.UnixMilli()), FinishedMs: end, Detail: st.Detail}
+			row := store.RoundStep{TsMs: end, RoundID: r.ID, Step: uint32(st.Step), Name: st.Name, Phase: string(st.Phase),
+				Role: st.Role, EntryID: st.EntryID, Status: string(st.Status), StartedMs: uint64(st.StartedAt.UnixMilli()), FinishedMs: end, Detail: st.Detail}
 			if err := store.Insert(ctx, s.opts.Store, []store.RoundStep{row}); err != nil {
 				// The event is the truth; the row is its copy for SQL.
 				s.log.Warn("round step row not written", "round", r.ID, "step", st.Step, "err", err)
@@ -266,20 +266,20 @@ func (s *Service) do(ctx context.Context, r *Round, ef Effect) error {
 	case ef.Job != nil:
 		// The job request's id derives from the job id, which derives
 		// from round and entry: requesting it again is dropped.
-		if _, err := bus.Emit(ctx, s.bus, events.Job.Requested, events.DeriveID(ef.Job.JobID, string(events.RunnerJobRequested)), src, ef.Job.JobID, *ef.Job); err != nil {
+		if _, err := bus.Emit(ctx, s.bus, src, events.Job.Requested, ef.Job.JobID, *ef.Job, bus.CausedBy(ef.Job.JobID)); err != nil {
 			return fmt.Errorf("round: request job %s: %w", ef.Job.JobID, err)
 		}
 	case ef.Started != nil:
-		if _, err := bus.Emit(ctx, s.bus, events.Round.Started, events.DeriveID(r.ID, string(events.RoundStarted)), src, r.ID, *ef.Started); err != nil {
+		if _, err := bus.Emit(ctx, s.bus, src, events.Round.Started, r.ID, *ef.Started, bus.CausedBy(r.ID)); err != nil {
 			return fmt.Errorf("round: publish round.started of %s: %w", r.ID, err)
 		}
 	case ef.Completed != nil:
-		if _, err := bus.Emit(ctx, s.bus, events.Round.Completed, events.DeriveID(r.ID, string(events.RoundCompleted)), src, r.ID, *ef.Completed); err != nil {
+		if _, err := bus.Emit(ctx, s.bus, src, events.Round.Completed, r.ID, *ef.Completed, bus.CausedBy(r.ID)); err != nil {
 			return fmt.Errorf("round: publish round.completed of %s: %w", r.ID, err)
 		}
 		s.log.Info("round completed", "round", r.ID, "leader", ef.Completed.Leader, "changed", ef.Completed.LeaderChanged)
 	case ef.Failed != nil:
-		if _, err := bus.Emit(ctx, s.bus, events.Round.Failed, events.DeriveID(r.ID, string(events.RoundFailed)), src, r.ID, *ef.Failed); err != nil {
+		if _, err := bus.Emit(ctx, s.bus, src, events.Round.Failed, r.ID, *ef.Failed, bus.CausedBy(r.ID)); err != nil {
 			return fmt.Errorf("round: publish round.failed of %s: %w", r.ID, err)
 		}
 		s.log.Warn("round failed", "round", r.ID, "reason", ef.Failed.Reason, "message", ef.Failed.Message)

@@ -293,7 +293,7 @@ func (h *harness) steps(id string) map[int]events.RoundStepData {
 	for _, ev := range bustest.Stored(h.t, h.b, "arena.round.step."+id) {
 		s, err := events.Round.Step.Decode(ev)
 		require.NoError(h.t, err)
-		if s.Status != "running" {
+		if s.Status != events.StepRunning {
 			steps[s.Step] = s
 		}
 	}
@@ -376,9 +376,9 @@ func TestRoundOfFiveWithOneDeadEngine(t *testing.T) {
 		require.NotNil(t, s.FinishedAt, "step %d", n)
 		require.False(t, s.FinishedAt.Before(*s.StartedAt), "step %d ends after it starts", n)
 	}
-	require.Equal(t, "provisioning", steps[1].Phase)
-	require.Equal(t, "teardown", steps[23].Phase)
-	require.Equal(t, "skipped", steps[7].Status, "no incumbent in a campaign's first round")
+	require.Equal(t, events.PhaseProvisioning, steps[1].Phase)
+	require.Equal(t, events.PhaseTeardown, steps[23].Phase)
+	require.Equal(t, events.StepSkipped, steps[7].Status, "no incumbent in a campaign's first round")
 	require.Equal(t, "Drift baseline", steps[21].Group)
 
 	status := map[string]events.RoundEntry{}
@@ -388,8 +388,8 @@ func TestRoundOfFiveWithOneDeadEngine(t *testing.T) {
 	require.Equal(t, "disqualified", status["c3"].Status)
 	require.Contains(t, status["c3"].Reason, "engine_crashed")
 	require.Contains(t, status["c3"].Reason, "container log tail")
-	require.Equal(t, "failed", steps[13].Status, "c3's engine died before it was healthy")
-	require.Equal(t, "skipped", steps[14].Status)
+	require.Equal(t, events.StepFailed, steps[13].Status, "c3's engine died before it was healthy")
+	require.Equal(t, events.StepSkipped, steps[14].Status)
 	require.Equal(t, "disqualified", status["c5"].Status)
 	require.Equal(t, "quality tier fail below B", status["c5"].Reason)
 	require.Equal(t, "scored", status["baseline"].Status)
@@ -566,12 +566,12 @@ func TestStalePodKeyDoesNotBlock(t *testing.T) {
 				now := time.Now().UTC()
 				var steps []events.RoundStepData
 				for i := 1; i <= 23; i++ {
-					st := events.RoundStepData{RoundID: old, Step: i, Of: 23, Group: "Setup", Name: fmt.Sprintf("step %d", i), Phase: "provisioning", Status: "pending"}
+					st := events.RoundStepData{RoundID: old, Step: i, Of: 23, Group: "Setup", Name: fmt.Sprintf("step %d", i), Phase: events.PhaseProvisioning, Status: events.StepPending}
 					switch {
 					case i < 9:
-						st.Status, st.StartedAt, st.FinishedAt = "done", &now, &now
+						st.Status, st.StartedAt, st.FinishedAt = events.StepDone, &now, &now
 					case i == 9:
-						st.Status, st.StartedAt, st.Name = "running", &now, "Candidate 2 of 5, running SLA"
+						st.Status, st.StartedAt, st.Name = events.StepRunning, &now, "Candidate 2 of 5, running SLA"
 					}
 					steps = append(steps, st)
 				}

@@ -1,7 +1,6 @@
 package round
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -161,7 +160,7 @@ func (r *Round) entryByJob(job string) *Entry {
 // running_sla step follows it.
 func (r *Round) stepOf(e *Entry) int {
 	for i, st := range r.Steps {
-		if st.EntryID == e.ID && st.Phase == "starting_engine" {
+		if st.EntryID == e.ID && st.Phase == events.PhaseStartingEngine {
 			return i
 		}
 	}
@@ -171,7 +170,7 @@ func (r *Round) stepOf(e *Entry) int {
 // next returns the index of the first step not yet settled, or -1.
 func (r *Round) next() int {
 	for i, st := range r.Steps {
-		if st.Status == "pending" || st.Status == "running" {
+		if st.Status == events.StepPending || st.Status == events.StepRunning {
 			return i
 		}
 	}
@@ -182,7 +181,7 @@ func (r *Round) next() int {
 func (r *Round) reached() *Step {
 	var last *Step
 	for i := range r.Steps {
-		if r.Steps[i].Status != "pending" && r.Steps[i].Status != "" {
+		if r.Steps[i].Status != events.StepPending && r.Steps[i].Status != "" {
 			last = &r.Steps[i]
 		}
 	}
@@ -200,10 +199,10 @@ func (r *Round) reachedText() string {
 }
 
 // mark moves step i to status with its times, and emits its event.
-func (r *Round) mark(i int, status, detail string, now time.Time) {
+func (r *Round) mark(i int, status events.StepStatus, detail string, now time.Time) {
 	st := &r.Steps[i]
 	switch status {
-	case "running":
+	case events.StepRunning:
 		at := now
 		st.StartedAt, st.FinishedAt = &at, nil
 	default:
@@ -228,12 +227,15 @@ func jobID(round, entry string) string { return "sla-" + events.DeriveID(round, 
 // last), then teardown.
 func plan(r *Round) []Step {
 	var steps []Step
-	add := func(group, name, phase, role, entry string) {
-		steps = append(steps, Step{RoundID: r.ID, Step: len(steps) + 1, Group: group, Name: name, Phase: phase, Role: role, EntryID: entry, Status: "pending"})
+	add := func(group, name string, phase events.Phase, role, entry string) {
+		steps = append(steps, Step{RoundID: r.ID, Step: len(steps) + 1, Group: group, Name: name, Phase: phase, Role: role, EntryID: entry, Status: events.StepPending})
 	}
-	for _, st := range [][2]string{{"Renting a GPU pod", "provisioning"}, {"Preparing the pod", "bootstrapping"},
-		{"Pulling engine images", "pulling_image"}, {"Downloading model weights", "downloading_model"}} {
-		add("Setup", st[0], st[1], "", "")
+	for _, st := range []struct {
+		name  string
+		phase events.Phase
+	}{{"Renting a GPU pod", events.PhaseProvisioning}, {"Preparing the pod", events.PhaseBootstrapping},
+		{"Pulling engine images", events.PhasePullingImage}, {"Downloading model weights", events.PhaseDownloadingModel}} {
+		add("Setup", st.name, st.phase, "", "")
 	}
 	n, cands := 0, 0
 	for _, e := range r.Entries {
@@ -245,22 +247,22 @@ func plan(r *Round) []Step {
 	for _, e := range r.Entries {
 		group := map[string]string{"baseline": "Baseline", "incumbent": "Incumbent", "drift_baseline": "Drift baseline"}[e.Role]
 		if e.Role == "drift_baseline" {
-			add("Scorer", "Scorer, starting the engine", "starting_engine", "scorer", "")
-			add("Scorer", "Scorer, running the shared scorer", "running_scorer", "scorer", "")
+			add("Scorer", "Scorer, starting the engine", events.PhaseStartingEngine, "scorer", "")
+			add("Scorer", "Scorer, running the shared scorer", events.PhaseRunningScorer, "scorer", "")
 		}
 		if e.Role == "candidate" {
 			n++
 			group = fmt.Sprintf("Candidate %d of %d", n, cands)
 		}
-		add(group, group+", starting the engine", "starting_engine", e.Role, e.ID)
-		add(group, group+", running SLA", "running_sla", e.Role, e.ID)
+		add(group, group+", starting the engine", events.PhaseStartingEngine, e.Role, e.ID)
+		add(group, group+", running SLA", events.PhaseRunningSLA, e.Role, e.ID)
 		if e.Role == "baseline" && !hasIncumbent {
 			// The plan keeps its shape: no incumbent is two skipped steps.
-			add("Incumbent", "Incumbent, starting the engine", "starting_engine", "incumbent", "")
-			add("Incumbent", "Incumbent, running SLA", "running_sla", "incumbent", "")
+			add("Incumbent", "Incumbent, starting the engine", events.PhaseStartingEngine, "incumbent", "")
+			add("Incumbent", "Incumbent, running SLA", events.PhaseRunningSLA, "incumbent", "")
 		}
 	}
-	add("Teardown", "Releasing the pod", "teardown", "", "")
+	add("Teardown", "Releasing the pod", events.PhaseTeardown, "", "")
 	for i := range steps {
 		steps[i].Of = len(steps)
 	}
@@ -284,61 +286,71 @@ func advance(r *Round, camp *campaign.Campaign, now time.Time, timeout time.Dura
 		}
 		st := r.Steps[i]
 		switch {
-		case st.Phase == "provisioning":
-			r.mark(i, "running", "", now)
-			r.mark(i, "done", "pod "+r.Pod+" is this arena's own: nothing to rent", now)
-		case st.Phase == "bootstrapping":
-			r.mark(i, "running", "", now)
-			r.mark(i, "done", "the pod's runner takes the round's jobs from RUNNER_JOBS", now)
-		case st.Phase == "pulling_image":
-			r.mark(i, "running", "", now)
-			r.mark(i, "done", "engine: "+camp.Engine.Command, now)
-		case st.Phase == "downloading_model":
+		case st.Phase == events.PhaseProvisioning:
+			r.mark(i, events.StepRunning, "", now)
+			r.mark(i, events.StepDone, "pod "+r.Pod+" is this arena's own: nothing to rent", now)
+		case st.Phase == events.PhaseBootstrapping:
+			r.mark(i, events.StepRunning, "", now)
+			r.mark(i, events.StepDone, "the pod's runner takes the round's jobs from RUNNER_JOBS", now)
+		case st.Phase == events.PhasePullingImage:
+			r.mark(i, events.StepRunning, "", now)
+			r.mark(i, events.StepDone, "engine: "+camp.Engine.Command, now)
+		case st.Phase == events.PhaseDownloadingModel:
 			ref := r.Entries[0].Checkpoint
-			r.mark(i, "running", "", now)
-			r.mark(i, "done", fmt.Sprintf("BF16 reference %s stored for the runner (%d bytes)", short(ref.SHA256), ref.Size), now)
+			r.mark(i, events.StepRunning, "", now)
+			r.mark(i, events.StepDone, fmt.Sprintf("BF16 reference %s stored for the runner (%d bytes)", short(ref.SHA256), ref.Size), now)
 		case st.Role == "scorer":
-			r.mark(i, "running", "", now)
-			r.mark(i, "skipped", "no shared judge engine is configured: answers are graded by the built-in graders", now)
+			r.mark(i, events.StepRunning, "", now)
+			r.mark(i, events.StepSkipped, "no shared judge engine is configured: answers are graded by the built-in graders", now)
 		case st.Role == "incumbent" && st.EntryID == "":
-			r.mark(i, "running", "", now)
-			r.mark(i, "skipped", "no incumbent yet: the campaign has no leader", now)
-		case st.Phase == "starting_engine":
+			r.mark(i, events.StepRunning, "", now)
+			r.mark(i, events.StepSkipped, "no incumbent yet: the campaign has no leader", now)
+		case st.Phase == events.PhaseStartingEngine:
 			e := r.entry(st.EntryID)
 			if e == nil {
 				// A plan names only its own entries; a state that does
 				// not is corrupt, and its step fails rather than loop.
-				r.mark(i, "failed", "the round has no entry "+st.EntryID, now)
+				r.mark(i, events.StepFailed, "the round has no entry "+st.EntryID, now)
 				continue
 			}
 			if e.Status == entryPending {
-				r.mark(i, "running", "", now)
-				request(r, e, camp, now, timeout)
+				r.mark(i, events.StepRunning, "", now)
+				if !request(r, e, camp, now, timeout) {
+					continue // disqualified: the plan moves on
+				}
 			}
 			return false
-		case st.Phase == "running_sla":
+		case st.Phase == events.PhaseRunningSLA:
 			return false // the entry's job runs; its outcome moves on
-		case st.Phase == "teardown":
-			if st.Status == "pending" {
-				r.mark(i, "running", "", now)
+		case st.Phase == events.PhaseTeardown:
+			if st.Status == events.StepPending {
+				r.mark(i, events.StepRunning, "", now)
 				by := now.Add(timeout)
 				r.ScoreBy = &by
 			}
 			return true
 		default:
-			r.mark(i, "skipped", "this service has no such step", now)
+			r.mark(i, events.StepSkipped, "this service has no such step", now)
 		}
 	}
 }
 
-// request asks the runner for e's SLA job and sets its deadline.
-func request(r *Round, e *Entry, camp *campaign.Campaign, now time.Time, timeout time.Duration) {
+// request asks the runner for e's SLA job and sets its deadline. Params
+// that do not encode disqualify the entry (job_bad_params, as the runner
+// would) and request reports false.
+func request(r *Round, e *Entry, camp *campaign.Campaign, now time.Time, timeout time.Duration) bool {
 	e.Status, e.Job = entryRunning, jobID(r.ID, e.ID)
 	deadline := now.Add(timeout)
 	e.Deadline = &deadline
-	params, _ := json.Marshal(events.SLAJobParams{Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec, KVCacheDType: e.KVCacheDType, Entry: e.ID})
-	r.emit(Effect{Job: &events.RunnerJobRequestedData{JobID: e.Job, Kind: events.JobSLA, SubmissionID: e.Submission, RoundID: r.ID,
-		Pod: r.Pod, Engine: camp.Engine.Command, Checkpoint: e.Checkpoint, Params: params}})
+	req, err := events.SLAJob.Request(events.RunnerJobRequestedData{JobID: e.Job, SubmissionID: e.Submission, RoundID: r.ID,
+		Pod: r.Pod, Engine: camp.Engine.Command, Checkpoint: e.Checkpoint},
+		events.SLAJobParams{Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec, KVCacheDType: e.KVCacheDType, Entry: e.ID})
+	if err != nil {
+		disqualify(r, e, "job_bad_params: "+err.Error(), 0, now)
+		return false
+	}
+	r.emit(Effect{Job: &req})
+	return true
 }
 
 // resume is a taken-over round starting again: the job of the entry in
@@ -358,7 +370,7 @@ func resume(r *Round, camp *campaign.Campaign, now time.Time, timeout time.Durat
 // engineHealthy records the runner's first progress past the engine's
 // start: the entry's starting_engine step is done and its SLA runs.
 func engineHealthy(r *Round, e *Entry, phase string, now time.Time) bool {
-	if e.Status != entryRunning || e.EngineUp || strings.HasPrefix(phase, "starting_engine") {
+	if e.Status != entryRunning || e.EngineUp || strings.HasPrefix(phase, string(events.PhaseStartingEngine)) {
 		return false
 	}
 	i := r.stepOf(e)
@@ -366,8 +378,8 @@ func engineHealthy(r *Round, e *Entry, phase string, now time.Time) bool {
 		return false
 	}
 	e.EngineUp = true
-	r.mark(i, "done", "engine healthy", now)
-	r.mark(i+1, "running", "", now)
+	r.mark(i, events.StepDone, "engine healthy", now)
+	r.mark(i+1, events.StepRunning, "", now)
 	return true
 }
 
@@ -384,7 +396,7 @@ func measured(r *Round, e *Entry, run events.EngineRun, gpuHours float64, now ti
 	e.Run, e.GPUHours, e.Status = &run, gpuHours, entryMeasured
 	if !e.EngineUp {
 		e.EngineUp = true
-		r.mark(i, "done", "engine healthy", now)
+		r.mark(i, events.StepDone, "engine healthy", now)
 	}
 	// The step's event carries the rates themselves, so that a reader
 	// (the round page) compares entries without parsing the detail.
@@ -393,7 +405,7 @@ func measured(r *Round, e *Entry, run events.EngineRun, gpuHours float64, now ti
 		rates[w] = wr.Rate
 	}
 	r.Steps[i+1].Rates, r.Steps[i+1].Simulated = rates, run.Simulated
-	r.mark(i+1, "done", fmt.Sprintf("serve %.1f tok/s, interactive %.1f, long_context %.1f",
+	r.mark(i+1, events.StepDone, fmt.Sprintf("serve %.1f tok/s, interactive %.1f, long_context %.1f",
 		run.Workloads["serve"].Rate, run.Workloads["interactive"].Rate, run.Workloads["long_context"].Rate), now)
 	return true
 }
@@ -412,10 +424,10 @@ func disqualify(r *Round, e *Entry, reason string, gpuHours float64, now time.Ti
 	}
 	e.Status, e.Reason, e.GPUHours = entryDisqualified, reason, gpuHours
 	if !e.EngineUp {
-		r.mark(i, "failed", reason, now)
-		r.mark(i+1, "skipped", "the engine did not start", now)
+		r.mark(i, events.StepFailed, reason, now)
+		r.mark(i+1, events.StepSkipped, "the engine did not start", now)
 	} else {
-		r.mark(i+1, "failed", reason, now)
+		r.mark(i+1, events.StepFailed, reason, now)
 	}
 	return true
 }
@@ -441,8 +453,8 @@ func fail(r *Round, reason, why string, now time.Time) bool {
 	}
 	msg := why + "; " + r.reachedText()
 	for i := range r.Steps {
-		if r.Steps[i].Status == "running" {
-			r.mark(i, "failed", reason+": "+why, now)
+		if r.Steps[i].Status == events.StepRunning {
+			r.mark(i, events.StepFailed, reason+": "+why, now)
 		}
 	}
 	r.Status = StatusFailed

@@ -45,7 +45,7 @@ func newRound(n int, incumbent bool) *Round {
 func statuses(r *Round) []string {
 	var out []string
 	for _, st := range r.Steps {
-		out = append(out, st.Status)
+		out = append(out, string(st.Status))
 	}
 	return out
 }
@@ -68,8 +68,8 @@ func TestPlan(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRound(c.candidates, c.incumbent)
 			require.Len(t, r.Steps, c.steps)
-			require.Equal(t, "provisioning", r.Steps[0].Phase)
-			require.Equal(t, "teardown", r.Steps[c.steps-1].Phase)
+			require.Equal(t, events.PhaseProvisioning, r.Steps[0].Phase)
+			require.Equal(t, events.PhaseTeardown, r.Steps[c.steps-1].Phase)
 			require.Equal(t, "Drift baseline", r.Steps[c.steps-3].Group)
 			require.Equal(t, "scorer", r.Steps[c.steps-5].Role)
 			for i, st := range r.Steps {
@@ -162,12 +162,12 @@ func TestOutcomes(t *testing.T) {
 			}
 			require.Equal(t, c.status, base.Status)
 			require.Contains(t, base.Reason, c.reason)
-			require.Equal(t, c.steps, [2]string{r.Steps[4].Status, r.Steps[5].Status})
+			require.Equal(t, c.steps, [2]string{string(r.Steps[4].Status), string(r.Steps[5].Status)})
 			// A measured entry's running_sla step carries its rates, in the
 			// state and in the step event published; another carries none.
 			var published *Step
 			for _, ef := range r.Outbox {
-				if ef.Step != nil && ef.Step.Step == 6 && ef.Step.Status != "running" {
+				if ef.Step != nil && ef.Step.Step == 6 && ef.Step.Status != events.StepRunning {
 					published = ef.Step
 				}
 			}
@@ -201,7 +201,7 @@ func TestResume(t *testing.T) {
 	base := r.entry("baseline")
 	require.True(t, base.EngineUp)
 	require.Equal(t, later.Add(time.Minute), *base.Deadline)
-	require.Equal(t, "running", r.Steps[5].Status)
+	require.Equal(t, events.StepRunning, r.Steps[5].Status)
 }
 
 func TestFailSaysHowFarTheRoundGot(t *testing.T) {
@@ -216,7 +216,7 @@ func TestFailSaysHowFarTheRoundGot(t *testing.T) {
 	require.False(t, fail(r, ReasonInterrupted, "again", t0), "a round ends once")
 	require.Equal(t, StatusFailed, r.Status)
 	require.Equal(t, "its campaign camp is no longer loaded; reached step 12 of 23: Candidate 2 of 5, running SLA", r.Failure.Message)
-	require.Equal(t, "failed", r.Steps[11].Status, "the step in flight fails")
+	require.Equal(t, events.StepFailed, r.Steps[11].Status, "the step in flight fails")
 	last := r.Outbox[len(r.Outbox)-2:]
 	require.Equal(t, ReasonInterrupted, last[0].Failed.Reason)
 	require.True(t, last[1].Release)

@@ -132,7 +132,7 @@ func publishJob(t *testing.T, ctx context.Context, b *bus.Bus, id, pod string) {
 	t.Helper()
 	req := bustest.Sample(events.RunnerJobRequested).(*events.RunnerJobRequestedData)
 	req.JobID, req.Pod = id, pod
-	_, err := b.PublishNew(ctx, id, events.RunnerJobRequested, events.Source("test"), id, req)
+	_, err := bus.Emit(ctx, b, events.Source("test"), events.Job.Requested, id, *req, bus.WithID(id))
 	require.NoError(t, err)
 }
 

@@ -71,8 +71,8 @@ func TestOutcomesReadUnderPermissions(t *testing.T) {
 			rb := connect(access.Runner)
 
 			// The job completed on a runner whose ack was lost.
-			_, err = bus.Emit(ctx, rb, events.Job.Completed, events.DeriveID("job-p1", string(events.RunnerJobCompleted)), events.Source(runner.Name), "p1",
-				events.RunnerJobCompletedData{JobID: "p1", Kind: events.JobEfficiency, SubmissionID: "sub-p1", Pod: "pod-p", Runner: "died", Result: json.RawMessage(`{}`)})
+			_, err = bus.Emit(ctx, rb, events.Source(runner.Name), events.Job.Completed, "p1",
+				events.RunnerJobCompletedData{JobID: "p1", Kind: events.JobEfficiency, SubmissionID: "sub-p1", Pod: "pod-p", Runner: "died", Result: json.RawMessage(`{}`)}, bus.CausedBy("job-p1"))
 			require.NoError(t, err)
 
 			svc, err := runner.New(ctx, rb, slog.New(slog.NewTextHandler(io.Discard, nil)), runner.Options{Pod: "pod-p", WorkDir: t.TempDir(), AckWait: 3 * time.Second})

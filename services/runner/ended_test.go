@@ -33,15 +33,15 @@ func TestJobThatEndedIsNotRunAgain(t *testing.T) {
 	cand := putCheckpoint(t, ctx, b, "U8", 1<<20)
 	src := events.Source(runner.Name)
 	completedBy := func(requestID, job string) {
-		_, err := bus.Emit(ctx, b, events.Job.Completed, events.DeriveID(requestID, string(events.RunnerJobCompleted)), src, job,
+		_, err := bus.Emit(ctx, b, src, events.Job.Completed, job,
 			events.RunnerJobCompletedData{JobID: job, Kind: events.JobEfficiency, SubmissionID: "sub-" + job, Pod: "pod-x", Runner: "died",
-				GPUHours: 0.5, Result: json.RawMessage(`{}`)})
+				GPUHours: 0.5, Result: json.RawMessage(`{}`)}, bus.CausedBy(requestID))
 		require.NoError(t, err)
 	}
 	failedBy := func(requestID, job, reason string) {
-		_, err := bus.Emit(ctx, b, events.Job.Failed, events.DeriveID(requestID, string(events.RunnerJobFailed)), src, job,
+		_, err := bus.Emit(ctx, b, src, events.Job.Failed, job,
 			events.RunnerJobFailedData{JobID: job, Kind: events.JobEfficiency, SubmissionID: "sub-" + job, Pod: "pod-x", Runner: "died",
-				Reason: reason, Message: "as stored"})
+				Reason: reason, Message: "as stored"}, bus.CausedBy(requestID))
 		require.NoError(t, err)
 	}
 	// e5's request is made again under the same id after its outcome

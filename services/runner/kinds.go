@@ -16,8 +16,8 @@ import (
 // more Register here, with its params type and its Run.
 func (s *Service) kinds() *Registry {
 	r := &Registry{}
-	Register(r, Kind[events.EfficiencyJobParams]{
-		Name:   events.JobEfficiency,
+	Register(r, Kind[events.EfficiencyJobParams, events.EfficiencyJobResult]{
+		Job:    events.EfficiencyJob,
 		Engine: func(p *events.EfficiencyJobParams, cmd string) { p.Engine.Command = cmd },
 		Fetch: func(p events.EfficiencyJobParams) []Artifact {
 			out := []Artifact{{Ref: p.Reference, What: "the campaign's BF16 reference"}}
@@ -28,16 +28,16 @@ func (s *Service) kinds() *Registry {
 		},
 		Run: s.efficiency,
 	})
-	Register(r, Kind[events.QualityJobParams]{
-		Name:   events.JobQuality,
+	Register(r, Kind[events.QualityJobParams, events.QualityJobResult]{
+		Job:    events.QualityJob,
 		Engine: func(p *events.QualityJobParams, cmd string) { p.Engine.Command = cmd },
 		Fetch: func(p events.QualityJobParams) []Artifact {
 			return []Artifact{{Ref: p.Suite, What: "the campaign's eval suite"}}
 		},
 		Run: s.quality,
 	})
-	Register(r, Kind[events.SLAJobParams]{
-		Name:   events.JobSLA,
+	Register(r, Kind[events.SLAJobParams, events.EngineRun]{
+		Job:    events.SLAJob,
 		Engine: func(p *events.SLAJobParams, cmd string) { p.Engine.Command = cmd },
 		Run:    s.sla,
 	})
@@ -52,36 +52,36 @@ func (s *Service) kinds() *Registry {
 // repeats another run's; the seed is kept in the evidence. The
 // tokenizer that counts the engine's tokens is the campaign's (its
 // reference's tokenizer.json), else the checkpoint's own.
-func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJobParams) (Result, error) {
+func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJobParams) (Result[events.EfficiencyJobResult], error) {
 	var plan *job.AuditPlan
 	if p.Audit != nil {
 		st, err := suite.Load(env.Artifacts[1])
 		if err != nil {
-			return Result{}, Fail(events.ReasonSuiteInvalid, err.Error())
+			return Result[events.EfficiencyJobResult]{}, Fail(events.ReasonSuiteInvalid, err.Error())
 		}
 		plan = job.NewAuditPlan(st, *p.Audit, rand.Uint64(), env.Artifacts[0], env.Checkpoint)
 	}
 	er, err := env.Job.Efficiency(ctx, p, env.Checkpoint, env.Artifacts[0], &refCache{kv: s.refs, pod: s.opts.Pod}, plan)
-	return Result{Value: er, Seconds: er.Seconds, Attrs: []any{"reference_cached", er.Cached}}, err
+	return Result[events.EfficiencyJobResult]{Value: er, Seconds: er.Seconds, Attrs: []any{"reference_cached", er.Cached}}, err
 }
 
 // quality answers and grades the campaign's suite, writing the graded
 // rows to quality_items as they come.
-func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParams) (Result, error) {
+func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParams) (Result[events.QualityJobResult], error) {
 	st, err := suite.Load(env.Artifacts[0])
 	if err != nil {
-		return Result{}, Fail(events.ReasonSuiteInvalid, err.Error())
+		return Result[events.QualityJobResult]{}, Fail(events.ReasonSuiteInvalid, err.Error())
 	}
 	// A machine that cannot sandbox the suite's code answers fails the
 	// job before its engine starts.
 	if err := grade.Check(ctx, st); err != nil {
-		return Result{}, sandboxFailure(err)
+		return Result[events.QualityJobResult]{}, sandboxFailure(err)
 	}
 	sim := env.Simulated()
 	qr, err := env.Job.Quality(ctx, p, env.Checkpoint, st, func(ctx context.Context, b []job.Graded) error {
 		return s.graded(ctx, env.Request, p, b, sim)
 	})
-	return Result{Value: qr, Seconds: qr.Seconds}, sandboxFailure(err)
+	return Result[events.QualityJobResult]{Value: qr, Seconds: qr.Seconds}, sandboxFailure(err)
 }
 
 // sandboxFailure turns the code grader's refusal into the job's failure:
@@ -95,12 +95,12 @@ func sandboxFailure(err error) error {
 }
 
 // sla serves one round entry through the standard workloads.
-func (s *Service) sla(ctx context.Context, env Env, p events.SLAJobParams) (Result, error) {
+func (s *Service) sla(ctx context.Context, env Env, p events.SLAJobParams) (Result[events.EngineRun], error) {
 	kv := p.KVCacheDType
 	if kv == "" {
 		kv = "auto"
 	}
 	sr, err := env.Job.Serve(ctx, job.Launch{Run: p.Entry, Command: p.Engine.Command, Checkpoint: env.Checkpoint, KVCacheDType: kv,
 		MaxNumSeqs: p.Engine.MaxNumSeqs}, job.Workloads(p.Workload))
-	return Result{Value: sr, Seconds: sr.Seconds}, err
+	return Result[events.EngineRun]{Value: sr, Seconds: sr.Seconds}, err
 }

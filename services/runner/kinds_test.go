@@ -49,7 +49,7 @@ func TestJobsTheRunnerRefuses(t *testing.T) {
 	} {
 		t.Run(tc.id, func(t *testing.T) {
 			req := events.RunnerJobRequestedData{JobID: tc.id, Kind: tc.kind, SubmissionID: "sub-" + tc.id, Engine: command(""), Checkpoint: cand, Params: tc.params}
-			_, err := bus.Emit(ctx, b, events.Job.Requested, "job-"+tc.id, events.Source("test"), tc.id, req)
+			_, err := bus.Emit(ctx, b, events.Source("test"), events.Job.Requested, tc.id, req, bus.WithID("job-"+tc.id))
 			require.NoError(t, err)
 
 			e := bustest.Await(t, b, "arena.runner.job.failed."+tc.kind+"."+tc.id, events.RunnerJobFailed)

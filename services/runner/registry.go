@@ -12,14 +12,17 @@ import (
 )
 
 // Kind is how the runner runs one job kind, P being the type of its
-// params. A kind is registered once (see Register and kinds); Handle
-// looks a job's kind up and does the rest the same way for every kind:
-// started, the checkpoint and Fetch's bundles fetched, Run, then
+// params and R of its result, both bound by the kind in the catalogue
+// (events.JobKind) to the types the stages that ask for it and read its
+// outcome use. A kind is registered once (see Register and kinds);
+// Handle looks a job's kind up and does the rest the same way for every
+// kind: started, the checkpoint and Fetch's bundles fetched, Run, then
 // completed or failed.
-type Kind[P any] struct {
-	// Name is the job kind on the queue ("efficiency"), in the job's
-	// payload and in its outcome subjects.
-	Name string
+type Kind[P, R any] struct {
+	// Job is the kind in the catalogue: its name on the queue
+	// ("efficiency"), in the job's payload and in its outcome subjects,
+	// and the codec of its params and result.
+	Job events.JobKind[P, R]
 	// Engine completes the decoded params with the engine command the
 	// request carries apart from them (nil: the kind has no engine).
 	Engine func(p *P, command string)
@@ -29,7 +32,7 @@ type Kind[P any] struct {
 	// Run runs the job. Its Result's Seconds count on failure too. A
 	// *Failure, an engine.Failure or a loadgen.Error fails the job (an
 	// ack); any other error hands it back (a retry).
-	Run func(ctx context.Context, env Env, p P) (Result, error)
+	Run func(ctx context.Context, env Env, p P) (Result[R], error)
 }
 
 // Artifact is a bundle a job needs beside its checkpoint.
@@ -56,10 +59,10 @@ type Env struct {
 // Simulated reports whether the job runs without NVML.
 func (e Env) Simulated() bool { return e.Job.NVML == nil }
 
-// Result is what a job's run yields.
-type Result struct {
+// Result is what a job's run yields, R being its kind's result type.
+type Result[R any] struct {
 	// Value is the job's result: runner.job.completed's result field.
-	Value any
+	Value R
 	// Seconds is the GPU time the run took.
 	Seconds float64
 	// Attrs are extra attributes of the completion's log line.
@@ -98,22 +101,33 @@ type prepare func(req events.RunnerJobRequestedData) (prepared, error)
 
 type prepared struct {
 	fetch []Artifact
-	run   func(ctx context.Context, env Env) (Result, error)
+	run   func(ctx context.Context, env Env) (ran, error)
+}
+
+// ran is a job's run as Handle sees it, whatever its kind: its Result
+// with the value encoded by the kind (Body), or the encoding's error
+// (Unencodable) for a run that succeeded.
+type ran struct {
+	Seconds     float64
+	Attrs       []any
+	Body        json.RawMessage
+	Unencodable error
 }
 
 // Register adds k to r. A kind registered twice is a programming error
 // and panics.
-func Register[P any](r *Registry, k Kind[P]) {
+func Register[P, R any](r *Registry, k Kind[P, R]) {
 	if r.kinds == nil {
 		r.kinds = map[string]prepare{}
 	}
-	if _, dup := r.kinds[k.Name]; dup || k.Name == "" || k.Run == nil {
-		panic(fmt.Sprintf("runner: job kind %q registered twice, unnamed or without Run", k.Name))
+	name := k.Job.Name
+	if _, dup := r.kinds[name]; dup || name == "" || k.Run == nil {
+		panic(fmt.Sprintf("runner: job kind %q registered twice, unnamed or without Run", name))
 	}
-	r.names = append(r.names, k.Name)
-	r.kinds[k.Name] = func(req events.RunnerJobRequestedData) (prepared, error) {
-		var p P
-		if err := json.Unmarshal(req.Params, &p); err != nil {
+	r.names = append(r.names, name)
+	r.kinds[name] = func(req events.RunnerJobRequestedData) (prepared, error) {
+		p, err := k.Job.Params(req)
+		if err != nil {
 			return prepared{}, err
 		}
 		if k.Engine != nil {
@@ -123,7 +137,15 @@ func Register[P any](r *Registry, k Kind[P]) {
 		if k.Fetch != nil {
 			fetch = k.Fetch(p)
 		}
-		return prepared{fetch: fetch, run: func(ctx context.Context, env Env) (Result, error) { return k.Run(ctx, env, p) }}, nil
+		run := func(ctx context.Context, env Env) (ran, error) {
+			res, err := k.Run(ctx, env, p)
+			out := ran{Seconds: res.Seconds, Attrs: res.Attrs}
+			if err == nil {
+				out.Body, out.Unencodable = k.Job.Encode(res.Value)
+			}
+			return out, err
+		}
+		return prepared{fetch: fetch, run: run}, nil
 	}
 }
 

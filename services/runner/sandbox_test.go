@@ -49,7 +49,7 @@ func TestQualityJobWithoutSandbox(t *testing.T) {
 	startRunner(t, ctx, b, nil, "pod-s")
 
 	req := events.RunnerJobRequestedData{JobID: "s1", Kind: events.JobQuality, SubmissionID: "sub-s1", Engine: command(""), Checkpoint: cand, Params: params}
-	_, err = bus.Emit(ctx, b, events.Job.Requested, "job-s1", events.Source("test"), "s1", req)
+	_, err = bus.Emit(ctx, b, events.Source("test"), events.Job.Requested, "s1", req, bus.WithID("job-s1"))
 	require.NoError(t, err)
 
 	e := bustest.Await(t, b, outcomes(events.JobQuality, "s1"), events.RunnerJobCompleted, events.RunnerJobFailed)

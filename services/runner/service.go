@@ -266,7 +266,7 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 		req.Kind, req.JobID, dl.Deliveries, clip(last, 2048), events.SubjectRootDLQ, Name)
 	data := events.RunnerJobFailedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
 		Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: events.ReasonJobAbandoned, Message: msg}
-	if _, err := bus.Emit(ctx, s.bus, events.Job.Failed, events.DeriveID(dl.Event.ID(), string(events.RunnerJobFailed)), events.Source(Name), req.JobID, data); err != nil {
+	if _, err := bus.Emit(ctx, s.bus, events.Source(Name), events.Job.Failed, req.JobID, data, bus.CausedBy(dl.Event.ID())); err != nil {
 		return fmt.Errorf("runner: publish the abandoned job %s: %w", req.JobID, err)
 	}
 	s.log.Warn("job abandoned", "job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "round", req.RoundID, "deliveries", dl.Deliveries, "last", last)
@@ -430,7 +430,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 			GPU: gpu, GPUIndex: gpuIndex}
 		// On arena.runner.job.failed.<kind>.<job> (the bus reads the kind
 		// from the payload).
-		if _, err := bus.Emit(ctx, s.bus, events.Job.Failed, events.DeriveID(d.Event.ID(), string(events.RunnerJobFailed)), src, req.JobID, data); err != nil {
+		if _, err := bus.Emit(ctx, s.bus, src, events.Job.Failed, req.JobID, data, bus.CausedBy(d.Event.ID())); err != nil {
 			return bus.Retry(0, err)
 		}
 		return bus.Ack()
@@ -446,8 +446,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 	started := events.RunnerJobStartedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
 		Pod: s.opts.Pod, Runner: s.opts.Runner, GPU: gpu, Simulated: s.opts.Job.NVML == nil, GPUIndex: gpuIndex}
-	if _, err := bus.Emit(ctx, s.bus, events.Job.Started, events.DeriveID(d.Event.ID(), string(events.RunnerJobStarted), fmt.Sprint(d.NumDelivered)),
-		src, req.JobID, started); err != nil {
+	if _, err := bus.Emit(ctx, s.bus, src, events.Job.Started, req.JobID, started, bus.CausedBy(d.Event.ID(), fmt.Sprint(d.NumDelivered))); err != nil {
 		return bus.Retry(0, err)
 	}
 	s.log.Info("job started", "job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "delivery", d.NumDelivered)
@@ -461,8 +460,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		stepMu.Unlock()
 		prog := events.RunnerJobProgressData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
 			Phase: phase, Done: done, Total: total, Unit: unit}
-		if _, err := bus.Emit(ctx, s.bus, events.Job.Progress, events.DeriveID(d.Event.ID(), string(events.RunnerJobProgress), fmt.Sprint(d.NumDelivered), fmt.Sprint(n)),
-			src, req.JobID, prog); err != nil && ctx.Err() == nil {
+		if _, err := bus.Emit(ctx, s.bus, src, events.Job.Progress, req.JobID, prog, bus.CausedBy(d.Event.ID(), fmt.Sprint(d.NumDelivered), fmt.Sprint(n))); err != nil && ctx.Err() == nil {
 			s.log.Warn("progress not published", "job", req.JobID, "err", err)
 		}
 	}
@@ -541,15 +539,14 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	case err != nil:
 		return bus.Retry(0, err)
 	}
-	body, err := json.Marshal(res.Value)
-	if err != nil {
-		return bus.Poison("result_unencodable", err)
+	if res.Unencodable != nil {
+		return bus.Poison("result_unencodable", res.Unencodable)
 	}
 	done := events.RunnerJobCompletedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: body, CheckpointDigest: req.Checkpoint.SHA256,
+		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: res.Body, CheckpointDigest: req.Checkpoint.SHA256,
 		GPU: gpu, GPUIndex: gpuIndex}
 	// On arena.runner.job.completed.<kind>.<job>.
-	if _, err := bus.Emit(ctx, s.bus, events.Job.Completed, events.DeriveID(d.Event.ID(), string(events.RunnerJobCompleted)), src, req.JobID, done); err != nil {
+	if _, err := bus.Emit(ctx, s.bus, src, events.Job.Completed, req.JobID, done, bus.CausedBy(d.Event.ID())); err != nil {
 		return bus.Retry(0, err)
 	}
 	s.log.Info("job completed", append([]any{"job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "gpu_hours", done.GPUHours}, res.Attrs...)...)

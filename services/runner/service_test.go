@@ -89,7 +89,7 @@ func request(t *testing.T, ctx context.Context, b *bus.Bus, id string, cand, ref
 		KVCacheDType: "fp8", Reference: ref, BudgetFactor: 1.02})
 	require.NoError(t, err)
 	req := events.RunnerJobRequestedData{JobID: id, Kind: events.JobEfficiency, SubmissionID: "sub-" + id, Engine: cmd, Checkpoint: cand, Params: p}
-	_, err = b.PublishNew(ctx, "job-"+id, events.RunnerJobRequested, events.Source("test"), id, req)
+	_, err = bus.Emit(ctx, b, events.Source("test"), events.Job.Requested, id, req, bus.WithID("job-"+id))
 	require.NoError(t, err)
 }
 

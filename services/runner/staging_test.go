@@ -94,7 +94,7 @@ func slaJob(t *testing.T, ctx context.Context, b *bus.Bus, id string, cand event
 		Workload: events.WorkloadSpec{RequestsPerSlot: 1, MaxTokens: 8, PromptWords: 16, LongPromptWords: 64}})
 	require.NoError(t, err)
 	req := events.RunnerJobRequestedData{JobID: id, Kind: events.JobSLA, SubmissionID: "sub-" + id, Engine: command(""), Checkpoint: cand, Params: p}
-	_, err = b.PublishNew(ctx, "job-"+id, events.RunnerJobRequested, events.Source("test"), id, req)
+	_, err = bus.Emit(ctx, b, events.Source("test"), events.Job.Requested, id, req, bus.WithID("job-"+id))
 	require.NoError(t, err)
 }
 

@@ -27,8 +27,7 @@ func (s *Service) score(ctx context.Context, id string, j joined, p policy.Polic
 	if err := s.insert(ctx, id, *j.Submission, out); err != nil {
 		return err
 	}
-	if _, err := bus.Emit(ctx, s.bus, events.Score.Completed, events.DeriveID(id, string(events.ScoreCompleted), p.Version),
-		events.Source(Name), id, out); err != nil {
+	if _, err := bus.Emit(ctx, s.bus, events.Source(Name), events.Score.Completed, id, out, bus.CausedBy(id, p.Version)); err != nil {
 		return err
 	}
 	ds, reason := out.DevScore, ""
@@ -42,8 +41,7 @@ func (s *Service) score(ctx context.Context, id string, j joined, p policy.Polic
 // refuse publishes score.failed with r.
 func (s *Service) refuse(ctx context.Context, id string, p policy.Policy, r *stage.Refusal) error {
 	data := events.StageFailedData{SubmissionID: id, Stage: Name, Reason: r.Code, Message: r.Message, Detail: r.Detail}
-	if _, err := bus.Emit(ctx, s.bus, events.Score.Failed, events.DeriveID(id, string(events.ScoreFailed), p.Version),
-		events.Source(Name), id, data); err != nil {
+	if _, err := bus.Emit(ctx, s.bus, events.Source(Name), events.Score.Failed, id, data, bus.CausedBy(id, p.Version)); err != nil {
 		return err
 	}
 	s.log.Info("not scored", "submission", id, "policy", p.Version, "reason", r.Code, "message", r.Message)

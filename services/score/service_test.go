@@ -67,7 +67,7 @@ func submit(t *testing.T, ctx context.Context, b *bus.Bus, id, participant, spli
 	d := *bustest.Sample(events.SubmissionReceived).(*events.SubmissionReceivedData)
 	d.SubmissionID, d.Participant, d.Split, d.TaskID = id, participant, split, "tiny"
 	d.Solution.Method = "FP8"
-	_, err := bus.Emit(ctx, b, events.Submission.Received, "r-"+id, events.Source("gateway"), id, d)
+	_, err := bus.Emit(ctx, b, events.Source("gateway"), events.Submission.Received, id, d, bus.WithID("r-"+id))
 	require.NoError(t, err)
 }
 
@@ -95,11 +95,11 @@ func outcomes(t *testing.T, ctx context.Context, b *bus.Bus, id, prefix string,
 	c events.ContractCompletedData, q events.QualityCompletedData, e events.EfficiencyCompletedData) {
 	t.Helper()
 	c.SubmissionID, q.SubmissionID, e.SubmissionID = id, id, id
-	_, err := bus.Emit(ctx, b, events.Contract.Completed, prefix+"c", events.Source("contract"), id, c)
+	_, err := bus.Emit(ctx, b, events.Source("contract"), events.Contract.Completed, id, c, bus.WithID(prefix+"c"))
 	require.NoError(t, err)
-	_, err = bus.Emit(ctx, b, events.Quality.Completed, prefix+"q", events.Source("quality"), id, q)
+	_, err = bus.Emit(ctx, b, events.Source("quality"), events.Quality.Completed, id, q, bus.WithID(prefix+"q"))
 	require.NoError(t, err)
-	_, err = bus.Emit(ctx, b, events.Efficiency.Completed, prefix+"e", events.Source("efficiency"), id, e)
+	_, err = bus.Emit(ctx, b, events.Source("efficiency"), events.Efficiency.Completed, id, e, bus.WithID(prefix+"e"))
 	require.NoError(t, err)
 }
 
@@ -130,9 +130,9 @@ func TestRestartBetweenOutcomesScoresOnce(t *testing.T) {
 
 	c, q, e := inputs()
 	stop := start(t, ctx, b, st)
-	_, err := bus.Emit(ctx, b, events.Contract.Completed, "c1", events.Source("contract"), "s1", c)
+	_, err := bus.Emit(ctx, b, events.Source("contract"), events.Contract.Completed, "s1", c, bus.WithID("c1"))
 	require.NoError(t, err)
-	_, err = bus.Emit(ctx, b, events.Quality.Completed, "q1", events.Source("quality"), "s1", q)
+	_, err = bus.Emit(ctx, b, events.Source("quality"), events.Quality.Completed, "s1", q, bus.WithID("q1"))
 	require.NoError(t, err)
 	in, err := b.JetStream().KeyValue(ctx, bus.BucketScoreInputs)
 	require.NoError(t, err)
@@ -145,7 +145,7 @@ func TestRestartBetweenOutcomesScoresOnce(t *testing.T) {
 	stop = start(t, ctx, b, st)
 	defer stop()
 	for _, id := range []string{"e1", "e2"} {
-		_, err = bus.Emit(ctx, b, events.Efficiency.Completed, id, events.Source("efficiency"), "s1", e)
+		_, err = bus.Emit(ctx, b, events.Source("efficiency"), events.Efficiency.Completed, "s1", e, bus.WithID(id))
 		require.NoError(t, err)
 	}
 	ev := bustest.Await(t, b, "arena.score.completed.s1", events.ScoreCompleted)
@@ -249,9 +249,9 @@ func TestJoinWithoutSubmissionReadsItFromTheStream(t *testing.T) {
 	submit(t, ctx, b, "s3", "p3", "dev")
 	c, q, e := inputs()
 	c.SubmissionID, q.SubmissionID = "s3", "s3"
-	_, err = bus.Emit(ctx, b, events.Contract.Completed, "s3-c", events.Source("contract"), "s3", c)
+	_, err = bus.Emit(ctx, b, events.Source("contract"), events.Contract.Completed, "s3", c, bus.WithID("s3-c"))
 	require.NoError(t, err)
-	_, err = bus.Emit(ctx, b, events.Quality.Completed, "s3-q", events.Source("quality"), "s3", q)
+	_, err = bus.Emit(ctx, b, events.Source("quality"), events.Quality.Completed, "s3", q, bus.WithID("s3-q"))
 	require.NoError(t, err)
 	// That durable joins the two outcomes; it never saw the submission.
 	for range 2 {
@@ -268,7 +268,7 @@ func TestJoinWithoutSubmissionReadsItFromTheStream(t *testing.T) {
 	// The stage takes that durable over from where it was.
 	defer start(t, ctx, b, st)()
 	e.SubmissionID = "s3"
-	_, err = bus.Emit(ctx, b, events.Efficiency.Completed, "s3-e", events.Source("efficiency"), "s3", e)
+	_, err = bus.Emit(ctx, b, events.Source("efficiency"), events.Efficiency.Completed, "s3", e, bus.WithID("s3-e"))
 	require.NoError(t, err)
 	ev := bustest.Await(t, b, "arena.score.*.s3", events.ScoreCompleted, events.ScoreFailed)
 	require.Equal(t, string(events.ScoreCompleted), ev.Type())
@@ -355,7 +355,7 @@ func TestStanding(t *testing.T) {
 	c, q, e := inputs()
 	ref := events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "manifest.json", SHA256: strings.Repeat("d", 64)}
 	c.SubmissionID, c.TaskID, c.Artifact, c.BundleDigest, c.KVCacheDType = "s4", "tiny", &ref, ref.SHA256, "fp8_e4m3"
-	_, err = bus.Emit(ctx, b, events.Contract.Completed, "s4-c", events.Source("contract"), "s4", c)
+	_, err = bus.Emit(ctx, b, events.Source("contract"), events.Contract.Completed, "s4", c, bus.WithID("s4-c"))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		standing, err = ask("s4")
@@ -368,9 +368,9 @@ func TestStanding(t *testing.T) {
 	require.Nil(t, standing.Score)
 
 	q.SubmissionID, e.SubmissionID = "s4", "s4"
-	_, err = bus.Emit(ctx, b, events.Quality.Completed, "s4-q", events.Source("quality"), "s4", q)
+	_, err = bus.Emit(ctx, b, events.Source("quality"), events.Quality.Completed, "s4", q, bus.WithID("s4-q"))
 	require.NoError(t, err)
-	_, err = bus.Emit(ctx, b, events.Efficiency.Completed, "s4-e", events.Source("efficiency"), "s4", e)
+	_, err = bus.Emit(ctx, b, events.Source("efficiency"), events.Efficiency.Completed, "s4", e, bus.WithID("s4-e"))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		standing, err = ask("s4")

@@ -207,7 +207,7 @@ func (f *follower) event(ctx context.Context, ev event.Event) {
 	case spec.Type == events.RoundStep:
 		line := fmt.Sprintf("%s  %s  %s", at, ev.Subject(), gist(ev))
 		step, of := num("step"), num("of")
-		if str("status") == "running" {
+		if str("status") == string(events.StepRunning) {
 			f.t.Progress("round "+ev.Subject(), line, percent(step, of), false)
 			return
 		}

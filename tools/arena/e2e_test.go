@@ -758,7 +758,7 @@ func TestArenaEndToEnd(t *testing.T) {
 	// the pod forever, and a new round on the same pod completes.
 	rid := lastWord(arena(t, "round", "start", "--campaign", examples.TaskID, "--candidates", id, "--nats", up2.natsURL).stdout)
 	require.True(t, strings.HasPrefix(rid, "round-"), rid)
-	awaitStep(t, up2.natsURL, rid, "running_sla", "running")
+	awaitStep(t, up2.natsURL, rid, events.PhaseRunningSLA, events.StepRunning)
 	require.NoError(t, up2.cmd.Process.Signal(syscall.SIGKILL))
 	<-up2.exited
 	up3 := startUp(t, data, "--runner-ack-wait", "5s")
@@ -792,7 +792,7 @@ func TestArenaEndToEnd(t *testing.T) {
 
 // awaitStep waits until the round has published a step of phase with
 // status (a bound on the wait, not a speed assertion).
-func awaitStep(t *testing.T, natsURL, roundID, phase, status string) {
+func awaitStep(t *testing.T, natsURL, roundID string, phase events.Phase, status events.StepStatus) {
 	t.Helper()
 	nc := connectAs(t, natsURL, app.AuthFromEnv(), access.Operator)
 	defer nc.Close()

@@ -223,7 +223,7 @@ func submit(ctx context.Context, c *client, p *packed, progress io.Writer) (stri
 	if p.ref != nil {
 		data.Reference = &events.CheckpointReference{Repository: p.repo.Base.String(), Revision: p.ref.Revision, Files: len(p.ref.Files), Bytes: p.ref.Bytes()}
 	}
-	if _, err := b.PublishNew(ctx, events.DeriveID(id, string(events.SubmissionReceived)), events.SubmissionReceived, events.Source("cli"), id, data); err != nil {
+	if _, err := bus.Emit(ctx, b, events.Source("cli"), events.Submission.Received, id, data, bus.CausedBy(id)); err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
 	return id, nil

@@ -115,7 +115,7 @@ func (c *Cluster) CheckRows(ctx context.Context, l Ledger, jobs map[string]*JobR
 		case events.Type(e.Type) == events.RoundStep:
 			var st events.RoundStepData
 			_ = json.Unmarshal(e.Data, &st)
-			if st.Status != "running" && st.StartedAt != nil && st.FinishedAt != nil {
+			if st.Status != events.StepRunning && st.StartedAt != nil && st.FinishedAt != nil {
 				want(rounds, fmt.Sprintf("%s/%d", e.Subject, st.Step), "round_steps")
 			}
 		}

@@ -339,7 +339,7 @@ func (a *API) publish(ctx context.Context, id, who string, in *bundle.Inspection
 		}
 		data.Reference = &events.CheckpointReference{Repository: repo.Base.String(), Revision: ref.Revision, Files: len(ref.Files), Bytes: ref.Bytes()}
 	}
-	if _, err := a.o.Bus.PublishNew(ctx, events.DeriveID(id, string(events.SubmissionReceived)), events.SubmissionReceived, events.Source("gateway"), id, data); err != nil {
+	if _, err := bus.Emit(ctx, a.o.Bus, events.Source("gateway"), events.Submission.Received, id, data, bus.CausedBy(id)); err != nil {
 		return data, fmt.Errorf("api: publish submission %s: %w", id, err)
 	}
 	return data, nil

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/services/gateway/rounds"
 )
 
@@ -74,15 +75,15 @@ type StepRow struct {
 }
 
 // descriptions say what each phase does in this arena.
-var descriptions = map[string]string{
-	"provisioning":      "Getting a GPU pod for the round.",
-	"bootstrapping":     "Making the pod's runner ready for the round's jobs.",
-	"pulling_image":     "Fetching the engine the campaign serves.",
-	"downloading_model": "Staging the campaign's BF16 reference for the runner.",
-	"starting_engine":   "Loading weights and waiting for the server to answer.",
-	"running_sla":       "Serving the three workloads under the campaign's latency objectives.",
-	"running_scorer":    "Grading answers with the shared judge engine.",
-	"teardown":          "Releasing the pod.",
+var descriptions = map[events.Phase]string{
+	events.PhaseProvisioning:     "Getting a GPU pod for the round.",
+	events.PhaseBootstrapping:    "Making the pod's runner ready for the round's jobs.",
+	events.PhasePullingImage:     "Fetching the engine the campaign serves.",
+	events.PhaseDownloadingModel: "Staging the campaign's BF16 reference for the runner.",
+	events.PhaseStartingEngine:   "Loading weights and waiting for the server to answer.",
+	events.PhaseRunningSLA:       "Serving the three workloads under the campaign's latency objectives.",
+	events.PhaseRunningScorer:    "Grading answers with the shared judge engine.",
+	events.PhaseTeardown:         "Releasing the pod.",
 }
 
 // LogTailMarker separates a failure's sentence from its engine's log
@@ -106,11 +107,11 @@ func NewRound(v rounds.View, owners map[string]Owner, now time.Time) *Round {
 	var prev *time.Time
 	var group *StepGroup
 	for _, st := range v.Steps {
-		ended := st.Status == rounds.StepDone || st.Status == rounds.StepFailed || st.Status == rounds.StepSkipped
+		ended := st.Status.Ended()
 		if ended {
 			p.Done++
 		}
-		if st.Status == rounds.StepRunning && p.Current == "" {
+		if st.Status == events.StepRunning && p.Current == "" {
 			p.Current = fmt.Sprintf("step %d of %d: %s", st.Step, st.Of, st.Name)
 		}
 		p.Simulated = p.Simulated || st.Simulated
@@ -126,7 +127,7 @@ func NewRound(v rounds.View, owners map[string]Owner, now time.Time) *Round {
 			}
 			prev = st.FinishedAt
 			row.Took = Between(st.StartedAt, st.FinishedAt)
-		} else if st.StartedAt != nil && st.Status == rounds.StepRunning {
+		} else if st.StartedAt != nil && st.Status == events.StepRunning {
 			row.Took = Span(now.Sub(*st.StartedAt)) + " so far"
 		}
 		name := nonEmpty(st.Group, "Pending")
@@ -190,9 +191,9 @@ func (p *Round) entries(owners map[string]Owner, now time.Time) {
 			order = append(order, st.EntryID)
 		}
 		switch st.Phase {
-		case "starting_engine":
+		case events.PhaseStartingEngine:
 			e.start = st
-		case "running_sla":
+		case events.PhaseRunningSLA:
 			e.sla = st
 		}
 	}
@@ -213,15 +214,15 @@ func (p *Round) entries(owners map[string]Owner, now time.Time) {
 			row.Owner = &o
 		}
 		switch {
-		case e.sla != nil && e.sla.Status == rounds.StepDone:
+		case e.sla != nil && e.sla.Status == events.StepDone:
 			row.Status = "measured"
-		case (e.sla != nil && e.sla.Status == rounds.StepFailed) || (e.start != nil && e.start.Status == rounds.StepFailed):
+		case (e.sla != nil && e.sla.Status == events.StepFailed) || (e.start != nil && e.start.Status == events.StepFailed):
 			row.Status = "disqualified"
-		case (e.start != nil && e.start.Status == rounds.StepRunning) || (e.sla != nil && e.sla.Status == rounds.StepRunning):
+		case (e.start != nil && e.start.Status == events.StepRunning) || (e.sla != nil && e.sla.Status == events.StepRunning):
 			row.Status = "running"
 		}
 		for _, st := range []*rounds.Step{e.start, e.sla} {
-			if st != nil && st.Status == rounds.StepFailed && row.Reason == "" {
+			if st != nil && st.Status == events.StepFailed && row.Reason == "" {
 				row.Reason = st.Detail
 			}
 		}
@@ -272,10 +273,10 @@ func (p *Round) entries(owners map[string]Owner, now time.Time) {
 }
 
 func endOf(start, sla *rounds.Step) *time.Time {
-	if sla != nil && sla.FinishedAt != nil && sla.Status != rounds.StepSkipped {
+	if sla != nil && sla.FinishedAt != nil && sla.Status != events.StepSkipped {
 		return sla.FinishedAt
 	}
-	if start != nil && start.Status == rounds.StepFailed {
+	if start != nil && start.Status == events.StepFailed {
 		return start.FinishedAt
 	}
 	return nil

@@ -20,7 +20,9 @@ var r0 = time.Date(2026, 9, 17, 12, 46, 0, 0, time.UTC)
 // plan is a round's plan as the round service lays it out for two
 // candidates and no incumbent: 17 steps.
 type planStep struct {
-	group, name, phase, role, entry string
+	group, name string
+	phase       events.Phase
+	role, entry string
 }
 
 func roundPlan() []planStep {
@@ -42,7 +44,7 @@ func roundPlan() []planStep {
 }
 
 type stepOutcome struct {
-	status string
+	status events.StepStatus
 	detail string
 	rates  map[string]float64
 	took   time.Duration
@@ -181,7 +183,7 @@ func TestRoundComplete(t *testing.T) {
 	has(t, page, "Serving the three workloads under the campaign&#39;s latency objectives.")
 	// A failed step's engine log tail is apart from its sentence, folded.
 	failed := p.Groups[4].Steps[0]
-	require.Equal(t, "failed", failed.Status)
+	require.Equal(t, events.StepFailed, failed.Status)
 	require.Equal(t, "engine_oom: engine died before becoming healthy (last error: [Errno 111] Connection refused)", failed.Detail)
 	require.Equal(t, tail, failed.LogTail)
 	step := page[strings.Index(page, `<li class="step" data-step="11"`):]

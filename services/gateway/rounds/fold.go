@@ -25,16 +25,6 @@ const (
 	StatusFailed   = "failed"
 )
 
-// Step statuses of a view; a step announced by round.started and not yet
-// reported is pending.
-const (
-	StepPending = "pending"
-	StepRunning = "running"
-	StepDone    = "done"
-	StepFailed  = "failed"
-	StepSkipped = "skipped"
-)
-
 // View is one round as the page shows it.
 type View struct {
 	RoundID    string   `json:"round_id"`
@@ -58,17 +48,19 @@ type View struct {
 
 // Step is one step of a round's plan.
 type Step struct {
-	Step       int        `json:"step"`
-	Of         int        `json:"of"`
-	Group      string     `json:"group,omitempty"`
-	Name       string     `json:"name,omitempty"`
-	Phase      string     `json:"phase,omitempty"`
-	Role       string     `json:"role,omitempty"`
-	EntryID    string     `json:"entry_id,omitempty"`
-	Status     string     `json:"status"`
-	StartedAt  *time.Time `json:"started_at,omitempty"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
-	Detail     string     `json:"detail,omitempty"`
+	Step    int          `json:"step"`
+	Of      int          `json:"of"`
+	Group   string       `json:"group,omitempty"`
+	Name    string       `json:"name,omitempty"`
+	Phase   events.Phase `json:"phase,omitempty"`
+	Role    string       `json:"role,omitempty"`
+	EntryID string       `json:"entry_id,omitempty"`
+	// Status is the step's (events.StepStatus); a step announced by
+	// round.started and not yet reported is pending.
+	Status     events.StepStatus `json:"status"`
+	StartedAt  *time.Time        `json:"started_at,omitempty"`
+	FinishedAt *time.Time        `json:"finished_at,omitempty"`
+	Detail     string            `json:"detail,omitempty"`
 	// Rates are the entry's output tokens per second by workload once
 	// its SLA was measured; Simulated says they came from a simulation.
 	Rates     map[string]float64 `json:"rates,omitempty"`
@@ -87,7 +79,7 @@ const maxSteps = 4096
 // stepRank orders step statuses. A step only moves to a higher rank, so
 // a redelivered or out-of-order step event never moves it back; the end
 // states share a rank, so the first end wins.
-var stepRank = map[string]int{StepPending: 0, StepRunning: 1, StepDone: 2, StepFailed: 2, StepSkipped: 2}
+var stepRank = map[events.StepStatus]int{events.StepPending: 0, events.StepRunning: 1, events.StepDone: 2, events.StepFailed: 2, events.StepSkipped: 2}
 
 // roundRank orders round statuses in the same way.
 var roundRank = map[string]int{StatusRunning: 0, StatusComplete: 1, StatusFailed: 1}
@@ -177,7 +169,7 @@ func started(v *View, d events.RoundStartedData, at time.Time) error {
 // step folds one step event: the step moves forward only.
 func step(v *View, d events.RoundStepData) error {
 	rank, ok := stepRank[d.Status]
-	if !ok || d.Status == StepPending {
+	if !ok || d.Status == events.StepPending {
 		return fmt.Errorf("step status %q", d.Status)
 	}
 	if d.Step < 1 || d.Step > maxSteps || d.Of > maxSteps {
@@ -206,7 +198,7 @@ func step(v *View, d events.RoundStepData) error {
 // grow makes v hold at least n steps, the new ones pending.
 func grow(v *View, n int) {
 	for i := len(v.Steps); i < n; i++ {
-		v.Steps = append(v.Steps, Step{Step: i + 1, Of: n, Status: StepPending})
+		v.Steps = append(v.Steps, Step{Step: i + 1, Of: n, Status: events.StepPending})
 	}
 	for i := range v.Steps {
 		if v.Steps[i].Name == "" && v.Steps[i].Of < n {

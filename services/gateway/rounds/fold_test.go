@@ -36,15 +36,15 @@ func startedEv(t *testing.T) event.Event {
 		Incumbent: "sub-0", Candidates: []string{"sub-1"}, Steps: 3})
 }
 
-func stepEv(t *testing.T, n int, status string, start, end *time.Time) event.Event {
+func stepEv(t *testing.T, n int, status events.StepStatus, start, end *time.Time) event.Event {
 	return mk(t, events.Round.Step, fmt.Sprintf("step-%d-%s", n, status), events.RoundStepData{RoundID: rid, Step: n, Of: 3,
 		Group: "sla", Name: fmt.Sprintf("serve entry %d", n), Phase: "serve", Role: "candidate", EntryID: fmt.Sprintf("candidate-%d", n),
-		Status: status, StartedAt: start, FinishedAt: end, Rates: ratesOf(status), Simulated: status == StepDone})
+		Status: status, StartedAt: start, FinishedAt: end, Rates: ratesOf(status), Simulated: status == events.StepDone})
 }
 
 // ratesOf is what a step of status carries: rates once done.
-func ratesOf(status string) map[string]float64 {
-	if status != StepDone {
+func ratesOf(status events.StepStatus) map[string]float64 {
+	if status != events.StepDone {
 		return nil
 	}
 	return map[string]float64{"serve": 2800.5, "interactive": 293.7}
@@ -60,22 +60,22 @@ func failedEv(t *testing.T) event.Event {
 }
 
 // viewStep is the view of step n as stepEv reports it.
-func viewStep(n int, status string, start, end *time.Time) Step {
+func viewStep(n int, status events.StepStatus, start, end *time.Time) Step {
 	return Step{Step: n, Of: 3, Group: "sla", Name: fmt.Sprintf("serve entry %d", n), Phase: "serve", Role: "candidate",
-		EntryID: fmt.Sprintf("candidate-%d", n), Status: status, StartedAt: start, FinishedAt: end, Rates: ratesOf(status), Simulated: status == StepDone}
+		EntryID: fmt.Sprintf("candidate-%d", n), Status: status, StartedAt: start, FinishedAt: end, Rates: ratesOf(status), Simulated: status == events.StepDone}
 }
 
-func pending(n int) Step { return Step{Step: n, Of: 3, Status: StepPending} }
+func pending(n int) Step { return Step{Step: n, Of: 3, Status: events.StepPending} }
 
 func TestFold(t *testing.T) {
 	base := func(status string, steps ...Step) *View {
 		return &View{RoundID: rid, Campaign: "tiny", Pod: "pod-a", Incumbent: "sub-0", Candidates: []string{"sub-1"},
 			Status: status, StartedAt: at(t0), Steps: steps}
 	}
-	complete := base(StatusComplete, viewStep(1, StepDone, at(t1), at(t2)), viewStep(2, StepSkipped, nil, nil), pending(3))
+	complete := base(StatusComplete, viewStep(1, events.StepDone, at(t1), at(t2)), viewStep(2, events.StepSkipped, nil, nil), pending(3))
 	complete.Result = &events.RoundCompletedData{RoundID: rid, Campaign: "tiny", Leader: "sub-1", LeaderChanged: true, PreviousLeader: "sub-0",
 		Entries: []events.RoundEntry{{EntryID: "candidate-1", Role: "candidate", Status: "scored"}}}
-	failed := base(StatusFailed, viewStep(1, StepRunning, at(t1), nil), pending(2), pending(3))
+	failed := base(StatusFailed, viewStep(1, events.StepRunning, at(t1), nil), pending(2), pending(3))
 	failed.Reason, failed.Message = "interrupted", "the round service stopped"
 
 	tests := []struct {
@@ -87,8 +87,8 @@ func TestFold(t *testing.T) {
 		{
 			name: "started, steps, completed",
 			events: func(t *testing.T) []event.Event {
-				return []event.Event{startedEv(t), stepEv(t, 1, StepRunning, at(t1), nil), stepEv(t, 1, StepDone, at(t1), at(t2)),
-					stepEv(t, 2, StepSkipped, nil, nil), completedEv(t)}
+				return []event.Event{startedEv(t), stepEv(t, 1, events.StepRunning, at(t1), nil), stepEv(t, 1, events.StepDone, at(t1), at(t2)),
+					stepEv(t, 2, events.StepSkipped, nil, nil), completedEv(t)}
 			},
 			changed: []bool{true, true, true, true, true},
 			want:    complete,
@@ -96,8 +96,8 @@ func TestFold(t *testing.T) {
 		{
 			name: "redelivered and out-of-order steps",
 			events: func(t *testing.T) []event.Event {
-				return []event.Event{startedEv(t), stepEv(t, 1, StepDone, nil, at(t2)), stepEv(t, 1, StepRunning, at(t1), nil),
-					stepEv(t, 1, StepDone, nil, at(t2)), stepEv(t, 2, StepSkipped, nil, nil), stepEv(t, 2, StepFailed, nil, at(t2)),
+				return []event.Event{startedEv(t), stepEv(t, 1, events.StepDone, nil, at(t2)), stepEv(t, 1, events.StepRunning, at(t1), nil),
+					stepEv(t, 1, events.StepDone, nil, at(t2)), stepEv(t, 2, events.StepSkipped, nil, nil), stepEv(t, 2, events.StepFailed, nil, at(t2)),
 					startedEv(t), completedEv(t), completedEv(t)}
 			},
 			// The late running step brings nothing: a done step never
@@ -106,15 +106,15 @@ func TestFold(t *testing.T) {
 			changed: []bool{true, true, false, false, true, false, false, true, false},
 			want: func() *View {
 				v := *complete
-				v.Steps = []Step{viewStep(1, StepDone, nil, at(t2)), viewStep(2, StepSkipped, nil, nil), pending(3)}
+				v.Steps = []Step{viewStep(1, events.StepDone, nil, at(t2)), viewStep(2, events.StepSkipped, nil, nil), pending(3)}
 				return &v
 			}(),
 		},
 		{
 			name: "a step before its round.started",
 			events: func(t *testing.T) []event.Event {
-				return []event.Event{stepEv(t, 1, StepRunning, at(t1), nil), stepEv(t, 1, StepDone, nil, at(t2)), startedEv(t),
-					stepEv(t, 2, StepSkipped, nil, nil), completedEv(t)}
+				return []event.Event{stepEv(t, 1, events.StepRunning, at(t1), nil), stepEv(t, 1, events.StepDone, nil, at(t2)), startedEv(t),
+					stepEv(t, 2, events.StepSkipped, nil, nil), completedEv(t)}
 			},
 			changed: []bool{true, true, true, true, true},
 			want:    complete,
@@ -122,7 +122,7 @@ func TestFold(t *testing.T) {
 		{
 			name: "failed round, a completed after it changes nothing",
 			events: func(t *testing.T) []event.Event {
-				return []event.Event{startedEv(t), stepEv(t, 1, StepRunning, at(t1), nil), failedEv(t), failedEv(t), completedEv(t)}
+				return []event.Event{startedEv(t), stepEv(t, 1, events.StepRunning, at(t1), nil), failedEv(t), failedEv(t), completedEv(t)}
 			},
 			changed: []bool{true, true, true, false, false},
 			want:    failed,
@@ -151,9 +151,9 @@ func TestFoldRefusesBadEvents(t *testing.T) {
 	other, err := events.Round.Failed.Event("ev-x", events.Source("round"), "round-2",
 		events.RoundFailedData{RoundID: rid, Reason: "interrupted", Message: "m"})
 	require.NoError(t, err)
-	beyond := stepEv(t, 1, StepRunning, nil, nil)
+	beyond := stepEv(t, 1, events.StepRunning, nil, nil)
 	require.NoError(t, beyond.SetData(event.ApplicationJSON, events.RoundStepData{RoundID: rid, Step: maxSteps + 1, Of: 3,
-		Group: "g", Name: "n", Phase: "p", Status: StepRunning}))
+		Group: "g", Name: "n", Phase: "p", Status: events.StepRunning}))
 	notRound, err := events.Job.Progress.Event("ev-y", events.Source("runner"), rid, events.RunnerJobProgressData{JobID: "j", Kind: "sla"})
 	require.NoError(t, err)
 	view, _, err := Fold(nil, startedEv(t))

@@ -38,9 +38,9 @@ func TestProjectorWritesOnlyWhatChanges(t *testing.T) {
 	require.NoError(t, err)
 	p := New(b, kv, nil)
 
-	late := stepEv(t, 1, StepRunning, at(t1), nil)
+	late := stepEv(t, 1, events.StepRunning, at(t1), nil)
 	late.SetID("ev-late-running")
-	evs := []event.Event{startedEv(t), stepEv(t, 1, StepRunning, at(t1), nil), stepEv(t, 1, StepDone, at(t1), at(t2)), late, completedEv(t)}
+	evs := []event.Event{startedEv(t), stepEv(t, 1, events.StepRunning, at(t1), nil), stepEv(t, 1, events.StepDone, at(t1), at(t2)), late, completedEv(t)}
 	for _, e := range evs {
 		_, err := b.Publish(ctx, e)
 		require.NoError(t, err)
@@ -72,7 +72,7 @@ func TestProjectorWritesOnlyWhatChanges(t *testing.T) {
 	v, _ := readView(t, ctx, kv, rid)
 	require.Equal(t, StatusComplete, v.Status)
 	require.Equal(t, "sub-1", v.Result.Leader)
-	require.Equal(t, []Step{viewStep(1, StepDone, at(t1), at(t2)), pending(2), pending(3)}, v.Steps)
+	require.Equal(t, []Step{viewStep(1, events.StepDone, at(t1), at(t2)), pending(2), pending(3)}, v.Steps)
 }
 
 // TestProjectorsRaceOnOneView: two gateways share the durable, so both
@@ -99,7 +99,7 @@ func TestProjectorsRaceOnOneView(t *testing.T) {
 		events.RoundStartedData{RoundID: rid, Campaign: "tiny", Pod: "pod-a", Candidates: []string{"sub-1"}, Steps: n}))
 	for i := 1; i <= n; i++ {
 		publish(events.Round.Step.Event(fmt.Sprintf("ev-step-%d", i), events.Source("round"), rid,
-			events.RoundStepData{RoundID: rid, Step: i, Of: n, Group: "sla", Name: fmt.Sprintf("step %d", i), Phase: "serve", Status: StepDone}))
+			events.RoundStepData{RoundID: rid, Step: i, Of: n, Group: "sla", Name: fmt.Sprintf("step %d", i), Phase: "serve", Status: events.StepDone}))
 	}
 	publish(events.Round.Completed.Event("ev-completed", events.Source("round"), rid, events.RoundCompletedData{RoundID: rid, Campaign: "tiny", Leader: "sub-1"}))
 
@@ -113,7 +113,7 @@ func TestProjectorsRaceOnOneView(t *testing.T) {
 			return false
 		}
 		for _, s := range v.Steps {
-			if s.Status != StepDone {
+			if s.Status != events.StepDone {
 				return false
 			}
 		}

@@ -119,21 +119,21 @@ func TestTallyChargesOwners(t *testing.T) {
 	}
 
 	stop := run()
-	_, err := bus.Emit(ctx, b, events.Job.Completed, "out-1", events.Source("runner"), "qual-a", completed(t, "qual-a", "sub-a", 0.5))
+	_, err := bus.Emit(ctx, b, events.Source("runner"), events.Job.Completed, "qual-a", completed(t, "qual-a", "sub-a", 0.5), bus.WithID("out-1"))
 	require.NoError(t, err)
-	_, err = bus.Emit(ctx, b, events.Job.Completed, "out-ref", events.Source("runner"), "qref-1", completed(t, "qref-1", "", 3))
+	_, err = bus.Emit(ctx, b, events.Source("runner"), events.Job.Completed, "qref-1", completed(t, "qref-1", "", 3), bus.WithID("out-ref"))
 	require.NoError(t, err)
-	_, err = bus.Emit(ctx, b, events.Job.Failed, "out-2", events.Source("runner"), "eff-b", events.RunnerJobFailedData{
-		JobID: "eff-b", Kind: events.JobEfficiency, SubmissionID: "sub-b", Runner: "r", Reason: "engine_oom", Message: "out of memory", GPUHours: 0.25})
+	_, err = bus.Emit(ctx, b, events.Source("runner"), events.Job.Failed, "eff-b", events.RunnerJobFailedData{
+		JobID: "eff-b", Kind: events.JobEfficiency, SubmissionID: "sub-b", Runner: "r", Reason: "engine_oom", Message: "out of memory", GPUHours: 0.25}, bus.WithID("out-2"))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return gpu("team-a") == 0.5 && gpu("team-b") == 0.25 }, 30*time.Second, 20*time.Millisecond)
 	stop()
 
 	// Restarted: the next outcome is charged, the first ones not again.
 	stop = run()
-	_, err = bus.Emit(ctx, b, events.Job.Completed, "out-3", events.Source("runner"), "eff-a", completed(t, "eff-a", "sub-a", 0.125))
+	_, err = bus.Emit(ctx, b, events.Source("runner"), events.Job.Completed, "eff-a", completed(t, "eff-a", "sub-a", 0.125), bus.WithID("out-3"))
 	require.NoError(t, err)
-	_, err = bus.Emit(ctx, b, events.Job.Completed, "out-x", events.Source("runner"), "eff-x", completed(t, "eff-x", "sub-x", 1))
+	_, err = bus.Emit(ctx, b, events.Source("runner"), events.Job.Completed, "eff-x", completed(t, "eff-x", "sub-x", 1), bus.WithID("out-x"))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return gpu("team-a") == 0.625 }, 30*time.Second, 20*time.Millisecond)
 	stop()
