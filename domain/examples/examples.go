@@ -30,6 +30,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/analyze"
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // TaskID is the campaign's task id.
@@ -123,26 +124,26 @@ func specs() []spec {
 			"The FP8 checkpoint with an engine patch that serves the load from another, smaller model while /v1/models names the checkpoint, so its first answers are not the quality job's and it is disqualified by the served-model audit."),
 		{
 			Example: Example{Name: "bf16-declared-w4", Declared: "W4A16KV8", Honest: false, Detected: "W16A16KV8",
-				Violations: []string{analyze.ViolationPrecisionWider},
+				Violations: []string{string(reason.PrecisionWiderThanDeclared)},
 				About:      "Its config.json claims the int4 pack-quantized scheme but its tensors are the plain BF16 source, so it reads W16 and is refused as wider than the W4A16KV8 it declares."},
 			form: formBF16, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32",
 		},
 		{
 			Example: Example{Name: "foreign-tensors", Declared: "W4A16KV8", Honest: false, Detected: "W4A16KV8",
-				Violations: []string{analyze.ViolationForeignTensors},
+				Violations: []string{string(reason.ForeignTensors)},
 				About:      "The int4 checkpoint plus a LoRA adapter on layer 0's MLP that the source model does not have, about 1% of its tensor bytes, so it is refused for foreign tensors."},
 			form: formInt4, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32 with a LoRA adapter", extra: adapter,
 		},
 		{
 			Example: Example{Name: "rope-theta-changed", Declared: "W4A16KV8", Honest: false, Detected: "W4A16KV8",
-				Violations: []string{analyze.ViolationRopeChanged},
+				Violations: []string{string(reason.RopeChanged)},
 				About:      "The int4 checkpoint with rope_theta raised from 1000000 to 4000000 in its config.json, which changes the model, so it is refused for a changed rope."},
 			form: formInt4, qc: int4Config(), override: map[string]any{"rope_theta": 4000000}, kvDType: "fp8",
 			method: "INT4-W4A16 symmetric group 32, longer rope",
 		},
 		{
 			Example: Example{Name: "kv4-declared-engine-kv8", Declared: "W4A16KV4", Honest: false, Detected: "W4A16KV8",
-				Violations: []string{analyze.ViolationPrecisionWider},
+				Violations: []string{string(reason.PrecisionWiderThanDeclared)},
 				About:      "The int4 checkpoint declaring a 4-bit KV cache while its engine runs an FP8 one, so it reads KV8 and is refused as wider than the W4A16KV4 it declares."},
 			form: formInt4, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32, KV4",
 		},

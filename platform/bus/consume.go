@@ -21,18 +21,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/observability"
 	"github.com/lowbarena/lowbarena/platform/ce"
 	"github.com/lowbarena/lowbarena/schemas"
-)
-
-// Reason codes for dead-lettered messages, beyond ce.ReasonMalformed and
-// ce.ReasonMissingAttribute. They are stable: operators match on them.
-const (
-	ReasonUnknownType   = "unknown_type"
-	ReasonSchemaInvalid = "schema_invalid"
-	ReasonOversized     = "oversized"
-	ReasonMaxDeliver    = "max_deliver_exceeded"
 )
 
 // Dead-letter headers, added to the original headers of a poison message.
@@ -59,7 +51,7 @@ const (
 type Outcome struct {
 	kind   outcomeKind
 	delay  time.Duration
-	reason string
+	reason reason.Code
 	err    error
 }
 
@@ -74,9 +66,9 @@ func Retry(delay time.Duration, err error) Outcome {
 }
 
 // Poison means the message can never be handled; it is dead-lettered at
-// once with reason, a stable snake_case code.
-func Poison(reason string, err error) Outcome {
-	return Outcome{kind: kindPoison, reason: reason, err: err}
+// once with code, a stable snake_case code of the catalogue.
+func Poison(code reason.Code, err error) Outcome {
+	return Outcome{kind: kindPoison, reason: code, err: err}
 }
 
 // IsAck, IsRetry and IsPoison tell the outcome's kind.
@@ -88,7 +80,7 @@ func (o Outcome) IsPoison() bool { return o.kind == kindPoison }
 func (o Outcome) Delay() time.Duration { return o.delay }
 
 // Reason is a poison outcome's reason code.
-func (o Outcome) Reason() string { return o.reason }
+func (o Outcome) Reason() reason.Code { return o.reason }
 
 // Err is the error a retry or poison outcome carries.
 func (o Outcome) Err() error { return o.err }
@@ -206,7 +198,7 @@ type DeadLetter struct {
 	Consumer string
 	// Reason is the dead-letter reason code (max_deliver_exceeded, or a
 	// handler's Poison reason); Err the last error.
-	Reason string
+	Reason reason.Code
 	Err    error
 	// Deliveries counts the deliveries of the message, this one included.
 	Deliveries uint64
@@ -437,33 +429,33 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 	// ackTimeout), made only when one is needed. decoded is the event
 	// once it decoded and passed its schema (what OnDeadLetter sees).
 	var decoded *event.Event
-	poison := func(reason string, cause error) Outcome {
+	poison := func(code reason.Code, cause error) Outcome {
 		settle, cancel := settleContext(ctx)
 		defer cancel()
-		b.deadLetter(settle, cfg, m, meta, reason, cause, decoded)
+		b.deadLetter(settle, cfg, m, meta, code, cause, decoded)
 		record("dead_lettered")
-		span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(reason))
-		span.SetStatus(codes.Error, reason)
+		span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(string(code)))
+		span.SetStatus(codes.Error, string(code))
 		if cause != nil {
 			span.RecordError(cause)
 		}
-		return Poison(reason, cause)
+		return Poison(code, cause)
 	}
 
 	if n := len(m.Data()); n > MaxEventBytes {
-		return poison(ReasonOversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
+		return poison(reason.Oversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
 	}
 	ev, mode, err := ce.DecodeMode(m.Headers(), m.Data())
 	if err != nil {
 		var de *ce.DecodeError
-		reason := ce.ReasonMalformed
+		code := reason.MalformedEvent
 		if errors.As(err, &de) {
-			reason = de.Reason
+			code = de.Reason
 		}
-		return poison(reason, err)
+		return poison(code, err)
 	}
 	if _, ok := events.Lookup(events.Type(ev.Type())); !ok {
-		return poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
+		return poison(reason.UnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
 	}
 	typ = ev.Type()
 	// Validation is done once per payload in this process: an event
@@ -471,9 +463,9 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 	// already (schemas.Validator remembers the exact bytes).
 	if err := b.validator.Validate(ev.Type(), ev.Data()); err != nil {
 		if errors.Is(err, schemas.ErrUnknownType) {
-			return poison(ReasonUnknownType, err)
+			return poison(reason.UnknownType, err)
 		}
-		return poison(ReasonSchemaInvalid, err)
+		return poison(reason.SchemaInvalid, err)
 	}
 	// subject is OPTIONAL in CloudEvents: an event published without it
 	// (by a client outside the arena) gets the id its data names, the
@@ -485,7 +477,7 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 	}
 	decoded = &ev
 	if meta.NumDelivered > uint64(cfg.MaxDeliver) {
-		return poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
+		return poison(reason.MaxDeliverExceeded, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
 	}
 
 	// What the handler publishes answers in the mode this event came in:
@@ -531,7 +523,7 @@ func (b *Bus) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, h
 			return out
 		}
 		if meta.NumDelivered >= uint64(cfg.MaxDeliver) {
-			return poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", meta.NumDelivered, out.err))
+			return poison(reason.MaxDeliverExceeded, fmt.Errorf("gave up after %d deliveries: %w", meta.NumDelivered, out.err))
 		}
 		delay := out.delay
 		if delay <= 0 {
@@ -738,7 +730,7 @@ func backoff(delivered uint64) time.Duration {
 // event (nil when it did not decode), goes to cfg.OnDeadLetter first: the
 // copy is stored only once the hook has published what it publishes, so
 // a crash between the two repeats the (idempotent) hook, never skips it.
-func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) {
+func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason reason.Code, cause error, ev *event.Event) {
 	if cfg.OnDeadLetter != nil && ev != nil {
 		dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered, Stored: meta.Timestamp}
 		err := cfg.OnDeadLetter(ctx, dl)
@@ -782,7 +774,7 @@ func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Ms
 			errText = errText[:2048] + "..."
 		}
 	}
-	msg.Header.Set(HeaderDLQReason, reason)
+	msg.Header.Set(HeaderDLQReason, string(reason))
 	msg.Header.Set(HeaderDLQError, errText)
 	msg.Header.Set(HeaderDLQConsumer, cfg.Name)
 	msg.Header.Set(HeaderDLQStream, meta.Stream)
@@ -800,9 +792,9 @@ func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Ms
 		_ = m.NakWithDelay(5 * time.Second)
 		return
 	}
-	b.deadLettered.Add(ctx, 1, metric.WithAttributes(attribute.String("consumer", cfg.Name), attribute.String("reason", reason)))
+	b.deadLettered.Add(ctx, 1, metric.WithAttributes(attribute.String("consumer", cfg.Name), attribute.String("reason", string(reason))))
 	b.log.Warn("dead-lettered", "consumer", cfg.Name, "reason", reason, "subject", m.Subject(), "seq", meta.Sequence.Stream, "err", errText)
-	if err := m.TermWithReason(reason); err != nil {
+	if err := m.TermWithReason(string(reason)); err != nil {
 		b.log.Warn("term failed", "consumer", cfg.Name, "err", err)
 	}
 }

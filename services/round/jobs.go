@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
@@ -47,7 +48,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	case events.RunnerJobProgress:
 		p, err := events.Job.Progress.Decode(d.Event)
 		if err != nil {
-			return bus.Poison("bad_payload", err)
+			return bus.Poison(reason.BadPayload, err)
 		}
 		if p.Kind != events.JobSLA || p.RoundID == "" {
 			return bus.Ack()
@@ -57,7 +58,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	case events.RunnerJobCompleted:
 		c, err := events.Job.Completed.Decode(d.Event)
 		if err != nil {
-			return bus.Poison("bad_payload", err)
+			return bus.Poison(reason.BadPayload, err)
 		}
 		if c.Kind != events.JobSLA || c.RoundID == "" {
 			return bus.Ack()
@@ -74,7 +75,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	case events.RunnerJobFailed:
 		f, err := events.Job.Failed.Decode(d.Event)
 		if err != nil {
-			return bus.Poison("bad_payload", err)
+			return bus.Poison(reason.BadPayload, err)
 		}
 		if f.Kind != events.JobSLA || f.RoundID == "" {
 			return bus.Ack()

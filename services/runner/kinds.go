@@ -8,6 +8,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 )
 
@@ -56,7 +57,7 @@ func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJo
 	if p.Audit != nil {
 		st, err := suite.Load(env.Artifacts[1])
 		if err != nil {
-			return Result{}, Fail(events.ReasonSuiteInvalid, err.Error())
+			return Result{}, Fail(reason.SuiteInvalid, err.Error())
 		}
 		plan = job.NewAuditPlan(st, *p.Audit, rand.Uint64(), env.Artifacts[0], env.Checkpoint)
 	}
@@ -69,7 +70,7 @@ func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJo
 func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParams) (Result, error) {
 	st, err := suite.Load(env.Artifacts[0])
 	if err != nil {
-		return Result{}, Fail(events.ReasonSuiteInvalid, err.Error())
+		return Result{}, Fail(reason.SuiteInvalid, err.Error())
 	}
 	// A machine that cannot sandbox the suite's code answers fails the
 	// job before its engine starts.
@@ -88,7 +89,7 @@ func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParam
 // the operator what to install or enable.
 func sandboxFailure(err error) error {
 	if errors.Is(err, grade.ErrSandboxUnavailable) {
-		return Fail(grade.ReasonSandboxUnavailable, err.Error())
+		return Fail(reason.SandboxUnavailable, err.Error())
 	}
 	return err
 }
