@@ -131,7 +131,7 @@ func TestContractByReference(t *testing.T) {
 			if !ex.Honest {
 				r := stage.AsRefusal(err)
 				require.NotNil(t, r, "%v", err)
-				require.Equal(t, ex.Violations[0], r.Code)
+				require.Equal(t, ex.Violations[0], string(r.Code))
 				return
 			}
 			require.NoError(t, err)
@@ -261,7 +261,7 @@ func TestContractByReferenceRefusesBadRepositories(t *testing.T) {
 			_, err := c.Run(context.Background(), in)
 			r := stage.AsRefusal(err)
 			require.NotNil(t, r, "a refusal, not a retry: %v", err)
-			require.Equal(t, tc.code, r.Code, r.Message)
+			require.Equal(t, tc.code, string(r.Code), r.Message)
 			if tc.check != nil {
 				tc.check(t, srv, r.Message)
 			}

@@ -229,5 +229,5 @@ func TestStandingOf(t *testing.T) {
 	require.Equal(t, "dev", st.Split)
 	require.Empty(t, st.KVCacheDType)
 	require.Nil(t, st.Score)
-	require.Equal(t, reason.SubmissionUnknown, st.Failed)
+	require.Equal(t, string(reason.SubmissionUnknown), st.Failed)
 }
