@@ -282,7 +282,7 @@ func accuracy(ev *Evidence, in Inputs) *record.AccuracyAudit {
 	for _, p := range ev.Probes {
 		switch {
 		case p.Err == "":
-		case p.Err == codeDisconnected:
+		case p.Err == string(reason.EngineDisconnected):
 			a.Incomplete++
 		default:
 			a.Errors++
@@ -291,7 +291,7 @@ func accuracy(ev *Evidence, in Inputs) *record.AccuracyAudit {
 	for _, it := range ev.Items {
 		req := record.AuditRequest{Item: it.Item, Workload: it.Workload, Seq: it.Seq, TPOTMs: it.TPOTMs, Error: it.Err}
 		switch {
-		case it.Err == codeDisconnected:
+		case it.Err == string(reason.EngineDisconnected):
 			a.Incomplete++
 		case it.Err != "":
 			a.Errors++
@@ -359,10 +359,6 @@ func accuracy(ev *Evidence, in Inputs) *record.AccuracyAudit {
 	}
 	return a
 }
-
-// codeDisconnected is the load generator's code of a stream that ended
-// before [DONE].
-const codeDisconnected = "engine_disconnected"
 
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
