@@ -63,7 +63,7 @@ const (
 
 	// BundleBadDeclaration is bundle_bad_declaration. The bundle's
 	// submission.json is too large, does not parse, or is not valid. Given
-	// by contract, build, arena submit, gateway.
+	// by build, contract, gateway, arena submit.
 	BundleBadDeclaration Code = "bundle_bad_declaration"
 
 	// BundleBadEntry is bundle_bad_entry. A bundle entry is a link or not a
@@ -77,8 +77,8 @@ const (
 
 	// BundleBadReference is bundle_bad_reference. The bundle's
 	// checkpoint.json does not parse or does not hold together (the
-	// repository URL has codes of its own, reference_*). Given by arena
-	// submit, gateway, build.
+	// repository URL has codes of its own, reference_*). Given by build,
+	// contract, runner, arena submit.
 	BundleBadReference Code = "bundle_bad_reference"
 
 	// BundleCodeFile is bundle_code_file. The bundle holds code (.py, .so,
@@ -88,12 +88,12 @@ const (
 
 	// BundleCompressionRatio is bundle_compression_ratio. The bundle archive
 	// unpacks to far more than its size before its end: an honest checkpoint
-	// does not compress so well. Given by arena submit, gateway, build.
+	// does not compress so well. Given by gateway.
 	BundleCompressionRatio Code = "bundle_compression_ratio"
 
 	// BundleCorrupt is bundle_corrupt. The bundle is not a gzip'd tar
 	// archive, or the archive is truncated or damaged; pack and upload it
-	// again (arena submit packs one). Given by build, arena submit, gateway.
+	// again (arena submit packs one). Given by build, gateway.
 	BundleCorrupt Code = "bundle_corrupt"
 
 	// BundleDeclarationMismatch is bundle_declaration_mismatch. The
@@ -106,7 +106,7 @@ const (
 	BundleDigestMismatch Code = "bundle_digest_mismatch"
 
 	// BundleDuplicateFile is bundle_duplicate_file. A file appears twice in
-	// the bundle archive. Given by build, arena submit, gateway.
+	// the bundle archive. Given by build, gateway.
 	BundleDuplicateFile Code = "bundle_duplicate_file"
 
 	// BundleFileTooLarge is bundle_file_too_large. One file of the bundle is
@@ -125,7 +125,7 @@ const (
 
 	// BundleNoDeclaration is bundle_no_declaration. The bundle has no
 	// submission.json at its top; a bundle declares its task, split,
-	// participant and solution there. Given by build, arena submit, gateway.
+	// participant and solution there. Given by build, gateway, arena submit.
 	BundleNoDeclaration Code = "bundle_no_declaration"
 
 	// BundleNoSafetensors is bundle_no_safetensors. The bundle has no
@@ -134,8 +134,7 @@ const (
 	BundleNoSafetensors Code = "bundle_no_safetensors"
 
 	// BundleNotAFolder is bundle_not_a_folder. The path given to arena
-	// submit as a bundle is not a folder. Given by arena submit, gateway,
-	// build.
+	// submit as a bundle is not a folder. Given by arena submit.
 	BundleNotAFolder Code = "bundle_not_a_folder"
 
 	// BundleNotFound is bundle_not_found. The uploaded bundle is not in the
@@ -149,12 +148,12 @@ const (
 
 	// BundleReferenceConflict is bundle_reference_conflict. A bundle by
 	// reference that also carries a shard, or a file its checkpoint.json
-	// lists. Given by build.
+	// lists. Given by build, arena submit.
 	BundleReferenceConflict Code = "bundle_reference_conflict"
 
 	// BundleSymlink is bundle_symlink. A file of the bundle folder is a
 	// symbolic link or not a regular file; copy the file into the bundle
-	// instead. Given by arena submit, gateway, build.
+	// instead. Given by arena submit.
 	BundleSymlink Code = "bundle_symlink"
 
 	// BundleTooLarge is bundle_too_large. The bundle unpacks to more bytes
@@ -163,7 +162,7 @@ const (
 	BundleTooLarge Code = "bundle_too_large"
 
 	// BundleTooManyFiles is bundle_too_many_files. The bundle holds more
-	// files than the arena takes. Given by build, arena submit, gateway.
+	// files than the arena takes. Given by build, gateway, arena submit.
 	BundleTooManyFiles Code = "bundle_too_many_files"
 
 	// BundleUnexpectedFile is bundle_unexpected_file. The bundle holds a
@@ -179,7 +178,7 @@ const (
 
 	// BundleUploadTooLarge is bundle_upload_too_large. An upload over the
 	// arena's largest upload; a checkpoint that large is submitted by
-	// reference. Given by gateway, build.
+	// reference. Given by gateway, build, arena submit.
 	BundleUploadTooLarge Code = "bundle_upload_too_large"
 
 	// CampaignNoEngine is campaign_no_engine. A campaign that names no
@@ -597,13 +596,13 @@ const (
 
 	// ReplyIncomplete is reply_incomplete. A chunked control reply lost a
 	// chunk or stopped before its last one (core NATS drops messages of a
-	// subscriber that falls too far behind); ask again. Given by score,
-	// arena sql.
+	// subscriber that falls too far behind); ask again. Given by gateway,
+	// arena scores.
 	ReplyIncomplete Code = "reply_incomplete"
 
 	// ReplyTooLarge is reply_too_large. A control reply's rows do not fit
 	// one NATS message and the request did not ask for chunks. Given by
-	// score, arena sql.
+	// score.
 	ReplyTooLarge Code = "reply_too_large"
 
 	// RequestMalformed is request_malformed. A body that cannot be the
@@ -860,31 +859,31 @@ var catalogue = []Info{
 	{Code: BadPayload, Name: "BadPayload", Description: "An event whose data does not decode into its type's payload, or is not the payload the consumer needs; it is dead-lettered.", GivenBy: []string{"bus (stages, round, score, runner)"}},
 	{Code: BadSubject, Name: "BadSubject", Description: "An event whose subject does not name a valid submission or round id; it is dead-lettered.", GivenBy: []string{"stage kit", "gateway"}},
 	{Code: BundleBadConfig, Name: "BundleBadConfig", Description: "The bundle's config.json is too large, not valid JSON, or names neither architectures nor model_type.", GivenBy: []string{"build"}},
-	{Code: BundleBadDeclaration, Name: "BundleBadDeclaration", Description: "The bundle's submission.json is too large, does not parse, or is not valid.", GivenBy: []string{"contract", "build", "arena submit", "gateway"}},
+	{Code: BundleBadDeclaration, Name: "BundleBadDeclaration", Description: "The bundle's submission.json is too large, does not parse, or is not valid.", GivenBy: []string{"build", "contract", "gateway", "arena submit"}},
 	{Code: BundleBadEntry, Name: "BundleBadEntry", Description: "A bundle entry is a link or not a regular file; bundles hold regular files only.", GivenBy: []string{"build"}},
 	{Code: BundleBadName, Name: "BundleBadName", Description: "A file name in the bundle is nested too deep, or has a part that is hidden, empty or uses characters other than letters, digits and ._+-.", GivenBy: []string{"build"}},
-	{Code: BundleBadReference, Name: "BundleBadReference", Description: "The bundle's checkpoint.json does not parse or does not hold together (the repository URL has codes of its own, reference_*).", GivenBy: []string{"arena submit", "gateway", "build"}},
+	{Code: BundleBadReference, Name: "BundleBadReference", Description: "The bundle's checkpoint.json does not parse or does not hold together (the repository URL has codes of its own, reference_*).", GivenBy: []string{"build", "contract", "runner", "arena submit"}},
 	{Code: BundleCodeFile, Name: "BundleCodeFile", Description: "The bundle holds code (.py, .so, .sh, .exe...); a bundle holds a checkpoint, its declaration and an optional engine patch only.", GivenBy: []string{"build"}},
-	{Code: BundleCompressionRatio, Name: "BundleCompressionRatio", Description: "The bundle archive unpacks to far more than its size before its end: an honest checkpoint does not compress so well.", GivenBy: []string{"arena submit", "gateway", "build"}},
-	{Code: BundleCorrupt, Name: "BundleCorrupt", Description: "The bundle is not a gzip'd tar archive, or the archive is truncated or damaged; pack and upload it again (arena submit packs one).", GivenBy: []string{"build", "arena submit", "gateway"}},
+	{Code: BundleCompressionRatio, Name: "BundleCompressionRatio", Description: "The bundle archive unpacks to far more than its size before its end: an honest checkpoint does not compress so well.", GivenBy: []string{"gateway"}},
+	{Code: BundleCorrupt, Name: "BundleCorrupt", Description: "The bundle is not a gzip'd tar archive, or the archive is truncated or damaged; pack and upload it again (arena submit packs one).", GivenBy: []string{"build", "gateway"}},
 	{Code: BundleDeclarationMismatch, Name: "BundleDeclarationMismatch", Description: "The submission.json the build unpacked differs from the one the upload announced; submit the bundle again with arena submit.", GivenBy: []string{"build"}},
 	{Code: BundleDigestMismatch, Name: "BundleDigestMismatch", Description: "The stored bundle's bytes do not match the digest the upload announced.", GivenBy: []string{"build"}},
-	{Code: BundleDuplicateFile, Name: "BundleDuplicateFile", Description: "A file appears twice in the bundle archive.", GivenBy: []string{"build", "arena submit", "gateway"}},
+	{Code: BundleDuplicateFile, Name: "BundleDuplicateFile", Description: "A file appears twice in the bundle archive.", GivenBy: []string{"build", "gateway"}},
 	{Code: BundleFileTooLarge, Name: "BundleFileTooLarge", Description: "One file of the bundle is over the largest file the arena takes; shard the checkpoint.", GivenBy: []string{"build"}},
 	{Code: BundleMissingConfig, Name: "BundleMissingConfig", Description: "The bundle has no config.json at its top; the checkpoint's config (with its quantization_config) is required.", GivenBy: []string{"contract", "build"}},
 	{Code: BundleMissingPatch, Name: "BundleMissingPatch", Description: "submission.json names an engine patch the bundle does not hold.", GivenBy: []string{"build"}},
-	{Code: BundleNoDeclaration, Name: "BundleNoDeclaration", Description: "The bundle has no submission.json at its top; a bundle declares its task, split, participant and solution there.", GivenBy: []string{"build", "arena submit", "gateway"}},
+	{Code: BundleNoDeclaration, Name: "BundleNoDeclaration", Description: "The bundle has no submission.json at its top; a bundle declares its task, split, participant and solution there.", GivenBy: []string{"build", "gateway", "arena submit"}},
 	{Code: BundleNoSafetensors, Name: "BundleNoSafetensors", Description: "The bundle has no *.safetensors file at its top; the checkpoint's weights are required in safetensors form.", GivenBy: []string{"build"}},
-	{Code: BundleNotAFolder, Name: "BundleNotAFolder", Description: "The path given to arena submit as a bundle is not a folder.", GivenBy: []string{"arena submit", "gateway", "build"}},
+	{Code: BundleNotAFolder, Name: "BundleNotAFolder", Description: "The path given to arena submit as a bundle is not a folder.", GivenBy: []string{"arena submit"}},
 	{Code: BundleNotFound, Name: "BundleNotFound", Description: "The uploaded bundle is not in the artifact store under the digest build.requested names.", GivenBy: []string{"build"}},
 	{Code: BundlePathTraversal, Name: "BundlePathTraversal", Description: "A file name in the bundle points outside it; names must be relative paths inside the bundle.", GivenBy: []string{"build"}},
-	{Code: BundleReferenceConflict, Name: "BundleReferenceConflict", Description: "A bundle by reference that also carries a shard, or a file its checkpoint.json lists.", GivenBy: []string{"build"}},
-	{Code: BundleSymlink, Name: "BundleSymlink", Description: "A file of the bundle folder is a symbolic link or not a regular file; copy the file into the bundle instead.", GivenBy: []string{"arena submit", "gateway", "build"}},
+	{Code: BundleReferenceConflict, Name: "BundleReferenceConflict", Description: "A bundle by reference that also carries a shard, or a file its checkpoint.json lists.", GivenBy: []string{"build", "arena submit"}},
+	{Code: BundleSymlink, Name: "BundleSymlink", Description: "A file of the bundle folder is a symbolic link or not a regular file; copy the file into the bundle instead.", GivenBy: []string{"arena submit"}},
 	{Code: BundleTooLarge, Name: "BundleTooLarge", Description: "The bundle unpacks to more bytes than the arena takes; submit a checkpoint that large by reference.", GivenBy: []string{"build"}},
-	{Code: BundleTooManyFiles, Name: "BundleTooManyFiles", Description: "The bundle holds more files than the arena takes.", GivenBy: []string{"build", "arena submit", "gateway"}},
+	{Code: BundleTooManyFiles, Name: "BundleTooManyFiles", Description: "The bundle holds more files than the arena takes.", GivenBy: []string{"build", "gateway", "arena submit"}},
 	{Code: BundleUnexpectedFile, Name: "BundleUnexpectedFile", Description: "The bundle holds a file that is not among a checkpoint's files (config.json, *.safetensors, tokenizer files), its declaration or its engine patch, or a safetensors file below the top folder.", GivenBy: []string{"build"}},
 	{Code: BundleUnsafeFile, Name: "BundleUnsafeFile", Description: "The bundle holds a weights file in a format that can run code when loaded (.bin, .pt, .pkl, .npy...); submit safetensors.", GivenBy: []string{"build"}},
-	{Code: BundleUploadTooLarge, Name: "BundleUploadTooLarge", Description: "An upload over the arena's largest upload; a checkpoint that large is submitted by reference.", GivenBy: []string{"gateway", "build"}, HTTPStatus: 413},
+	{Code: BundleUploadTooLarge, Name: "BundleUploadTooLarge", Description: "An upload over the arena's largest upload; a checkpoint that large is submitted by reference.", GivenBy: []string{"gateway", "build", "arena submit"}, HTTPStatus: 413},
 	{Code: CampaignNoEngine, Name: "CampaignNoEngine", Description: "A campaign that names no engine to serve its checkpoints.", GivenBy: []string{"quality", "efficiency"}},
 	{Code: CampaignNoReference, Name: "CampaignNoReference", Description: "A campaign whose BF16 reference folder is missing or holds no weights (see campaign.CheckReference).", GivenBy: []string{"quality", "efficiency", "round"}},
 	{Code: CampaignNoSuite, Name: "CampaignNoSuite", Description: "The submission's campaign names no quality suite or no engine (campaign.json \"quality\", \"engine\"), so its quality cannot be measured.", GivenBy: []string{"quality"}},
@@ -974,8 +973,8 @@ var catalogue = []Info{
 	{Code: ReferenceUnavailable, Name: "ReferenceUnavailable", Description: "The repository could not be reached, or kept answering with a server error.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
 	{Code: ReferenceURLCredentials, Name: "ReferenceURLCredentials", Description: "The repository URL carries a user name or a password. The credentials are never echoed.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
 	{Code: ReferenceURLInvalid, Name: "ReferenceURLInvalid", Description: "The repository is not an http(s) URL with a host and a path, or carries a query or a fragment.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
-	{Code: ReplyIncomplete, Name: "ReplyIncomplete", Description: "A chunked control reply lost a chunk or stopped before its last one (core NATS drops messages of a subscriber that falls too far behind); ask again.", GivenBy: []string{"score", "arena sql"}},
-	{Code: ReplyTooLarge, Name: "ReplyTooLarge", Description: "A control reply's rows do not fit one NATS message and the request did not ask for chunks.", GivenBy: []string{"score", "arena sql"}},
+	{Code: ReplyIncomplete, Name: "ReplyIncomplete", Description: "A chunked control reply lost a chunk or stopped before its last one (core NATS drops messages of a subscriber that falls too far behind); ask again.", GivenBy: []string{"gateway", "arena scores"}},
+	{Code: ReplyTooLarge, Name: "ReplyTooLarge", Description: "A control reply's rows do not fit one NATS message and the request did not ask for chunks.", GivenBy: []string{"score"}},
 	{Code: RequestMalformed, Name: "RequestMalformed", Description: "A body that cannot be the request (JSON that does not decode, or holds unknown fields).", GivenBy: []string{"gateway"}, HTTPStatus: 400},
 	{Code: ResultUnencodable, Name: "ResultUnencodable", Description: "A job's result does not encode as JSON; the job is dead-lettered.", GivenBy: []string{"runner"}},
 	{Code: RopeChanged, Name: "RopeChanged", Description: "The checkpoint's rope_theta, rope_type or rope scaling differ from the source model's.", GivenBy: []string{"contract"}},
