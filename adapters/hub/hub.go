@@ -44,6 +44,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Defaults of Options.
@@ -205,7 +207,7 @@ func tokenFor(tokens map[string]string, u *url.URL) string {
 // it: the operator's Hosts. Every read checks it first.
 func (c *Client) Allowed(r Repo) error {
 	if r.Base == nil {
-		return refuse(CodeURLInvalid, "", "the reference names no repository")
+		return refuse(reason.ReferenceURLInvalid, "", "the reference names no repository")
 	}
 	host := strings.ToLower(r.Base.Host)
 	rule, ok := c.hosts[host]
@@ -213,10 +215,10 @@ func (c *Client) Allowed(r Repo) error {
 		rule, ok = c.hosts[strings.ToLower(r.Base.Hostname())]
 	}
 	if !ok {
-		return refuse(CodeHostNotAllowed, "", "this arena does not read repositories at %s; it reads %s", r.Base.Host, c.hostList())
+		return refuse(reason.ReferenceHostNotAllowed, "", "this arena does not read repositories at %s; it reads %s", r.Base.Host, c.hostList())
 	}
 	if r.Base.Scheme == "http" && !rule.http && !loopback(r.Base.Hostname()) {
-		return refuse(CodeHostNotAllowed, "", "this arena reads %s over https only; give the repository's https address", r.Base.Host)
+		return refuse(reason.ReferenceHostNotAllowed, "", "this arena reads %s over https only; give the repository's https address", r.Base.Host)
 	}
 	return nil
 }
@@ -250,15 +252,15 @@ type hints struct {
 // information in a target.
 func (c *Client) redirect(req *http.Request, via []*http.Request) error {
 	if len(via) > c.opts.MaxRedirects {
-		return refuse(CodeRedirectLoop, "", "the repository redirected %s more than %d times; it must answer within %d redirects", redact(via[0].URL), c.opts.MaxRedirects, c.opts.MaxRedirects)
+		return refuse(reason.ReferenceRedirectLoop, "", "the repository redirected %s more than %d times; it must answer within %d redirects", redact(via[0].URL), c.opts.MaxRedirects, c.opts.MaxRedirects)
 	}
 	to := strings.ToLower(req.URL.Scheme)
 	from := strings.ToLower(via[0].URL.Scheme)
 	if to != "https" && !(to == "http" && from == "http") {
-		return refuse(CodeRedirectScheme, "", "the repository redirected %s to a %s: address; the arena follows redirects to https only", redact(via[0].URL), req.URL.Scheme)
+		return refuse(reason.ReferenceRedirectScheme, "", "the repository redirected %s to a %s: address; the arena follows redirects to https only", redact(via[0].URL), req.URL.Scheme)
 	}
 	if req.URL.User != nil {
-		return refuse(CodeRedirectScheme, "", "the repository redirected %s to an address with credentials in it; the arena does not follow it", redact(via[0].URL))
+		return refuse(reason.ReferenceRedirectScheme, "", "the repository redirected %s to an address with credentials in it; the arena does not follow it", redact(via[0].URL))
 	}
 	if h, ok := req.Context().Value(hintsKey{}).(*hints); ok && req.Response != nil {
 		h.take(req.Response.Header)
@@ -304,7 +306,7 @@ func (h *hints) check(repo Repo, f File) error {
 }
 
 func changed(repo Repo, f File, what string) *Error {
-	return refuse(CodeDigestMismatch, f.Path,
+	return refuse(reason.ReferenceDigestMismatch, f.Path,
 		"%s at %s is not the file checkpoint.json declares (%d bytes, sha256 %s): %s; the file changed since it was declared: pin the revision to a commit and declare the file's current size and sha256",
 		f.Path, repo, f.Size, short(f.SHA256), what)
 }
@@ -332,7 +334,7 @@ func (c *Client) request(ctx context.Context, repo Repo, f File, rng string, ok 
 		h := &hints{}
 		req, err := http.NewRequestWithContext(context.WithValue(ctx, hintsKey{}, h), http.MethodGet, u.String(), nil)
 		if err != nil {
-			return nil, nil, refuse(CodeURLInvalid, f.Path, "%s: %v", f.Path, err)
+			return nil, nil, refuse(reason.ReferenceURLInvalid, f.Path, "%s: %v", f.Path, err)
 		}
 		if rng != "" {
 			req.Header.Set("Range", rng)
@@ -345,7 +347,7 @@ func (c *Client) request(ctx context.Context, repo Repo, f File, rng string, ok 
 			}
 			last = c.transportError(repo, f, err)
 			c.opts.Log.Debug("hub request failed", "url", redact(u), "range", rng, "attempt", attempt, "err", last)
-			if e := AsError(last); e != nil && e.Code == CodeUnavailable {
+			if e := AsError(last); e != nil && e.Code == reason.ReferenceUnavailable {
 				continue
 			}
 			return nil, nil, last
@@ -386,10 +388,10 @@ func (c *Client) transportError(repo Repo, f File, err error) error {
 	}
 	var ne net.Error
 	if errors.As(cause, &ne) && ne.Timeout() {
-		return &Error{Code: CodeTimeout, File: f.Path, Err: cause,
+		return &Error{Code: reason.ReferenceTimeout, File: f.Path, Err: cause,
 			Message: fmt.Sprintf("%s at %s did not answer within %s; try again when the repository answers", f.Path, repo, c.opts.HeaderTimeout)}
 	}
-	return &Error{Code: CodeUnavailable, File: f.Path, Err: cause,
+	return &Error{Code: reason.ReferenceUnavailable, File: f.Path, Err: cause,
 		Message: fmt.Sprintf("%s at %s could not be reached (%s); try again when the repository answers", f.Path, repo, oneLine(cause))}
 }
 
@@ -398,21 +400,21 @@ func (c *Client) statusError(repo Repo, f File, resp *http.Response) error {
 	s := resp.StatusCode
 	switch {
 	case s == http.StatusNotFound || s == http.StatusGone:
-		return refuse(CodeNotFound, f.Path, "%s is not in %s (HTTP %d); check the repository, the revision and the path in checkpoint.json", f.Path, repo, s)
+		return refuse(reason.ReferenceNotFound, f.Path, "%s is not in %s (HTTP %d); check the repository, the revision and the path in checkpoint.json", f.Path, repo, s)
 	case s == http.StatusUnauthorized || s == http.StatusForbidden:
 		who := "the arena holds no token for " + repo.Base.Host
 		if tokenFor(c.tokens, repo.Base) != "" {
 			who = "the token the arena's operator configured for " + repo.Base.Host + " may not read it"
 		}
-		return refuse(CodeUnauthorized, f.Path, "%s at %s is private or gated (HTTP %d) and %s; make the repository readable to the arena, or ask its operator", f.Path, repo, s, who)
+		return refuse(reason.ReferenceUnauthorized, f.Path, "%s at %s is private or gated (HTTP %d) and %s; make the repository readable to the arena, or ask its operator", f.Path, repo, s, who)
 	case s == http.StatusRequestedRangeNotSatisfiable:
 		return changed(repo, f, "the repository refuses a range inside the declared size (HTTP 416), so the file is shorter")
 	case s >= 300 && s < 400:
-		return refuse(CodeUnavailable, f.Path, "%s at %s answered a redirect (HTTP %d) without a usable Location", f.Path, repo, s)
+		return refuse(reason.ReferenceUnavailable, f.Path, "%s at %s answered a redirect (HTTP %d) without a usable Location", f.Path, repo, s)
 	case s == http.StatusTooManyRequests || s >= 500:
-		return refuse(CodeUnavailable, f.Path, "%s at %s kept answering HTTP %d after %d attempts; try again when the repository answers", f.Path, repo, s, c.opts.Attempts)
+		return refuse(reason.ReferenceUnavailable, f.Path, "%s at %s kept answering HTTP %d after %d attempts; try again when the repository answers", f.Path, repo, s, c.opts.Attempts)
 	}
-	return refuse(CodeUnavailable, f.Path, "%s at %s answered HTTP %d", f.Path, repo, s)
+	return refuse(reason.ReferenceUnavailable, f.Path, "%s at %s answered HTTP %d", f.Path, repo, s)
 }
 
 // bodyError maps a failure while a request is sent or its body streams.
@@ -424,24 +426,24 @@ func (c *Client) bodyError(ctx context.Context, repo Repo, f File, err error) er
 	}
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errStalled):
-		return &Error{Code: CodeTimeout, File: f.Path, Err: err,
+		return &Error{Code: reason.ReferenceTimeout, File: f.Path, Err: err,
 			Message: fmt.Sprintf("%s at %s stopped sending for %s; try again when the repository answers", f.Path, repo, c.opts.IdleTimeout)}
 	case errors.Is(cause, errTooSlow):
-		return &Error{Code: CodeTimeout, File: f.Path, Err: err,
+		return &Error{Code: reason.ReferenceTimeout, File: f.Path, Err: err,
 			Message: fmt.Sprintf("%s at %s did not send what was asked within %s; try again when the repository answers", f.Path, repo, c.opts.RequestTimeout)}
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return &Error{Code: CodeTimeout, File: f.Path, Err: err,
+		return &Error{Code: reason.ReferenceTimeout, File: f.Path, Err: err,
 			Message: fmt.Sprintf("%s at %s stopped sending; try again when the repository answers", f.Path, repo)}
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return &Error{Code: CodeUnavailable, File: f.Path, Err: err,
+		return &Error{Code: reason.ReferenceUnavailable, File: f.Path, Err: err,
 			Message: fmt.Sprintf("%s at %s: the connection ended before the bytes its answer announced", f.Path, repo)}
 	}
-	return &Error{Code: CodeUnavailable, File: f.Path, Err: err,
+	return &Error{Code: reason.ReferenceUnavailable, File: f.Path, Err: err,
 		Message: fmt.Sprintf("%s at %s: the transfer broke (%s)", f.Path, repo, oneLine(err))}
 }
 
@@ -496,7 +498,7 @@ func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelCa
 // The build stage fetches the small files of a checkpoint this way.
 func (c *Client) Fetch(ctx context.Context, repo Repo, f File, max int64) ([]byte, error) {
 	if f.Size > max {
-		return nil, refuse(CodeFileTooLarge, f.Path, "%s is declared %d bytes; the arena fetches files other than *.safetensors whole, and each may be at most %d bytes", f.Path, f.Size, max)
+		return nil, refuse(reason.ReferenceFileTooLarge, f.Path, "%s is declared %d bytes; the arena fetches files other than *.safetensors whole, and each may be at most %d bytes", f.Path, f.Size, max)
 	}
 	rctx, cancel := c.bounded(ctx)
 	resp, h, err := c.request(rctx, repo, f, "", http.StatusOK)
@@ -566,11 +568,11 @@ func (c *Client) Open(ctx context.Context, repo Repo, f File, offset int64) (*Bo
 	start := int64(0)
 	if resp.StatusCode == http.StatusPartialContent {
 		if offset == 0 {
-			return fail(refuse(CodeRangeIgnored, f.Path, "%s at %s answered a plain request with a part of the file (HTTP 206)", f.Path, repo))
+			return fail(refuse(reason.ReferenceRangeIgnored, f.Path, "%s at %s answered a plain request with a part of the file (HTTP 206)", f.Path, repo))
 		}
 		cr, err := parseContentRange(resp.Header.Get("Content-Range"))
 		if err != nil || cr.first != offset || cr.last != f.Size-1 {
-			return fail(refuse(CodeRangeIgnored, f.Path, "%s at %s answered the range from byte %d with %q", f.Path, repo, offset, clip(resp.Header.Get("Content-Range"), 80)))
+			return fail(refuse(reason.ReferenceRangeIgnored, f.Path, "%s at %s answered the range from byte %d with %q", f.Path, repo, offset, clip(resp.Header.Get("Content-Range"), 80)))
 		}
 		if cr.total != f.Size {
 			return fail(changed(repo, f, fmt.Sprintf("the repository says it is %d bytes", cr.total)))

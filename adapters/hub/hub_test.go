@@ -22,6 +22,7 @@ import (
 	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/adapters/hub/hubtest"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // checkpoint writes a sharded checkpoint of three shards and its index
@@ -223,7 +224,7 @@ func TestBadRepositories(t *testing.T) {
 					}
 				}
 			},
-			code: string(hub.CodeRangeIgnored),
+			code: string(reason.ReferenceRangeIgnored),
 			check: func(t *testing.T, srv *hubtest.Server, err error) {
 				require.Contains(t, err.Error(), "did not read the answer")
 				// What the kernel's buffers took before the
@@ -237,13 +238,13 @@ func TestBadRepositories(t *testing.T) {
 				_, _ = w.Write(make([]byte, 1024))
 				return true
 			},
-			code: string(hub.CodeRangeIgnored)},
+			code: string(reason.ReferenceRangeIgnored)},
 		{name: "redirects without end", file: shard,
 			hook: func(w http.ResponseWriter, r *http.Request, path string) bool {
 				http.Redirect(w, r, r.URL.Path, http.StatusFound)
 				return true
 			},
-			code: string(hub.CodeRedirectLoop),
+			code: string(reason.ReferenceRedirectLoop),
 			check: func(t *testing.T, srv *hubtest.Server, err error) {
 				require.Len(t, srv.Requests(), hub.DefaultMaxRedirects+1)
 			}},
@@ -252,19 +253,19 @@ func TestBadRepositories(t *testing.T) {
 				http.Redirect(w, r, "file:///etc/passwd", http.StatusFound)
 				return true
 			},
-			code: string(hub.CodeRedirectScheme),
+			code: string(reason.ReferenceRedirectScheme),
 			check: func(t *testing.T, srv *hubtest.Server, err error) {
 				require.Contains(t, err.Error(), "a file: address")
 			}},
 		{name: "a file whose bytes changed since it was declared", file: shard,
 			setup: func(t *testing.T, srv *hubtest.Server) { srv.SetFile(shard, changedShard) },
-			code:  string(hub.CodeDigestMismatch),
+			code:  string(reason.ReferenceDigestMismatch),
 			check: func(t *testing.T, srv *hubtest.Server, err error) {
 				require.Contains(t, err.Error(), "pin the revision to a commit")
 			}},
 		{name: "a file whose size changed, from a server that names no digest", file: shard,
 			setup: func(t *testing.T, srv *hubtest.Server) { srv.SetFile(shard, grownShard); srv.WithoutDigests() },
-			code:  string(hub.CodeDigestMismatch)},
+			code:  string(reason.ReferenceDigestMismatch)},
 		{name: "a small file whose bytes changed", file: "config.json", fetch: true,
 			setup: func(t *testing.T, srv *hubtest.Server) {
 				p := filepath.Join(t.TempDir(), "config.json")
@@ -272,7 +273,7 @@ func TestBadRepositories(t *testing.T) {
 				srv.SetFile("config.json", p)
 				srv.WithoutDigests()
 			},
-			code: string(hub.CodeDigestMismatch)},
+			code: string(reason.ReferenceDigestMismatch)},
 		{name: "a header length past the limit", file: "big.safetensors",
 			declare: func(hub.File) hub.File {
 				return hub.File{Path: "big.safetensors", Size: 1 << 30, SHA256: strings.Repeat("ab", 32)}
@@ -284,7 +285,7 @@ func TestBadRepositories(t *testing.T) {
 				http.ServeContent(w, r, path, time.Time{}, &synth{prefix: bigHeader, size: 1 << 30})
 				return true
 			},
-			code: string(safetensors.CodeHeaderTooLarge),
+			code: string(reason.HeaderTooLarge),
 			check: func(t *testing.T, srv *hubtest.Server, err error) {
 				reqs := srv.Requests()
 				require.Len(t, reqs, 1, "the length prefix only")
@@ -300,7 +301,7 @@ func TestBadRepositories(t *testing.T) {
 				<-r.Context().Done()
 				return true
 			},
-			code: string(hub.CodeTimeout),
+			code: string(reason.ReferenceTimeout),
 			check: func(t *testing.T, srv *hubtest.Server, err error) {
 				require.Contains(t, err.Error(), "stopped sending")
 			}},
@@ -309,7 +310,7 @@ func TestBadRepositories(t *testing.T) {
 				<-r.Context().Done()
 				return true
 			},
-			code: string(hub.CodeTimeout)},
+			code: string(reason.ReferenceTimeout)},
 		{name: "a 404 for one shard", file: shard,
 			hook: func(w http.ResponseWriter, r *http.Request, path string) bool {
 				if path == shard {
@@ -318,7 +319,7 @@ func TestBadRepositories(t *testing.T) {
 				}
 				return false
 			},
-			code: string(hub.CodeNotFound),
+			code: string(reason.ReferenceNotFound),
 			check: func(t *testing.T, srv *hubtest.Server, err error) {
 				require.Contains(t, err.Error(), shard+" is not in "+srv.Repository()+"@"+hubtest.Revision)
 			}},
@@ -327,7 +328,7 @@ func TestBadRepositories(t *testing.T) {
 				w.WriteHeader(http.StatusUnauthorized)
 				return true
 			},
-			code: string(hub.CodeUnauthorized),
+			code: string(reason.ReferenceUnauthorized),
 			check: func(t *testing.T, srv *hubtest.Server, err error) {
 				require.Contains(t, err.Error(), "holds no token for "+srv.Host())
 			}},
@@ -336,10 +337,10 @@ func TestBadRepositories(t *testing.T) {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				return true
 			},
-			code: string(hub.CodeUnavailable)},
+			code: string(reason.ReferenceUnavailable)},
 		{name: "a small file over the limit", file: "config.json", fetch: true,
 			declare: func(f hub.File) hub.File { f.Size = 65 << 20; return f },
-			code:    string(hub.CodeFileTooLarge),
+			code:    string(reason.ReferenceFileTooLarge),
 			check: func(t *testing.T, srv *hubtest.Server, err error) {
 				require.Empty(t, srv.Requests(), "refused before any request")
 			}},
@@ -415,7 +416,7 @@ func TestRedirectPolicy(t *testing.T) {
 				require.Len(t, data, int(f.Size))
 				continue
 			}
-			require.Equal(t, hub.CodeDigestMismatch, hub.CodeOf(err), "%v", err)
+			require.Equal(t, reason.ReferenceDigestMismatch, hub.CodeOf(err), "%v", err)
 		}
 	})
 	t.Run("from https to http", func(t *testing.T) {
@@ -432,7 +433,7 @@ func TestRedirectPolicy(t *testing.T) {
 		pool.AddCert(tlsSrv.Server().Certificate())
 		c := hub.New(hub.Options{Hosts: []string{tlsSrv.Host()}, RootCAs: pool})
 		_, err := c.Fetch(context.Background(), repoOf(t, tlsSrv), f, 1<<20)
-		require.Equal(t, hub.CodeRedirectScheme, hub.CodeOf(err), "%v", err)
+		require.Equal(t, reason.ReferenceRedirectScheme, hub.CodeOf(err), "%v", err)
 		require.Contains(t, err.Error(), "to a http: address")
 		require.Empty(t, cdn.Asked(), "the http address was never asked")
 	})
@@ -464,7 +465,7 @@ func TestRetriesAServerError(t *testing.T) {
 			require.Len(t, srv.Requests(), fails+1)
 			continue
 		}
-		require.Equal(t, hub.CodeUnavailable, hub.CodeOf(err))
+		require.Equal(t, reason.ReferenceUnavailable, hub.CodeOf(err))
 		require.Contains(t, err.Error(), "kept answering HTTP 503 after 3 attempts")
 		require.Len(t, srv.Requests(), 3)
 	}
@@ -481,20 +482,20 @@ func TestParseRepo(t *testing.T) {
 	}{
 		{base: "https://huggingface.co/Org/Model", rev: "main", url: "https://huggingface.co/Org/Model/resolve/main/a/b%20c.json"},
 		{base: "https://HuggingFace.co/org/model/", rev: "refs/pr/1", url: "https://huggingface.co/org/model/resolve/refs%2Fpr%2F1/a/b%20c.json"},
-		{base: "https://user:s3cret-pw@huggingface.co/org/model", rev: "main", code: hub.CodeURLCredentials},
-		{base: "https://hf_tok3n@huggingface.co/org/model", rev: "main", code: hub.CodeURLCredentials},
-		{base: "https://user:s3cret%zz@huggingface.co/org/model", rev: "main", code: hub.CodeURLCredentials},
-		{base: "https://huggingface.co/org/model?token=s3cret-pw", rev: "main", code: hub.CodeURLInvalid},
-		{base: "https://huggingface.co/org/model#frag", rev: "main", code: hub.CodeURLInvalid},
-		{base: "ftp://huggingface.co/org/model", rev: "main", code: hub.CodeURLInvalid},
-		{base: "file:///etc", rev: "main", code: hub.CodeURLInvalid},
-		{base: "huggingface.co/org/model", rev: "main", code: hub.CodeURLInvalid},
-		{base: "https://huggingface.co", rev: "main", code: hub.CodeURLInvalid},
-		{base: "https://huggingface.co/org/../model", rev: "main", code: hub.CodeURLInvalid},
-		{base: "", rev: "main", code: hub.CodeURLInvalid},
-		{base: "https://huggingface.co/org/model", rev: "", code: hub.CodeRevisionInvalid},
-		{base: "https://huggingface.co/org/model", rev: "../../x", code: hub.CodeRevisionInvalid},
-		{base: "https://huggingface.co/org/model", rev: "main branch", code: hub.CodeRevisionInvalid},
+		{base: "https://user:s3cret-pw@huggingface.co/org/model", rev: "main", code: reason.ReferenceURLCredentials},
+		{base: "https://hf_tok3n@huggingface.co/org/model", rev: "main", code: reason.ReferenceURLCredentials},
+		{base: "https://user:s3cret%zz@huggingface.co/org/model", rev: "main", code: reason.ReferenceURLCredentials},
+		{base: "https://huggingface.co/org/model?token=s3cret-pw", rev: "main", code: reason.ReferenceURLInvalid},
+		{base: "https://huggingface.co/org/model#frag", rev: "main", code: reason.ReferenceURLInvalid},
+		{base: "ftp://huggingface.co/org/model", rev: "main", code: reason.ReferenceURLInvalid},
+		{base: "file:///etc", rev: "main", code: reason.ReferenceURLInvalid},
+		{base: "huggingface.co/org/model", rev: "main", code: reason.ReferenceURLInvalid},
+		{base: "https://huggingface.co", rev: "main", code: reason.ReferenceURLInvalid},
+		{base: "https://huggingface.co/org/../model", rev: "main", code: reason.ReferenceURLInvalid},
+		{base: "", rev: "main", code: reason.ReferenceURLInvalid},
+		{base: "https://huggingface.co/org/model", rev: "", code: reason.ReferenceRevisionInvalid},
+		{base: "https://huggingface.co/org/model", rev: "../../x", code: reason.ReferenceRevisionInvalid},
+		{base: "https://huggingface.co/org/model", rev: "main branch", code: reason.ReferenceRevisionInvalid},
 	}
 	for _, tc := range cases {
 		r, err := hub.ParseRepo(tc.base, tc.rev)
@@ -518,11 +519,11 @@ func TestAllowedHosts(t *testing.T) {
 	for base, code := range map[string]hub.Code{
 		"https://huggingface.co/o/m":      "",
 		"https://huggingface.co:443/o/m":  "",
-		"http://huggingface.co/o/m":       hub.CodeHostNotAllowed,
-		"https://example.com/o/m":         hub.CodeHostNotAllowed,
+		"http://huggingface.co/o/m":       reason.ReferenceHostNotAllowed,
+		"https://example.com/o/m":         reason.ReferenceHostNotAllowed,
 		"http://mirror.internal:8080/o/m": "",
 		"http://127.0.0.1:9/o/m":          "",
-		"http://127.0.0.1:10/o/m":         hub.CodeHostNotAllowed,
+		"http://127.0.0.1:10/o/m":         reason.ReferenceHostNotAllowed,
 	} {
 		r, err := hub.ParseRepo(base, "main")
 		require.NoError(t, err)
@@ -530,7 +531,7 @@ func TestAllowedHosts(t *testing.T) {
 	}
 	r, err := hub.ParseRepo("https://huggingface.co/o/m", "main")
 	require.NoError(t, err)
-	require.Equal(t, hub.CodeHostNotAllowed, hub.CodeOf(hub.New(hub.Options{}).Allowed(r)), "no hosts, no references")
+	require.Equal(t, reason.ReferenceHostNotAllowed, hub.CodeOf(hub.New(hub.Options{}).Allowed(r)), "no hosts, no references")
 }
 
 // TestTokenGoesToItsHostOnly: the operator's token reaches the host it

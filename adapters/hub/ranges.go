@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // HeaderReader reads f from its start through HTTP Range requests: each
@@ -98,19 +100,19 @@ func (r *RangeReader) open(first, last int64) error {
 		if resp.ContentLength >= 0 {
 			what = fmt.Sprintf("the whole file (%d bytes)", resp.ContentLength)
 		}
-		return fail(refuse(CodeRangeIgnored, r.f.Path, "%s at %s answered a request for bytes %d-%d with %s (HTTP %d); the arena reads checkpoints by reference only from repositories that answer Range requests, and did not read the answer",
+		return fail(refuse(reason.ReferenceRangeIgnored, r.f.Path, "%s at %s answered a request for bytes %d-%d with %s (HTTP %d); the arena reads checkpoints by reference only from repositories that answer Range requests, and did not read the answer",
 			r.f.Path, r.repo, first, last, what, resp.StatusCode))
 	}
 	cr, err := parseContentRange(resp.Header.Get("Content-Range"))
 	if err != nil || cr.first != first || cr.last != last {
-		return fail(refuse(CodeRangeIgnored, r.f.Path, "%s at %s answered a request for bytes %d-%d with the range %q; the arena did not read it",
+		return fail(refuse(reason.ReferenceRangeIgnored, r.f.Path, "%s at %s answered a request for bytes %d-%d with the range %q; the arena did not read it",
 			r.f.Path, r.repo, first, last, clip(resp.Header.Get("Content-Range"), 80)))
 	}
 	if cr.total != r.f.Size {
 		return fail(changed(r.repo, r.f, fmt.Sprintf("the repository says it is %d bytes", cr.total)))
 	}
 	if resp.ContentLength >= 0 && resp.ContentLength != last-first+1 {
-		return fail(refuse(CodeRangeIgnored, r.f.Path, "%s at %s announced %d bytes for the %d of bytes %d-%d; the arena did not read them",
+		return fail(refuse(reason.ReferenceRangeIgnored, r.f.Path, "%s at %s announced %d bytes for the %d of bytes %d-%d; the arena did not read them",
 			r.f.Path, r.repo, resp.ContentLength, last-first+1, first, last))
 	}
 	r.rctx, r.cancel = rctx, cancel

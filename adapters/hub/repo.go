@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Limits of a reference.
@@ -44,44 +46,44 @@ var revision = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
 // credential (the user information, the query).
 func ParseRepo(base, rev string) (Repo, error) {
 	if base == "" {
-		return Repo{}, refuse(CodeURLInvalid, "", "the repository URL is empty; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
+		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL is empty; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
 	}
 	if len(base) > MaxURLBytes {
-		return Repo{}, refuse(CodeURLInvalid, "", "the repository URL is %d bytes; the limit is %d", len(base), MaxURLBytes)
+		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL is %d bytes; the limit is %d", len(base), MaxURLBytes)
 	}
 	u, err := url.Parse(base)
 	if err != nil {
 		// url.Parse's error quotes the whole URL, credentials included:
 		// it is not passed on.
 		if strings.Contains(base, "@") {
-			return Repo{}, refuse(CodeURLCredentials, "", "the repository URL carries a user name or password (user:password@); remove them: the arena reads private repositories with the token its operator configures")
+			return Repo{}, refuse(reason.ReferenceURLCredentials, "", "the repository URL carries a user name or password (user:password@); remove them: the arena reads private repositories with the token its operator configures")
 		}
-		return Repo{}, refuse(CodeURLInvalid, "", "the repository URL does not parse as a URL; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
+		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL does not parse as a URL; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
 	}
 	if u.User != nil {
-		return Repo{}, refuse(CodeURLCredentials, "", "the repository URL carries a user name or password (user:password@); remove them: the arena reads private repositories with the token its operator configures")
+		return Repo{}, refuse(reason.ReferenceURLCredentials, "", "the repository URL carries a user name or password (user:password@); remove them: the arena reads private repositories with the token its operator configures")
 	}
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "https" && scheme != "http" {
-		return Repo{}, refuse(CodeURLInvalid, "", "the repository URL's scheme is %q; it must be https", u.Scheme)
+		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL's scheme is %q; it must be https", u.Scheme)
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return Repo{}, refuse(CodeURLInvalid, "", "the repository URL has no host; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
+		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL has no host; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
 	}
 	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.ContainsAny(base, "?#") {
-		return Repo{}, refuse(CodeURLInvalid, "", "the repository URL must have no query (?...) or fragment (#...); give the repository's base address only")
+		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL must have no query (?...) or fragment (#...); give the repository's base address only")
 	}
 	path := strings.TrimSuffix(u.Path, "/")
 	for _, seg := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
 		if seg == "." || seg == ".." {
-			return Repo{}, refuse(CodeURLInvalid, "", "the repository URL's path holds %q; give the repository's plain address", seg)
+			return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL's path holds %q; give the repository's plain address", seg)
 		}
 	}
 	if path == "" {
-		return Repo{}, refuse(CodeURLInvalid, "", "the repository URL %s has no path; give the repository's address, e.g. https://huggingface.co/ORG/NAME", scheme+"://"+u.Host)
+		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL %s has no path; give the repository's address, e.g. https://huggingface.co/ORG/NAME", scheme+"://"+u.Host)
 	}
 	if rev == "" || len(rev) > MaxRevisionBytes || !revision.MatchString(rev) || strings.Contains(rev, "..") || strings.Contains(rev, "//") || strings.HasSuffix(rev, "/") {
-		return Repo{}, refuse(CodeRevisionInvalid, "", "the revision %q is not a branch, tag or commit name (letters, digits and ._/- only); a commit hash pins it", clip(rev, 80))
+		return Repo{}, refuse(reason.ReferenceRevisionInvalid, "", "the revision %q is not a branch, tag or commit name (letters, digits and ._/- only); a commit hash pins it", clip(rev, 80))
 	}
 	clean := &url.URL{Scheme: scheme, Host: strings.ToLower(u.Host), Path: path, RawPath: strings.TrimSuffix(u.RawPath, "/")}
 	return Repo{Base: clean, Revision: rev}, nil

@@ -21,19 +21,13 @@ import (
 	"time"
 )
 
-// ReasonSandboxUnavailable is the reason code of a job that could not
-// grade code because this machine cannot run the code sandbox (see
-// ErrSandboxUnavailable). It is stable: records and dashboards match on
-// it.
-const ReasonSandboxUnavailable = "sandbox_unavailable"
-
 // ErrSandboxUnavailable is wrapped by the error of a CodeGrader that
 // refuses to run a program because it cannot sandbox it: bubblewrap is
 // missing or cannot create namespaces here, or the interpreter is missing
 // or cannot be run by the sandbox user. The error's text says what
 // to install or enable. Nothing in a refusal is the answer's fault, and no
 // retry on the same machine helps: callers fail the job with
-// ReasonSandboxUnavailable. There is never a fallback to an unsandboxed
+// reason.SandboxUnavailable. There is never a fallback to an unsandboxed
 // run.
 var ErrSandboxUnavailable = errors.New("sandbox unavailable")
 

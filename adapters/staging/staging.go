@@ -37,7 +37,7 @@
 //     start.
 //   - Digests. A blob is renamed into blobs/ only once its sha256 and size
 //     are the declared ones; a mismatch removes the partial and fails with
-//     hub.CodeDigestMismatch.
+//     reason.ReferenceDigestMismatch.
 package staging
 
 import (
@@ -61,19 +61,16 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
-// CodeCacheFull is a checkpoint the pod's cache cannot hold: its shards,
-// with the blobs other jobs are using, are over the cache's cap.
-const CodeCacheFull = "staging_cache_full"
-
-// Error is a staging refusal that is not the repository's: CodeCacheFull.
+// Error is a staging refusal that is not the repository's: reason.StagingCacheFull.
 type Error struct {
-	Code    string
+	Code    reason.Code
 	Message string
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 // DefaultAttempts is how often one file's transfer is tried (and resumed)
 // in one checkout.
@@ -188,7 +185,7 @@ func (l *Lease) Release() {
 // assembled before and still whole is reused as it is.
 //
 // Errors: a *hub.Error for a repository that fails or a file that is not
-// the declared one, an *Error (CodeCacheFull) when the cache cannot hold
+// the declared one, an *Error (reason.StagingCacheFull) when the cache cannot hold
 // the checkpoint, anything else for the machine (a full disk).
 func (c *Cache) Checkout(ctx context.Context, name string, repo hub.Repo, remote []hub.File, write func(dir string) error, progress Progress) (_ *Lease, err error) {
 	if !validName(name) {
@@ -319,7 +316,7 @@ func (c *Cache) download(ctx context.Context, repo hub.Repo, f hub.File, lease *
 			break
 		}
 		he := hub.AsError(err)
-		if he != nil && he.Code == hub.CodeDigestMismatch {
+		if he != nil && he.Code == reason.ReferenceDigestMismatch {
 			// The repository serves another file now: what is on disk
 			// is of no use.
 			_ = os.Remove(part.Name())
@@ -336,7 +333,7 @@ func (c *Cache) download(ctx context.Context, repo hub.Repo, f hub.File, lease *
 	}
 	if sum := hex.EncodeToString(p.sum()); have != f.Size || sum != f.SHA256 {
 		_ = os.Remove(part.Name())
-		return &hub.Error{Code: hub.CodeDigestMismatch, File: f.Path, Message: fmt.Sprintf(
+		return &hub.Error{Code: reason.ReferenceDigestMismatch, File: f.Path, Message: fmt.Sprintf(
 			"%s at %s is not the file checkpoint.json declares (%d bytes, sha256 %.12s): the repository served %d bytes with sha256 %.12s; the file changed since it was declared: pin the revision to a commit and declare the file's current size and sha256",
 			f.Path, repo, f.Size, f.SHA256, have, sum)}
 	}
@@ -476,7 +473,7 @@ func (c *Cache) transfer(ctx context.Context, repo hub.Repo, f hub.File, part *o
 		}
 		if rerr == io.EOF {
 			if have < f.Size {
-				return have, &hub.Error{Code: hub.CodeUnavailable, File: f.Path, Message: fmt.Sprintf("%s at %s: the answer ended at byte %d of %d", f.Path, repo, have, f.Size)}
+				return have, &hub.Error{Code: reason.ReferenceUnavailable, File: f.Path, Message: fmt.Sprintf("%s at %s: the answer ended at byte %d of %d", f.Path, repo, have, f.Size)}
 			}
 			return have, nil
 		}
@@ -623,7 +620,7 @@ func (c *Cache) evict(need int64, keep string) error {
 		}
 	}
 	if total+need > c.opts.MaxBytes {
-		return &Error{Code: CodeCacheFull, Message: fmt.Sprintf(
+		return &Error{Code: reason.StagingCacheFull, Message: fmt.Sprintf(
 			"staging needs %d more bytes, and the pod's cache holds %d bytes it cannot free (in use by running jobs) of its %d-byte cap; the operator can raise the runner's --cache-bytes, or the job can run again when the others end",
 			need, total, c.opts.MaxBytes)}
 	}

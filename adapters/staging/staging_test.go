@@ -16,6 +16,7 @@ import (
 	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/adapters/hub/hubtest"
 	"github.com/lowbarena/lowbarena/adapters/staging"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // shards writes n files of size random bytes named shard-<i>.safetensors
@@ -154,7 +155,7 @@ func TestResumesABrokenDownload(t *testing.T) {
 			c, repo := open(t, cacheDir, srv, 1<<30, attempts)
 			lease, err := c.Checkout(context.Background(), "b", repo, decl, config, nil)
 			if attempts == 1 {
-				require.Equal(t, hub.CodeUnavailable, hub.CodeOf(err), "%v", err)
+				require.Equal(t, reason.ReferenceUnavailable, hub.CodeOf(err), "%v", err)
 				part, serr := os.Stat(filepath.Join(cacheDir, "partial", fmt.Sprintf("%s.%d", decl[0].SHA256, decl[0].Size)))
 				require.NoError(t, serr)
 				require.Equal(t, int64(cut), part.Size(), "the bytes that came stay on disk")
@@ -215,7 +216,7 @@ func TestChangedFileIsRefused(t *testing.T) {
 	cacheDir := t.TempDir()
 	c, repo := open(t, cacheDir, srv, 1<<30, 3)
 	_, err = c.Checkout(context.Background(), "b", repo, decl, config, nil)
-	require.Equal(t, hub.CodeDigestMismatch, hub.CodeOf(err), "%v", err)
+	require.Equal(t, reason.ReferenceDigestMismatch, hub.CodeOf(err), "%v", err)
 	require.Contains(t, err.Error(), "pin the revision to a commit")
 	for _, d := range []string{"blobs", "partial", "checkouts"} {
 		entries, err := os.ReadDir(filepath.Join(cacheDir, d))
@@ -264,7 +265,7 @@ func TestEvictsLeastRecentlyUsedNeverInUse(t *testing.T) {
 	_, err = runner1.Checkout(context.Background(), "d", repo, decl[3:4], config, nil)
 	var se *staging.Error
 	require.ErrorAs(t, err, &se)
-	require.Equal(t, staging.CodeCacheFull, se.Code)
+	require.Equal(t, reason.StagingCacheFull, se.Code)
 	require.Contains(t, se.Message, "--cache-bytes")
 
 	// Once c is released, d takes its room; b, held all along, stays.

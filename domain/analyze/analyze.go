@@ -86,6 +86,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // DefaultForeignShareLimit is the share of tensor bytes that foreign tensors
@@ -139,10 +140,10 @@ type Input struct {
 // and its Violations, not an error.
 func Analyze(in Input) (record.Contract, error) {
 	if in.Checkpoint == nil {
-		return record.Contract{}, fail(CodeCheckpointMissing, nil, "no safetensors headers")
+		return record.Contract{}, fail(reason.CheckpointMissing, nil, "no safetensors headers")
 	}
 	if in.Source.Tensors == nil || len(in.Source.Tensors.Tensors) == 0 {
-		return record.Contract{}, fail(CodeSourceInvalid, nil, "the source model has no tensor index")
+		return record.Contract{}, fail(reason.SourceInvalid, nil, "the source model has no tensor index")
 	}
 	if err := in.Source.Tensors.validate(); err != nil {
 		return record.Contract{}, err
@@ -154,12 +155,12 @@ func Analyze(in Input) (record.Contract, error) {
 	var hfQuant map[string]any
 	if in.HFQuantConfig != nil {
 		if hfQuant, err = parseConfig(in.HFQuantConfig); err != nil {
-			return record.Contract{}, fail(CodeConfigInvalid, err, "%s", HFQuantConfigFile)
+			return record.Contract{}, fail(reason.ConfigInvalid, err, "%s", HFQuantConfigFile)
 		}
 	}
 	srcCfg, err := parseConfig(in.Source.Config)
 	if err != nil {
-		return record.Contract{}, fail(CodeSourceInvalid, err, "the source model's config.json")
+		return record.Contract{}, fail(reason.SourceInvalid, err, "the source model's config.json")
 	}
 	var declared *Label
 	if in.Declared != "" {
@@ -207,30 +208,30 @@ func Analyze(in Input) (record.Contract, error) {
 	c.DetectedPrecision = detected.String()
 	c.DeclaredPrecision = in.Declared
 
-	add := func(code, format string, args ...any) {
-		c.Violations = append(c.Violations, record.Violation{Code: code, Message: fmt.Sprintf(format, args...)})
+	add := func(code reason.Code, format string, args ...any) {
+		c.Violations = append(c.Violations, record.Violation{Code: string(code), Message: fmt.Sprintf(format, args...)})
 	}
 	if !ropeEqual(c.RopeSource, c.RopeArtifact) {
-		add(ViolationRopeChanged, "rope changed: the source model has %s, the checkpoint %s", ropeString(c.RopeSource), ropeString(c.RopeArtifact))
+		add(reason.RopeChanged, "rope changed: the source model has %s, the checkpoint %s", ropeString(c.RopeSource), ropeString(c.RopeArtifact))
 	}
 	if c.ForeignTensors.Share > limit {
-		add(ViolationForeignTensors, "%d foreign tensors hold %d bytes (%.2f%% of tensor bytes, over the %.2f%% allowed); largest: %s",
+		add(reason.ForeignTensors, "%d foreign tensors hold %d bytes (%.2f%% of tensor bytes, over the %.2f%% allowed); largest: %s",
 			c.ForeignTensors.Count, c.ForeignTensors.Bytes, 100*c.ForeignTensors.Share, 100*limit, c.ForeignTensors.Largest[0].Name)
 	}
 	if len(a.packingProblems) > 0 {
-		add(ViolationPackingMismatch, "%d quantized weights do not hold the bits their %s quantization config gives them: %s; the config must say what the tensors hold",
+		add(reason.PackingMismatch, "%d quantized weights do not hold the bits their %s quantization config gives them: %s; the config must say what the tensors hold",
 			len(a.packingProblems), a.sch.fam.name, summarize(a.packingProblems, 3))
 	}
 	if declared != nil {
 		if wider := detected.Wider(*declared); len(wider) > 0 {
-			add(ViolationPrecisionWider, "%s declared · the service reads %s; wider on %s", declared, detected, strings.Join(wider, ", "))
+			add(reason.PrecisionWiderThanDeclared, "%s declared · the service reads %s; wider on %s", declared, detected, strings.Join(wider, ", "))
 		}
 	}
 	if c.Sparse && !in.Policy.AllowSparse {
-		add(ViolationSparseWeights, "the checkpoint stores sparse weights, which this campaign does not allow")
+		add(reason.SparseWeights, "the checkpoint stores sparse weights, which this campaign does not allow")
 	}
 	if len(a.shapeProblems) > 0 {
-		add(ViolationShapeMismatch, "%d source tensors are missing or reshaped: %s", len(a.shapeProblems), summarize(a.shapeProblems, 5))
+		add(reason.ShapeMismatch, "%d source tensors are missing or reshaped: %s", len(a.shapeProblems), summarize(a.shapeProblems, 5))
 	}
 	var gapFiles []string
 	var gapBytes int64
@@ -241,7 +242,7 @@ func Analyze(in Input) (record.Contract, error) {
 		}
 	}
 	if gapBytes > 0 {
-		add(ViolationUnaccountedBytes, "%d bytes of %s belong to no tensor", gapBytes, strings.Join(gapFiles, ", "))
+		add(reason.UnaccountedBytes, "%d bytes of %s belong to no tensor", gapBytes, strings.Join(gapFiles, ", "))
 	}
 	c.OK = len(c.Violations) == 0
 	return c, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/analyze"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // qwen3Config returns a Qwen3 config.json with the given
@@ -93,33 +94,33 @@ func TestAnalyzeViolations(t *testing.T) {
 	}{
 		{"rope theta changed", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			in.Config = qwen3Config(t, ctNVFP4(), map[string]any{"rope_theta": 2000000})
-		}, []string{analyze.ViolationRopeChanged}},
+		}, []string{string(reason.RopeChanged)}},
 		{"rope scaling added", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			in.Config = qwen3Config(t, ctNVFP4(), map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 4}})
-		}, []string{analyze.ViolationRopeChanged}},
+		}, []string{string(reason.RopeChanged)}},
 		{"foreign tensor over the share", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			c.add("model.layers.0.mlp.adapter.lora_A.weight", safetensors.BF16, 128, 64)
 			in.Checkpoint = c.write(t, false)
-		}, []string{analyze.ViolationForeignTensors}},
+		}, []string{string(reason.ForeignTensors)}},
 		{"foreign scale on a module the source lacks", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			c.add("model.layers.0.mlp.extra.weight_scale", safetensors.F32, 4096)
 			in.Checkpoint = c.write(t, false)
-		}, []string{analyze.ViolationForeignTensors}},
+		}, []string{string(reason.ForeignTensors)}},
 		{"declared KV narrower than the engine runs", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			in.Declared = "W4A4KV4"
-		}, []string{analyze.ViolationPrecisionWider}},
+		}, []string{string(reason.PrecisionWiderThanDeclared)}},
 		{"declares W4 but stores BF16", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			in.Checkpoint = quantize(in.Source.Tensors, formBF16, nil).write(t, false)
-		}, []string{analyze.ViolationPrecisionWider}},
+		}, []string{string(reason.PrecisionWiderThanDeclared)}},
 		{"declares W4 without a quantization config", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			in.Config = qwen3Config(t, nil, nil)
 			in.Checkpoint = quantize(in.Source.Tensors, formBF16, nil).write(t, false)
-		}, []string{analyze.ViolationPrecisionWider}},
+		}, []string{string(reason.PrecisionWiderThanDeclared)}},
 		{"sparse not allowed", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			qc := ctNVFP4()
 			qc["sparsity_config"] = map[string]any{"format": "sparse-24-bitmask", "sparsity_structure": "2:4"}
 			in.Config = qwen3Config(t, qc, nil)
-		}, []string{analyze.ViolationSparseWeights}},
+		}, []string{string(reason.SparseWeights)}},
 		{"sparse allowed", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			qc := ctNVFP4()
 			qc["sparsity_config"] = map[string]any{"format": "sparse-24-bitmask"}
@@ -129,21 +130,21 @@ func TestAnalyzeViolations(t *testing.T) {
 		{"source tensor missing", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			c.drop("model.layers.1.input_layernorm.weight")
 			in.Checkpoint = c.write(t, false)
-		}, []string{analyze.ViolationShapeMismatch}},
+		}, []string{string(reason.ShapeMismatch)}},
 		{"packed weight of the wrong shape", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			c.drop("model.layers.0.mlp.up_proj.weight_packed")
 			c.add("model.layers.0.mlp.up_proj.weight_packed", safetensors.U8, 128, 16)
 			in.Checkpoint = c.write(t, false)
-		}, []string{analyze.ViolationShapeMismatch}},
+		}, []string{string(reason.ShapeMismatch)}},
 		{"widened layer", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			c.drop("model.norm.weight")
 			c.add("model.norm.weight", safetensors.BF16, 128)
 			in.Checkpoint = c.write(t, false)
-		}, []string{analyze.ViolationShapeMismatch}},
+		}, []string{string(reason.ShapeMismatch)}},
 		{"lm_head missing without tied embeddings", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			c.drop("lm_head.weight")
 			in.Checkpoint = c.write(t, false)
-		}, []string{analyze.ViolationShapeMismatch}},
+		}, []string{string(reason.ShapeMismatch)}},
 		{"lm_head missing with tied embeddings", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			c.drop("lm_head.weight")
 			in.Config = qwen3Config(t, ctNVFP4(), map[string]any{"tie_word_embeddings": true})
@@ -161,13 +162,13 @@ func TestAnalyzeViolations(t *testing.T) {
 			require.NoError(t, os.Truncate(path, size+1024))
 			in.Checkpoint, err = safetensors.ReadCheckpoint(dir)
 			require.NoError(t, err)
-		}, []string{analyze.ViolationUnaccountedBytes}},
+		}, []string{string(reason.UnaccountedBytes)}},
 		{"several at once", func(t *testing.T, in *analyze.Input, c *checkpoint) {
 			in.Config = qwen3Config(t, ctNVFP4(), map[string]any{"rope_theta": 5})
 			in.Declared = "W4A4KV4"
 			c.add("payload", safetensors.U8, 1<<20)
 			in.Checkpoint = c.write(t, true)
-		}, []string{analyze.ViolationRopeChanged, analyze.ViolationForeignTensors, analyze.ViolationPrecisionWider}},
+		}, []string{string(reason.RopeChanged), string(reason.ForeignTensors), string(reason.PrecisionWiderThanDeclared)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -293,20 +294,20 @@ func TestAnalyzeRefuses(t *testing.T) {
 		mutate func(in *analyze.Input)
 		code   analyze.Code
 	}{
-		{"config not JSON", func(in *analyze.Input) { in.Config = []byte(`{"a":`) }, analyze.CodeConfigInvalid},
-		{"config an array", func(in *analyze.Input) { in.Config = []byte(`[1]`) }, analyze.CodeConfigInvalid},
-		{"config null", func(in *analyze.Input) { in.Config = []byte(`null`) }, analyze.CodeConfigInvalid},
-		{"config with trailing data", func(in *analyze.Input) { in.Config = []byte(`{} {}`) }, analyze.CodeConfigInvalid},
-		{"config too large", func(in *analyze.Input) { in.Config = make([]byte, analyze.MaxConfigSize+1) }, analyze.CodeConfigInvalid},
-		{"source config not JSON", func(in *analyze.Input) { in.Source.Config = []byte(`nope`) }, analyze.CodeSourceInvalid},
-		{"no source index", func(in *analyze.Input) { in.Source.Tensors = nil }, analyze.CodeSourceInvalid},
+		{"config not JSON", func(in *analyze.Input) { in.Config = []byte(`{"a":`) }, reason.ConfigInvalid},
+		{"config an array", func(in *analyze.Input) { in.Config = []byte(`[1]`) }, reason.ConfigInvalid},
+		{"config null", func(in *analyze.Input) { in.Config = []byte(`null`) }, reason.ConfigInvalid},
+		{"config with trailing data", func(in *analyze.Input) { in.Config = []byte(`{} {}`) }, reason.ConfigInvalid},
+		{"config too large", func(in *analyze.Input) { in.Config = make([]byte, analyze.MaxConfigSize+1) }, reason.ConfigInvalid},
+		{"source config not JSON", func(in *analyze.Input) { in.Source.Config = []byte(`nope`) }, reason.SourceInvalid},
+		{"no source index", func(in *analyze.Input) { in.Source.Tensors = nil }, reason.SourceInvalid},
 		{"source dtype unknown", func(in *analyze.Input) {
 			in.Source.Tensors = &analyze.TensorIndex{Tensors: map[string]analyze.SourceTensor{"w": {DType: "Q4", Shape: []int64{1}}}}
-		}, analyze.CodeSourceInvalid},
-		{"declared label malformed", func(in *analyze.Input) { in.Declared = "W4A4" }, analyze.CodeLabelInvalid},
-		{"declared label lower case", func(in *analyze.Input) { in.Declared = "w4a4kv8" }, analyze.CodeLabelInvalid},
-		{"KV dtype unknown", func(in *analyze.Input) { in.KVCacheDType = "fp7" }, analyze.CodeKVDTypeUnknown},
-		{"no checkpoint", func(in *analyze.Input) { in.Checkpoint = nil }, analyze.CodeCheckpointMissing},
+		}, reason.SourceInvalid},
+		{"declared label malformed", func(in *analyze.Input) { in.Declared = "W4A4" }, reason.LabelInvalid},
+		{"declared label lower case", func(in *analyze.Input) { in.Declared = "w4a4kv8" }, reason.LabelInvalid},
+		{"KV dtype unknown", func(in *analyze.Input) { in.KVCacheDType = "fp7" }, reason.KVDTypeUnknown},
+		{"no checkpoint", func(in *analyze.Input) { in.Checkpoint = nil }, reason.CheckpointMissing},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -336,7 +337,7 @@ func TestParseTensorIndex(t *testing.T) {
 		"shape a string": `{"tensors":{"a":{"dtype":"BF16","shape":"4"}}}`,
 	} {
 		_, err := analyze.ParseTensorIndex([]byte(data))
-		require.Equal(t, analyze.CodeSourceInvalid, analyze.CodeOf(err), name)
+		require.Equal(t, reason.SourceInvalid, analyze.CodeOf(err), name)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/lowbarena/lowbarena/domain/record"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // MaxConfigSize bounds a config.json (a real one is a few kilobytes; a
@@ -17,15 +18,15 @@ const MaxConfigSize = 8 << 20
 
 func parseConfig(data []byte) (map[string]any, error) {
 	if len(data) > MaxConfigSize {
-		return nil, fail(CodeConfigInvalid, nil, "config.json is %d bytes, over the limit of %d", len(data), MaxConfigSize)
+		return nil, fail(reason.ConfigInvalid, nil, "config.json is %d bytes, over the limit of %d", len(data), MaxConfigSize)
 	}
 	var cfg map[string]any
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&cfg); err != nil || cfg == nil {
-		return nil, fail(CodeConfigInvalid, err, "config.json is not a JSON object")
+		return nil, fail(reason.ConfigInvalid, err, "config.json is not a JSON object")
 	}
 	if dec.More() {
-		return nil, fail(CodeConfigInvalid, nil, "config.json holds data after its object")
+		return nil, fail(reason.ConfigInvalid, nil, "config.json holds data after its object")
 	}
 	return cfg, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/analyze"
 	"github.com/lowbarena/lowbarena/domain/record"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/schemas"
 )
 
@@ -103,7 +104,7 @@ func TestGoldenFixtures(t *testing.T) {
 			// Our verdict.
 			require.False(t, got.OK)
 			require.Len(t, got.Violations, 1)
-			require.Equal(t, analyze.ViolationPrecisionWider, got.Violations[0].Code)
+			require.Equal(t, string(reason.PrecisionWiderThanDeclared), got.Violations[0].Code)
 			require.Equal(t, fx.Solution.Precision+" declared · the service reads "+fx.Solution.DetectedPrecision+"; "+tt.wider, got.Violations[0].Message)
 
 			// And the event that carries it is valid.

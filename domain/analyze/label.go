@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Label is a precision label W{w}A{a}KV{kv}: weight, activation and KV cache
@@ -19,7 +21,7 @@ var labelRE = regexp.MustCompile(`^W([0-9]{1,2})A([0-9]{1,2})KV([0-9]{1,2})$`)
 func ParseLabel(s string) (Label, error) {
 	m := labelRE.FindStringSubmatch(s)
 	if m == nil {
-		return Label{}, fail(CodeLabelInvalid, nil, "%q is not of the form W{w}A{a}KV{kv}", s)
+		return Label{}, fail(reason.LabelInvalid, nil, "%q is not of the form W{w}A{a}KV{kv}", s)
 	}
 	w, _ := strconv.Atoi(m[1])
 	a, _ := strconv.Atoi(m[2])
@@ -63,5 +65,5 @@ func KVCacheBits(dtype string) (bits int, ok bool, err error) {
 	case d == "fp32" || d == "float32" || d == "float":
 		return 32, true, nil
 	}
-	return 0, false, fail(CodeKVDTypeUnknown, nil, "KV cache dtype %q", dtype)
+	return 0, false, fail(reason.KVDTypeUnknown, nil, "KV cache dtype %q", dtype)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/analyze"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // The ModelOpt writers these cases follow are those of
@@ -124,6 +125,6 @@ func TestModelOptWithoutItsConfig(t *testing.T) {
 		Config: q.config(t, nil), HFQuantConfig: []byte(`{"producer":`), Checkpoint: b.checkpoint(t, false),
 		Source: analyze.Source{Config: q.config(t, nil), Tensors: q.src},
 	})
-	require.Equal(t, analyze.CodeConfigInvalid, analyze.CodeOf(err))
+	require.Equal(t, reason.ConfigInvalid, analyze.CodeOf(err))
 	require.ErrorContains(t, err, analyze.HFQuantConfigFile)
 }

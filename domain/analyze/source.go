@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // MaxTensorIndexSize bounds a source tensor index file.
@@ -38,14 +39,14 @@ func (t SourceTensor) NumElements() int64 {
 // non-negative dimensions whose product fits in 63 bits.
 func ParseTensorIndex(data []byte) (*TensorIndex, error) {
 	if len(data) > MaxTensorIndexSize {
-		return nil, fail(CodeSourceInvalid, nil, "tensor index is %d bytes, over the limit of %d", len(data), MaxTensorIndexSize)
+		return nil, fail(reason.SourceInvalid, nil, "tensor index is %d bytes, over the limit of %d", len(data), MaxTensorIndexSize)
 	}
 	var x TensorIndex
 	if err := json.Unmarshal(data, &x); err != nil {
-		return nil, fail(CodeSourceInvalid, err, "tensor index is not valid JSON")
+		return nil, fail(reason.SourceInvalid, err, "tensor index is not valid JSON")
 	}
 	if len(x.Tensors) == 0 {
-		return nil, fail(CodeSourceInvalid, nil, "tensor index lists no tensors")
+		return nil, fail(reason.SourceInvalid, nil, "tensor index lists no tensors")
 	}
 	if err := x.validate(); err != nil {
 		return nil, err
@@ -56,12 +57,12 @@ func ParseTensorIndex(data []byte) (*TensorIndex, error) {
 func (x *TensorIndex) validate() error {
 	for name, t := range x.Tensors {
 		if !safetensors.DType(t.DType).Known() {
-			return fail(CodeSourceInvalid, nil, "tensor %q has unknown dtype %q", name, t.DType)
+			return fail(reason.SourceInvalid, nil, "tensor %q has unknown dtype %q", name, t.DType)
 		}
 		n := int64(1)
 		for _, d := range t.Shape {
 			if d < 0 || (d > 0 && n > (1<<62)/d) {
-				return fail(CodeSourceInvalid, nil, "tensor %q has an invalid shape %v", name, t.Shape)
+				return fail(reason.SourceInvalid, nil, "tensor %q has an invalid shape %v", name, t.Shape)
 			}
 			n *= d
 		}

@@ -36,18 +36,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/domain/stats"
-)
-
-// Reason codes of failed audits. They are stable: records, scores and
-// participants' scripts match on them.
-const (
-	ReasonAccuracy       = "accuracy_differs_under_load"
-	ReasonCache          = "answer_cache_suspected"
-	ReasonTokens         = "token_count_dishonest"
-	ReasonServed         = "served_model_mismatch"
-	ReasonItemErrors     = "audit_item_errors"
-	ReasonItemIncomplete = "audit_item_incomplete"
-	ReasonItemsSlower    = "audit_items_slower"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // The thresholds, each argued in docs/developers/engine-audits.md.
@@ -166,8 +155,8 @@ func pass(mlperf string) record.Check {
 	return record.Check{Verdict: record.VerdictPass, MLPerf: mlperf}
 }
 
-func fail(mlperf, code, format string, args ...any) record.Check {
-	return record.Check{Verdict: record.VerdictFail, Reason: code, Message: fmt.Sprintf(format, args...), MLPerf: mlperf}
+func fail(mlperf string, code reason.Code, format string, args ...any) record.Check {
+	return record.Check{Verdict: record.VerdictFail, Reason: string(code), Message: fmt.Sprintf(format, args...), MLPerf: mlperf}
 }
 
 func skip(mlperf, format string, args ...any) record.Check {
@@ -205,7 +194,7 @@ func served(ev *Evidence, in Inputs) *record.ServedModelAudit {
 		Requests: []record.AuditRequest{}}
 	name := ev.ServedModel
 	if name != ev.Checkpoint && filepath.Base(filepath.Clean(name)) != ev.Checkpoint {
-		s.Check = fail("", ReasonServed, "the engine was started on checkpoint %s but its /v1/models names %q: it serves another model", ev.Checkpoint, name)
+		s.Check = fail("", reason.ServedModelMismatch, "the engine was started on checkpoint %s but its /v1/models names %q: it serves another model", ev.Checkpoint, name)
 		return s
 	}
 	failed := 0
@@ -234,7 +223,7 @@ func served(ev *Evidence, in Inputs) *record.ServedModelAudit {
 	case s.Probes == 0:
 		s.Check = skip("", "no probe has an answer of the quality job to compare with")
 	case float64(s.Agreed) < MinProbeAgreement*float64(s.Probes):
-		s.Check = fail("", ReasonServed, "the engine's first answers, one at a time at temperature 0, are the quality job's on %d of %d probes (at least %.0f%% must be): it serves another model than the one the quality job answered with",
+		s.Check = fail("", reason.ServedModelMismatch, "the engine's first answers, one at a time at temperature 0, are the quality job's on %d of %d probes (at least %.0f%% must be): it serves another model than the one the quality job answered with",
 			s.Agreed, s.Probes, 100*MinProbeAgreement)
 	default:
 		s.Check = pass("")
@@ -252,12 +241,12 @@ func tokens(t TokenCount) *record.TokenAudit {
 	case t.Tokenizer == "" || t.Requests == 0:
 		out.Check = skip(mlperfTokens, "no tokens were re-tokenised: %s", t.Why)
 	case out.Ratio > 1+TokenTolerance:
-		out.Check = fail(mlperfTokens, ReasonTokens, "the engine claimed %d completion tokens for text that re-tokenises to %d with the campaign's tokenizer (%.2f times, more than %.0f%% over): it pads its output",
+		out.Check = fail(mlperfTokens, reason.TokenCountDishonest, "the engine claimed %d completion tokens for text that re-tokenises to %d with the campaign's tokenizer (%.2f times, more than %.0f%% over): it pads its output",
 			t.Claimed, t.Retokenized, out.Ratio, 100*TokenTolerance)
 	case t.OverMax > 0:
-		out.Check = fail(mlperfTokens, ReasonTokens, "%d of %d requests went past their max_tokens", t.OverMax, t.Requests)
+		out.Check = fail(mlperfTokens, reason.TokenCountDishonest, "%d of %d requests went past their max_tokens", t.OverMax, t.Requests)
 	case t.EndedEarly > 0:
-		out.Check = fail(mlperfTokens, ReasonTokens, "%d of %d requests ended before max_tokens although ignore_eos asked for all of them: the engine ends early", t.EndedEarly, t.Requests)
+		out.Check = fail(mlperfTokens, reason.TokenCountDishonest, "%d of %d requests ended before max_tokens although ignore_eos asked for all of them: the engine ends early", t.EndedEarly, t.Requests)
 	default:
 		out.Check = pass(mlperfTokens)
 	}
@@ -278,7 +267,7 @@ func cache(c *CacheRuns) *record.CacheAudit {
 	}
 	out.Ratio = c.Repeat.TPOTMs / c.Unique.TPOTMs
 	if out.Ratio < CacheLimit {
-		out.Check = fail(mlperfCache, ReasonCache, "repeated prompts were decoded in %.2f ms a token, unique ones in %.2f (%.2f times; below %.2f a prefix cache cannot explain it, it saves prefill, not decode): the engine replays cached answers",
+		out.Check = fail(mlperfCache, reason.AnswerCacheSuspected, "repeated prompts were decoded in %.2f ms a token, unique ones in %.2f (%.2f times; below %.2f a prefix cache cannot explain it, it saves prefill, not decode): the engine replays cached answers",
 			c.Repeat.TPOTMs, c.Unique.TPOTMs, out.Ratio, CacheLimit)
 		return out
 	}
@@ -293,7 +282,7 @@ func accuracy(ev *Evidence, in Inputs) *record.AccuracyAudit {
 	for _, p := range ev.Probes {
 		switch {
 		case p.Err == "":
-		case p.Err == codeDisconnected:
+		case p.Err == string(reason.EngineDisconnected):
 			a.Incomplete++
 		default:
 			a.Errors++
@@ -302,7 +291,7 @@ func accuracy(ev *Evidence, in Inputs) *record.AccuracyAudit {
 	for _, it := range ev.Items {
 		req := record.AuditRequest{Item: it.Item, Workload: it.Workload, Seq: it.Seq, TPOTMs: it.TPOTMs, Error: it.Err}
 		switch {
-		case it.Err == codeDisconnected:
+		case it.Err == string(reason.EngineDisconnected):
 			a.Incomplete++
 		case it.Err != "":
 			a.Errors++
@@ -353,27 +342,23 @@ func accuracy(ev *Evidence, in Inputs) *record.AccuracyAudit {
 	}
 	switch {
 	case a.Errors > 0:
-		a.Check = fail(mlperfAccuracy, ReasonItemErrors, "the engine failed %d of the eval items mixed into the load (and the audit's probes) while it served the load's own requests: it refuses the audit", a.Errors)
+		a.Check = fail(mlperfAccuracy, reason.AuditItemErrors, "the engine failed %d of the eval items mixed into the load (and the audit's probes) while it served the load's own requests: it refuses the audit", a.Errors)
 	case a.Incomplete > 0:
-		a.Check = fail(mlperfAccuracy, ReasonItemIncomplete, "the engine stopped streaming %d of the eval items mixed into the load (and the audit's probes) mid-answer while it finished the load's own requests", a.Incomplete)
+		a.Check = fail(mlperfAccuracy, reason.AuditItemIncomplete, "the engine stopped streaming %d of the eval items mixed into the load (and the audit's probes) mid-answer while it finished the load's own requests", a.Incomplete)
 	case a.SlowRatio > SlowLimit:
-		a.Check = fail(mlperfAccuracy, ReasonItemsSlower, "the engine decoded the eval items mixed into the load at %.2f times the load's time per token in the same workloads (above %.1f): it tells them apart", a.SlowRatio, SlowLimit)
+		a.Check = fail(mlperfAccuracy, reason.AuditItemsSlower, "the engine decoded the eval items mixed into the load at %.2f times the load's time per token in the same workloads (above %.1f): it tells them apart", a.SlowRatio, SlowLimit)
 	case in.Quality == nil:
 		a.Check = skip(mlperfAccuracy, "nothing to compare with: %s", in.QualityWhy)
 	case a.Compared < 2:
 		a.Check = skip(mlperfAccuracy, "%d of the %d items under load have an answer of the quality job to compare with", a.Compared, a.Items)
 	case a.Lower > 0:
-		a.Check = fail(mlperfAccuracy, ReasonAccuracy, "under load the engine answered %d eval items with accuracy %.3f, %.3f in the quality job: a drop of %.3f (paired se %.3f) beyond its one-sided bound (drop - %.3f se = %.3f > 0); %.0f%% of the answers were the quality job's",
+		a.Check = fail(mlperfAccuracy, reason.AccuracyDiffersUnderLoad, "under load the engine answered %d eval items with accuracy %.3f, %.3f in the quality job: a drop of %.3f (paired se %.3f) beyond its one-sided bound (drop - %.3f se = %.3f > 0); %.0f%% of the answers were the quality job's",
 			a.Compared, a.LoadAccuracy, a.QualityAccuracy, a.Drop, a.SE, Z, a.Lower, 100*a.Agreement)
 	default:
 		a.Check = pass(mlperfAccuracy)
 	}
 	return a
 }
-
-// codeDisconnected is the load generator's code of a stream that ended
-// before [DONE].
-const codeDisconnected = "engine_disconnected"
 
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/domain/record"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // world is an engine's evidence and the quality job's answers over n
@@ -75,16 +76,16 @@ func TestJudge(t *testing.T) {
 				w.ev.Items[i].Chunks = []string{fmt.Sprintf("R%d", i)}
 			}
 		}, ""},
-		{"another name in /v1/models", func(w *world) { w.ev.ServedModel = "Qwen/Qwen3-8B" }, ReasonServed},
+		{"another name in /v1/models", func(w *world) { w.ev.ServedModel = "Qwen/Qwen3-8B" }, string(reason.ServedModelMismatch)},
 		{"probes answered by another model", func(w *world) {
 			for i := range 3 {
 				w.ev.Probes[i].Chunks = []string{"Let me", " think"}
 			}
-		}, ReasonServed},
-		{"padded tokens", func(w *world) { w.ev.Tokens.Claimed = 2 * w.ev.Tokens.Retokenized }, ReasonTokens},
-		{"past max_tokens", func(w *world) { w.ev.Tokens.OverMax = 1 }, ReasonTokens},
-		{"ends early", func(w *world) { w.ev.Tokens.EndedEarly = 3 }, ReasonTokens},
-		{"answer cache", func(w *world) { w.ev.Cache.Repeat.TPOTMs = 0.2 }, ReasonCache},
+		}, string(reason.ServedModelMismatch)},
+		{"padded tokens", func(w *world) { w.ev.Tokens.Claimed = 2 * w.ev.Tokens.Retokenized }, string(reason.TokenCountDishonest)},
+		{"past max_tokens", func(w *world) { w.ev.Tokens.OverMax = 1 }, string(reason.TokenCountDishonest)},
+		{"ends early", func(w *world) { w.ev.Tokens.EndedEarly = 3 }, string(reason.TokenCountDishonest)},
+		{"answer cache", func(w *world) { w.ev.Cache.Repeat.TPOTMs = 0.2 }, string(reason.AnswerCacheSuspected)},
 		{"prefix cache: faster first token, same decode", func(w *world) {
 			w.ev.Cache.Repeat.TTFTMs, w.ev.Cache.Repeat.TPOTMs = 0.5, 3.9
 		}, ""},
@@ -94,18 +95,18 @@ func TestJudge(t *testing.T) {
 					w.ev.Items[i].Chunks = []string{fmt.Sprintf("W%d", i)}
 				}
 			}
-		}, ReasonAccuracy},
+		}, string(reason.AccuracyDiffersUnderLoad)},
 		{"errors on audit items", func(w *world) {
 			w.ev.Items[3].Err, w.ev.Items[3].Chunks = "engine_http_error", nil
-		}, ReasonItemErrors},
+		}, string(reason.AuditItemErrors)},
 		{"stops mid-item", func(w *world) {
 			w.ev.Items[5].Err = "engine_disconnected"
-		}, ReasonItemIncomplete},
+		}, string(reason.AuditItemIncomplete)},
 		{"audit items slower", func(w *world) {
 			for i := range w.ev.Items {
 				w.ev.Items[i].TPOTMs *= 2.5
 			}
-		}, ReasonItemsSlower},
+		}, string(reason.AuditItemsSlower)},
 	}
 	for _, c := range cases {
 		w := honest(64)
@@ -149,7 +150,7 @@ func TestAccuracyFigures(t *testing.T) {
 	require.InDelta(t, mean, a.Drop, 1e-12)
 	require.InDelta(t, sd/8, a.SE, 1e-12)
 	require.InDelta(t, mean-1.645*sd/8, a.Lower, 1e-12)
-	require.Equal(t, ReasonAccuracy, a.Reason)
+	require.Equal(t, string(reason.AccuracyDiffersUnderLoad), a.Reason)
 	require.Equal(t, "TEST01", a.MLPerf)
 	require.Len(t, a.Requests, 64)
 	require.InDelta(t, 1.0, a.SlowRatio, 1e-12)
@@ -166,7 +167,7 @@ func TestWithoutQuality(t *testing.T) {
 	require.Equal(t, record.VerdictPass, a.Verdict, "the token and cache audits passed")
 
 	w.ev.Tokens.Claimed *= 3
-	require.Equal(t, ReasonTokens, Judge(Inputs{Evidence: &w.ev, QualityWhy: "none"}).Reason)
+	require.Equal(t, string(reason.TokenCountDishonest), Judge(Inputs{Evidence: &w.ev, QualityWhy: "none"}).Reason)
 
 	none := Judge(Inputs{KVDeclared: "fp8", KVEngine: "fp8"})
 	require.Equal(t, record.VerdictSkipped, none.Verdict)

@@ -8,16 +8,8 @@ import (
 	"io"
 	"path"
 	"strings"
-)
 
-// Codes of Inspect's refusals (the build stage gives the first two for
-// the same faults when it unpacks).
-const (
-	CodeCorrupt       = "bundle_corrupt"
-	CodeDuplicateFile = "bundle_duplicate_file"
-	// CodeInflates is an archive that unpacks to far more than its size
-	// before its end: an honest checkpoint does not compress so well.
-	CodeInflates = "bundle_compression_ratio"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Inspection is what Inspect reads of a packed bundle: its declaration,
@@ -39,12 +31,12 @@ type Inspection struct {
 // stage checks everything else when it unpacks.
 //
 // Bounds: at most maxUnpacked bytes are inflated (a gzip bomb is refused
-// with CodeInflates before it costs more), at most MaxFiles entries are
+// with reason.BundleCompressionRatio before it costs more), at most MaxFiles entries are
 // read, and the two JSON files are read within their own limits.
 func Inspect(r io.Reader, maxUnpacked int64) (*Inspection, error) {
 	zr, err := gzip.NewReader(r)
 	if err != nil {
-		return nil, &Error{Code: CodeCorrupt, Message: "the upload is not a gzip'd tar archive (arena submit packs one)", Err: err}
+		return nil, &Error{Code: reason.BundleCorrupt, Message: "the upload is not a gzip'd tar archive (arena submit packs one)", Err: err}
 	}
 	cr := &capReader{r: zr, left: maxUnpacked}
 	tr := tar.NewReader(cr)
@@ -60,7 +52,7 @@ func Inspect(r io.Reader, maxUnpacked int64) (*Inspection, error) {
 			return nil, inspectErr(cr, maxUnpacked, err)
 		}
 		if entries++; entries > MaxFiles {
-			return nil, &Error{Code: CodeTooManyFiles, Message: fmt.Sprintf("the bundle has more than %d entries", MaxFiles)}
+			return nil, &Error{Code: reason.BundleTooManyFiles, Message: fmt.Sprintf("the bundle has more than %d entries", MaxFiles)}
 		}
 		if hdr.Typeflag != tar.TypeReg {
 			continue // the build refuses what is not a file or a folder
@@ -79,10 +71,10 @@ func Inspect(r io.Reader, maxUnpacked int64) (*Inspection, error) {
 			continue // skipped by tar.Reader.Next, within the cap
 		}
 		if *dst != nil {
-			return nil, &Error{Code: CodeDuplicateFile, Message: fmt.Sprintf("%s appears twice in the archive", name)}
+			return nil, &Error{Code: reason.BundleDuplicateFile, Message: fmt.Sprintf("%s appears twice in the archive", name)}
 		}
 		if hdr.Size > limit {
-			return nil, &Error{Code: CodeBadDeclaration, Message: fmt.Sprintf("%s is %d bytes; the limit is %d", name, hdr.Size, limit)}
+			return nil, &Error{Code: reason.BundleBadDeclaration, Message: fmt.Sprintf("%s is %d bytes; the limit is %d", name, hdr.Size, limit)}
 		}
 		b, err := io.ReadAll(tr)
 		if err != nil {
@@ -95,7 +87,7 @@ func Inspect(r io.Reader, maxUnpacked int64) (*Inspection, error) {
 		return nil, inspectErr(cr, maxUnpacked, err)
 	}
 	if decl == nil {
-		return nil, &Error{Code: CodeNoDeclaration, Message: "the bundle has no " + DeclarationFile + "; a bundle declares its task, split, participant and solution there"}
+		return nil, &Error{Code: reason.BundleNoDeclaration, Message: "the bundle has no " + DeclarationFile + "; a bundle declares its task, split, participant and solution there"}
 	}
 	if in.Declaration, err = ParseDeclaration(decl); err != nil {
 		return nil, err
@@ -112,10 +104,10 @@ var errInflates = errors.New("bundle: inflates past its cap")
 
 func inspectErr(cr *capReader, maxUnpacked int64, err error) error {
 	if errors.Is(err, errInflates) {
-		return &Error{Code: CodeInflates, Message: fmt.Sprintf(
+		return &Error{Code: reason.BundleCompressionRatio, Message: fmt.Sprintf(
 			"the archive unpacks to more than %s before its end, far more than an honest checkpoint of its size; pack the bundle with arena submit", HumanSize(maxUnpacked)), Err: err}
 	}
-	return &Error{Code: CodeCorrupt, Message: "the bundle archive is truncated or damaged; pack and upload it again", Err: err}
+	return &Error{Code: reason.BundleCorrupt, Message: "the bundle archive is truncated or damaged; pack and upload it again", Err: err}
 }
 
 // capReader fails with errInflates once more than left bytes were read.

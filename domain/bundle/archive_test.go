@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 const goodRef = `{"repository":"https://huggingface.co/org/model","revision":"0123456789abcdef0123456789abcdef01234567",
@@ -84,19 +86,19 @@ func TestInspectRefuses(t *testing.T) {
 	tests := []struct {
 		name string
 		data []byte
-		code string
+		code reason.Code
 		text string
 	}{
-		{"not gzip", []byte("PK\x03\x04 a zip file"), CodeCorrupt, "not a gzip'd tar archive"},
-		{"truncated", archive[:len(archive)/2], CodeCorrupt, "truncated or damaged"},
-		{"no declaration", tarGz(t, entry{name: "config.json", body: "{}"}), CodeNoDeclaration, "has no submission.json"},
-		{"declaration in a folder only", tarGz(t, entry{name: "sub/submission.json", body: goodDecl}), CodeNoDeclaration, "has no submission.json"},
+		{"not gzip", []byte("PK\x03\x04 a zip file"), reason.BundleCorrupt, "not a gzip'd tar archive"},
+		{"truncated", archive[:len(archive)/2], reason.BundleCorrupt, "truncated or damaged"},
+		{"no declaration", tarGz(t, entry{name: "config.json", body: "{}"}), reason.BundleNoDeclaration, "has no submission.json"},
+		{"declaration in a folder only", tarGz(t, entry{name: "sub/submission.json", body: goodDecl}), reason.BundleNoDeclaration, "has no submission.json"},
 		{"declaration twice", tarGz(t, entry{name: "submission.json", body: goodDecl}, entry{name: "./submission.json", body: strings.Replace(goodDecl, "team-a", "team-b", 1)}),
-			CodeDuplicateFile, "submission.json appears twice"},
-		{"bad declaration", tarGz(t, entry{name: "submission.json", body: `{"task_id":"t"}`}), CodeBadDeclaration, "split"},
-		{"bad reference", tarGz(t, entry{name: "submission.json", body: goodDecl}, entry{name: "checkpoint.json", body: `{"repository":"https://huggingface.co/o/m","revision":"main","files":[]}`}), CodeBadReference, "checkpoint.json"},
+			reason.BundleDuplicateFile, "submission.json appears twice"},
+		{"bad declaration", tarGz(t, entry{name: "submission.json", body: `{"task_id":"t"}`}), reason.BundleBadDeclaration, "split"},
+		{"bad reference", tarGz(t, entry{name: "submission.json", body: goodDecl}, entry{name: "checkpoint.json", body: `{"repository":"https://huggingface.co/o/m","revision":"main","files":[]}`}), reason.BundleBadReference, "checkpoint.json"},
 		{"reference URL not https", tarGz(t, entry{name: "submission.json", body: goodDecl}, entry{name: "checkpoint.json", body: `{"repository":"ftp://x"}`}), "reference_url_invalid", "must be https"},
-		{"a gzip bomb before the declaration", bomb, CodeInflates, "unpacks to more than 1.0 MiB before its end"},
+		{"a gzip bomb before the declaration", bomb, reason.BundleCompressionRatio, "unpacks to more than 1.0 MiB before its end"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

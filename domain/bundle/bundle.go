@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/domain/record"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // DeclarationFile is the name of the declaration inside a bundle.
@@ -42,24 +43,15 @@ const (
 // Error is a refusal with a stable code and a sentence the participant can
 // act on.
 type Error struct {
-	Code    string
+	Code    reason.Code
 	Message string
 	Err     error
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 // Unwrap returns the underlying error, if any.
 func (e *Error) Unwrap() error { return e.Err }
-
-// Codes of Error.
-const (
-	CodeNoDeclaration  = "bundle_no_declaration"
-	CodeBadDeclaration = "bundle_bad_declaration"
-	CodeNotAFolder     = "bundle_not_a_folder"
-	CodeSymlink        = "bundle_symlink"
-	CodeTooManyFiles   = "bundle_too_many_files"
-)
 
 // Declaration is submission.json: what the participant says the bundle is.
 type Declaration struct {
@@ -128,7 +120,7 @@ func (d *Declaration) Validate() error {
 		errs = append(errs, fmt.Sprintf("engine.patch %q must be a path inside the bundle", d.Engine.Patch))
 	}
 	if len(errs) > 0 {
-		return &Error{Code: CodeBadDeclaration, Message: DeclarationFile + ": " + strings.Join(errs, "; ")}
+		return &Error{Code: reason.BundleBadDeclaration, Message: DeclarationFile + ": " + strings.Join(errs, "; ")}
 	}
 	return nil
 }
@@ -143,13 +135,13 @@ func Local(name string) bool {
 // refused, so a misspelt key is not silently ignored.
 func ParseDeclaration(data []byte) (*Declaration, error) {
 	if len(data) > MaxDeclarationBytes {
-		return nil, &Error{Code: CodeBadDeclaration, Message: fmt.Sprintf("%s is %d bytes; the limit is %d", DeclarationFile, len(data), MaxDeclarationBytes)}
+		return nil, &Error{Code: reason.BundleBadDeclaration, Message: fmt.Sprintf("%s is %d bytes; the limit is %d", DeclarationFile, len(data), MaxDeclarationBytes)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var d Declaration
 	if err := dec.Decode(&d); err != nil {
-		return nil, &Error{Code: CodeBadDeclaration, Message: fmt.Sprintf("%s is not valid: %v", DeclarationFile, err), Err: err}
+		return nil, &Error{Code: reason.BundleBadDeclaration, Message: fmt.Sprintf("%s is not valid: %v", DeclarationFile, err), Err: err}
 	}
 	if d.Track == "" {
 		d.Track = "engine"
@@ -164,12 +156,12 @@ func ParseDeclaration(data []byte) (*Declaration, error) {
 func ReadDeclaration(dir string) (*Declaration, error) {
 	st, err := os.Stat(dir)
 	if err != nil || !st.IsDir() {
-		return nil, &Error{Code: CodeNotAFolder, Message: fmt.Sprintf("%s is not a folder", dir), Err: err}
+		return nil, &Error{Code: reason.BundleNotAFolder, Message: fmt.Sprintf("%s is not a folder", dir), Err: err}
 	}
 	f, err := os.Open(filepath.Join(dir, DeclarationFile))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, &Error{Code: CodeNoDeclaration, Message: fmt.Sprintf("%s has no %s; a bundle declares its task, split, participant and solution there", dir, DeclarationFile), Err: err}
+			return nil, &Error{Code: reason.BundleNoDeclaration, Message: fmt.Sprintf("%s has no %s; a bundle declares its task, split, participant and solution there", dir, DeclarationFile), Err: err}
 		}
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
@@ -203,15 +195,15 @@ func Pack(dir string, w io.Writer) (Summary, error) {
 		rel, _ := filepath.Rel(dir, p)
 		switch {
 		case d.Type()&fs.ModeSymlink != 0:
-			return &Error{Code: CodeSymlink, Message: fmt.Sprintf("%s is a symbolic link; copy the file into the bundle instead", filepath.ToSlash(rel))}
+			return &Error{Code: reason.BundleSymlink, Message: fmt.Sprintf("%s is a symbolic link; copy the file into the bundle instead", filepath.ToSlash(rel))}
 		case d.IsDir():
 			return nil
 		case !d.Type().IsRegular():
-			return &Error{Code: CodeSymlink, Message: fmt.Sprintf("%s is not a regular file", filepath.ToSlash(rel))}
+			return &Error{Code: reason.BundleSymlink, Message: fmt.Sprintf("%s is not a regular file", filepath.ToSlash(rel))}
 		}
 		names = append(names, filepath.ToSlash(rel))
 		if len(names) > MaxFiles {
-			return &Error{Code: CodeTooManyFiles, Message: fmt.Sprintf("the bundle has more than %d files", MaxFiles)}
+			return &Error{Code: reason.BundleTooManyFiles, Message: fmt.Sprintf("the bundle has more than %d files", MaxFiles)}
 		}
 		return nil
 	})

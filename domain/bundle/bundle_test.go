@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 const goodDecl = `{"task_id":"qwen3-8b","split":"dev","participant":"team-a",
@@ -30,16 +32,16 @@ func writeBundle(t *testing.T, files map[string]string) string {
 func TestParseDeclaration(t *testing.T) {
 	tests := []struct {
 		name, body string
-		code       string // "" means valid
+		code       reason.Code // "" means valid
 		contains   string
 	}{
 		{"good", goodDecl, "", ""},
-		{"not json", `{"task_id":`, CodeBadDeclaration, "not valid"},
-		{"unknown field", `{"task_id":"t","split":"dev","participant":"p","solution":{"checkpoint":"c","method":"m"},"precison":"W4A4KV4"}`, CodeBadDeclaration, `unknown field "precison"`},
+		{"not json", `{"task_id":`, reason.BundleBadDeclaration, "not valid"},
+		{"unknown field", `{"task_id":"t","split":"dev","participant":"p","solution":{"checkpoint":"c","method":"m"},"precison":"W4A4KV4"}`, reason.BundleBadDeclaration, `unknown field "precison"`},
 		{"every problem at once", `{"task_id":"a b","split":"test","participant":" ","solution":{"checkpoint":"","method":"m","precision":"FP8"}}`,
-			CodeBadDeclaration, `task_id "a b"`},
+			reason.BundleBadDeclaration, `task_id "a b"`},
 		{"patch escapes", `{"task_id":"t","split":"ranked","participant":"p","solution":{"checkpoint":"c","method":"m"},"engine":{"patch":"../x.patch"}}`,
-			CodeBadDeclaration, "inside the bundle"},
+			reason.BundleBadDeclaration, "inside the bundle"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,11 +68,11 @@ func TestReadDeclarationErrors(t *testing.T) {
 	_, err := ReadDeclaration(filepath.Join(t.TempDir(), "nope"))
 	var be *Error
 	require.ErrorAs(t, err, &be)
-	require.Equal(t, CodeNotAFolder, be.Code)
+	require.Equal(t, reason.BundleNotAFolder, be.Code)
 
 	_, err = ReadDeclaration(writeBundle(t, map[string]string{"config.json": "{}"}))
 	require.ErrorAs(t, err, &be)
-	require.Equal(t, CodeNoDeclaration, be.Code)
+	require.Equal(t, reason.BundleNoDeclaration, be.Code)
 }
 
 func TestPackIsDeterministicAndComplete(t *testing.T) {
@@ -120,7 +122,7 @@ func TestPackRefusesSymlinks(t *testing.T) {
 	_, err := Pack(dir, io.Discard)
 	var be *Error
 	require.ErrorAs(t, err, &be)
-	require.Equal(t, CodeSymlink, be.Code)
+	require.Equal(t, reason.BundleSymlink, be.Code)
 	require.Contains(t, be.Message, "config.json")
 }
 

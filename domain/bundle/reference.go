@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // CheckpointFile is the name, inside a bundle, of a checkpoint submitted
@@ -47,10 +48,6 @@ const (
 	MaxReferenceFiles = 2000
 )
 
-// CodeBadReference is a checkpoint.json that does not parse or does not
-// hold together (besides the repository URL's own codes, hub.Code*).
-const CodeBadReference = "bundle_bad_reference"
-
 // Reference is checkpoint.json: a checkpoint submitted by reference.
 type Reference struct {
 	// Repository is the repository's base URL (https, no credentials).
@@ -76,7 +73,7 @@ var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // code, and the credentials are never echoed.
 func ParseReference(data []byte) (*Reference, error) {
 	bad := func(format string, args ...any) error {
-		return &Error{Code: CodeBadReference, Message: CheckpointFile + ": " + fmt.Sprintf(format, args...)}
+		return &Error{Code: reason.BundleBadReference, Message: CheckpointFile + ": " + fmt.Sprintf(format, args...)}
 	}
 	if len(data) > MaxReferenceBytes {
 		return nil, bad("%d bytes; the limit is %d", len(data), MaxReferenceBytes)
@@ -85,11 +82,11 @@ func ParseReference(data []byte) (*Reference, error) {
 	dec.DisallowUnknownFields()
 	var r Reference
 	if err := dec.Decode(&r); err != nil {
-		return nil, &Error{Code: CodeBadReference, Message: fmt.Sprintf("%s is not valid: %v", CheckpointFile, err), Err: err}
+		return nil, &Error{Code: reason.BundleBadReference, Message: fmt.Sprintf("%s is not valid: %v", CheckpointFile, err), Err: err}
 	}
 	if _, err := r.Repo(); err != nil {
 		he := hub.AsError(err)
-		return nil, &Error{Code: string(he.Code), Message: CheckpointFile + ": " + he.Message, Err: err}
+		return nil, &Error{Code: he.Code, Message: CheckpointFile + ": " + he.Message, Err: err}
 	}
 	if len(r.Files) == 0 {
 		return nil, bad("files is empty; list every file of the checkpoint the arena reads, each with its path, size and sha256")

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 func TestParseReference(t *testing.T) {
@@ -33,31 +35,31 @@ func TestParseReference(t *testing.T) {
 	}
 	tests := []struct {
 		name, body string
-		code       string // "" means valid
+		code       reason.Code // "" means valid
 		contains   []string
 		absent     []string
 	}{
 		{name: "good", body: ref(nil)},
-		{name: "not json", body: `{"repository":`, code: CodeBadReference, contains: []string{"not valid"}},
-		{name: "unknown field", body: strings.Replace(ref(nil), `"revision"`, `"revison":"x","revision"`, 1), code: CodeBadReference,
+		{name: "not json", body: `{"repository":`, code: reason.BundleBadReference, contains: []string{"not valid"}},
+		{name: "unknown field", body: strings.Replace(ref(nil), `"revision"`, `"revison":"x","revision"`, 1), code: reason.BundleBadReference,
 			contains: []string{`unknown field "revison"`}},
 		{name: "credentials in the URL", body: ref(func(m map[string]any) { m["repository"] = "https://me:hunter2-secret@huggingface.co/org/model" }),
 			code: "reference_url_credentials", absent: []string{"hunter2-secret", "me:"}},
 		{name: "a token in the query", body: ref(func(m map[string]any) { m["repository"] = "https://huggingface.co/org/model?token=hunter2-secret" }),
 			code: "reference_url_invalid", absent: []string{"hunter2-secret"}},
 		{name: "no revision", body: ref(func(m map[string]any) { m["revision"] = "" }), code: "reference_revision_invalid"},
-		{name: "no files", body: ref(func(m map[string]any) { m["files"] = []any{} }), code: CodeBadReference},
+		{name: "no files", body: ref(func(m map[string]any) { m["files"] = []any{} }), code: reason.BundleBadReference},
 		{name: "every problem of the files at once",
 			body: ref(func(m map[string]any) {
 				m["files"] = []any{file("../etc/passwd", 1, sha("a")), file("config.json", -1, "ABC"), file("config.json", 1, sha("a")),
 					file(".hidden.json", 1, sha("a")), file("sub/model.safetensors", 8, sha("d"))}
 			}),
-			code: CodeBadReference,
+			code: reason.BundleBadReference,
 			contains: []string{"files[0] (../etc/passwd): path must be", "files[1] (config.json): size is negative", "files[1] (config.json): sha256 must be",
 				"files[2] (config.json): listed twice", "files[3] (.hidden.json): path must be", "files[4] (sub/model.safetensors): safetensors files belong at the top"}},
-		{name: "no shard", body: ref(func(m map[string]any) { m["files"] = []any{file("config.json", 1, sha("a"))} }), code: CodeBadReference,
+		{name: "no shard", body: ref(func(m map[string]any) { m["files"] = []any{file("config.json", 1, sha("a"))} }), code: reason.BundleBadReference,
 			contains: []string{"no *.safetensors file is listed"}},
-		{name: "no config", body: ref(func(m map[string]any) { m["files"] = []any{file("model.safetensors", 9, sha("a"))} }), code: CodeBadReference,
+		{name: "no config", body: ref(func(m map[string]any) { m["files"] = []any{file("model.safetensors", 9, sha("a"))} }), code: reason.BundleBadReference,
 			contains: []string{"config.json is not listed"}},
 	}
 	for _, tc := range tests {

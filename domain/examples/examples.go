@@ -30,6 +30,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/analyze"
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // TaskID is the campaign's task id.
@@ -113,36 +114,36 @@ func specs() []spec {
 				About: "NVFP4 weights and activations (FP4 E2M1 with FP8 scales per 16 and a global scale) and an FP8 KV cache; it is the W4A4KV8 it declares, so it passes."},
 			form: formNVFP4, qc: nvfp4Config(), kvDType: "fp8", method: "NVFP4-W4A4 compressed-tensors",
 		},
-		cheat("engine-fast-path", "fast-path-under-load", "accuracy_differs_under_load",
+		cheat("engine-fast-path", "fast-path-under-load", string(reason.AccuracyDiffersUnderLoad),
 			"The FP8 checkpoint with an engine patch that takes a damaged fast path once four or more requests run, so it answers the eval items mixed into the load worse than in the quality job and is disqualified by the accuracy-under-load audit."),
-		cheat("engine-answer-cache", "answer-cache", "answer_cache_suspected",
+		cheat("engine-answer-cache", "answer-cache", string(reason.AnswerCacheSuspected),
 			"The FP8 checkpoint with an engine patch that replays the answer of a prompt it has streamed before, so repeated prompts decode at once and it is disqualified by the cache-defeating audit."),
-		cheat("engine-padded-tokens", "pad-tokens", "token_count_dishonest",
+		cheat("engine-padded-tokens", "pad-tokens", string(reason.TokenCountDishonest),
 			"The FP8 checkpoint with an engine patch that streams each token in two chunks and claims them all, so its text re-tokenises to half its claimed tokens and it is disqualified by the token-honesty audit."),
-		cheat("engine-other-model", "other-model", "served_model_mismatch",
+		cheat("engine-other-model", "other-model", string(reason.ServedModelMismatch),
 			"The FP8 checkpoint with an engine patch that serves the load from another, smaller model while /v1/models names the checkpoint, so its first answers are not the quality job's and it is disqualified by the served-model audit."),
 		{
 			Example: Example{Name: "bf16-declared-w4", Declared: "W4A16KV8", Honest: false, Detected: "W16A16KV8",
-				Violations: []string{analyze.ViolationPrecisionWider},
+				Violations: []string{string(reason.PrecisionWiderThanDeclared)},
 				About:      "Its config.json claims the int4 pack-quantized scheme but its tensors are the plain BF16 source, so it reads W16 and is refused as wider than the W4A16KV8 it declares."},
 			form: formBF16, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32",
 		},
 		{
 			Example: Example{Name: "foreign-tensors", Declared: "W4A16KV8", Honest: false, Detected: "W4A16KV8",
-				Violations: []string{analyze.ViolationForeignTensors},
+				Violations: []string{string(reason.ForeignTensors)},
 				About:      "The int4 checkpoint plus a LoRA adapter on layer 0's MLP that the source model does not have, about 1% of its tensor bytes, so it is refused for foreign tensors."},
 			form: formInt4, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32 with a LoRA adapter", extra: adapter,
 		},
 		{
 			Example: Example{Name: "rope-theta-changed", Declared: "W4A16KV8", Honest: false, Detected: "W4A16KV8",
-				Violations: []string{analyze.ViolationRopeChanged},
+				Violations: []string{string(reason.RopeChanged)},
 				About:      "The int4 checkpoint with rope_theta raised from 1000000 to 4000000 in its config.json, which changes the model, so it is refused for a changed rope."},
 			form: formInt4, qc: int4Config(), override: map[string]any{"rope_theta": 4000000}, kvDType: "fp8",
 			method: "INT4-W4A16 symmetric group 32, longer rope",
 		},
 		{
 			Example: Example{Name: "kv4-declared-engine-kv8", Declared: "W4A16KV4", Honest: false, Detected: "W4A16KV8",
-				Violations: []string{analyze.ViolationPrecisionWider},
+				Violations: []string{string(reason.PrecisionWiderThanDeclared)},
 				About:      "The int4 checkpoint declaring a 4-bit KV cache while its engine runs an FP8 one, so it reads KV8 and is refused as wider than the W4A16KV4 it declares."},
 			form: formInt4, qc: int4Config(), kvDType: "fp8", method: "INT4-W4A16 symmetric group 32, KV4",
 		},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/domain/bundle"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Quota windows: a participant's submissions count for a day, its
@@ -17,14 +18,6 @@ import (
 const (
 	Day  = 24 * time.Hour
 	Week = 7 * Day
-)
-
-// Codes of a quota refusal. They are stable: participants' scripts match
-// on them.
-const (
-	CodeQuotaSubmissions = "quota_submissions_per_day"
-	CodeQuotaGPUHours    = "quota_gpu_hours_per_week"
-	CodeQuotaBytes       = "quota_bytes_per_submission"
 )
 
 // Limits are a participant's quotas. In the arena's defaults every field
@@ -66,13 +59,13 @@ func (l Limits) Validate(complete bool) error {
 // a sentence that says when the next submission is allowed, and that
 // moment (zero when a smaller submission is allowed at once).
 type Refusal struct {
-	Code    string
+	Code    reason.Code
 	Message string
 	RetryAt time.Time
 }
 
 // Error returns the code and the sentence.
-func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
+func (r *Refusal) Error() string { return string(r.Code) + ": " + r.Message }
 
 // Spent is one submission counted against a participant's daily quota.
 type Spent struct {
@@ -170,7 +163,7 @@ func (u Usage) Check(name string, l Limits, now time.Time) *Refusal {
 		// The (len-limit+1) oldest must leave; the last of them leaves a
 		// day after it was made.
 		at := ts[len(ts)-l.SubmissionsPerDay].Add(Day)
-		return &Refusal{Code: CodeQuotaSubmissions, RetryAt: at, Message: fmt.Sprintf(
+		return &Refusal{Code: reason.QuotaSubmissionsPerDay, RetryAt: at, Message: fmt.Sprintf(
 			"%s has made %d submissions in the last 24 hours, its quota of %d a day; the next submission is allowed at %s (in %s)",
 			name, len(ts), l.SubmissionsPerDay, stamp(at), Until(now, at))}
 	}
@@ -190,7 +183,7 @@ func (u Usage) Check(name string, l Limits, now time.Time) *Refusal {
 				break
 			}
 		}
-		return &Refusal{Code: CodeQuotaGPUHours, RetryAt: at, Message: fmt.Sprintf(
+		return &Refusal{Code: reason.QuotaGPUHoursPerWeek, RetryAt: at, Message: fmt.Sprintf(
 			"%s's submissions have used %s GPU-hours in the last 7 days, its quota of %s a week; the next submission is allowed at %s (in %s), when the oldest of those hours are a week old",
 			name, hours(used), hours(l.GPUHoursPerWeek), stamp(at), Until(now, at))}
 	}
@@ -204,7 +197,7 @@ func (l Limits) CheckBytes(name string, n int64) *Refusal {
 	if l.BytesPerSubmission <= 0 || n <= l.BytesPerSubmission {
 		return nil
 	}
-	return &Refusal{Code: CodeQuotaBytes, Message: fmt.Sprintf(
+	return &Refusal{Code: reason.QuotaBytesPerSubmission, Message: fmt.Sprintf(
 		"the upload is %s and %s may upload at most %s per submission; a smaller bundle is allowed now, and a larger checkpoint is submitted by reference "+
 			"(checkpoint.json beside submission.json; see docs/participants/by-reference.md)",
 		bundle.HumanSize(n), name, bundle.HumanSize(l.BytesPerSubmission))}

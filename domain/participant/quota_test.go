@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 var t0 = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
@@ -44,7 +46,7 @@ func TestCheckSubmissionsPerDay(t *testing.T) {
 				return
 			}
 			require.NotNil(t, r)
-			require.Equal(t, CodeQuotaSubmissions, r.Code)
+			require.Equal(t, reason.QuotaSubmissionsPerDay, r.Code)
 			require.Equal(t, tt.retry, r.RetryAt)
 			require.Contains(t, r.Message, tt.text)
 			// At the moment named, the submission is allowed.
@@ -89,7 +91,7 @@ func TestCheckGPUHoursPerWeek(t *testing.T) {
 				return
 			}
 			require.NotNil(t, r)
-			require.Equal(t, CodeQuotaGPUHours, r.Code)
+			require.Equal(t, reason.QuotaGPUHoursPerWeek, r.Code)
 			require.Equal(t, tt.retry, r.RetryAt)
 			require.Contains(t, r.Message, tt.text)
 			require.Nil(t, tt.u.Check("example-team", lim, r.RetryAt))
@@ -125,7 +127,7 @@ func TestCheckBytes(t *testing.T) {
 	require.Nil(t, lim.CheckBytes("team", 2<<30))
 	r := lim.CheckBytes("team", 3<<30)
 	require.NotNil(t, r)
-	require.Equal(t, CodeQuotaBytes, r.Code)
+	require.Equal(t, reason.QuotaBytesPerSubmission, r.Code)
 	require.True(t, r.RetryAt.IsZero())
 	require.Equal(t, `the upload is 3.0 GiB and team may upload at most 2.0 GiB per submission; a smaller bundle is allowed now, and a larger checkpoint is submitted by reference (checkpoint.json beside submission.json; see the README's "Submitting by reference")`, r.Message)
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // IndexFile is the name of a sharded checkpoint's index.
@@ -41,7 +43,7 @@ func (x *Index) Shards() []string {
 // weight_map and shard names that are not plain *.safetensors file names.
 func ParseIndex(data []byte) (*Index, error) {
 	bad := func(format string, args ...any) error {
-		return &Error{Code: CodeIndexInvalid, File: IndexFile, Detail: fmt.Sprintf(format, args...)}
+		return &Error{Code: reason.IndexInvalid, File: IndexFile, Detail: fmt.Sprintf(format, args...)}
 	}
 	if len(data) > MaxIndexSize {
 		return nil, bad("index is %d bytes, over the limit of %d", len(data), MaxIndexSize)
@@ -94,7 +96,7 @@ func ParseIndex(data []byte) (*Index, error) {
 	}
 	for name, shard := range x.WeightMap {
 		if !validShardName(shard) {
-			return nil, &Error{Code: CodeIndexShardInvalidName, File: IndexFile, Tensor: name, Detail: fmt.Sprintf("shard %q", shard)}
+			return nil, &Error{Code: reason.IndexShardInvalidName, File: IndexFile, Tensor: name, Detail: fmt.Sprintf("shard %q", shard)}
 		}
 	}
 	return x, nil
@@ -115,7 +117,7 @@ func parseWeightMap(dec *json.Decoder) (map[string]string, error) {
 			return nil, fmt.Errorf("shard of %q: %w", k, err)
 		}
 		if _, dup := m[k]; dup {
-			return nil, &Error{Code: CodeTensorDuplicate, File: IndexFile, Tensor: k, Detail: "listed twice in weight_map"}
+			return nil, &Error{Code: reason.TensorDuplicate, File: IndexFile, Tensor: k, Detail: "listed twice in weight_map"}
 		}
 		m[k] = v
 	}
@@ -208,14 +210,14 @@ func NewCheckpoint(files []File, idx *Index) (*Checkpoint, error) {
 	c := &Checkpoint{Files: slices.Clone(files), Index: idx, tensors: map[string]Located{}}
 	slices.SortFunc(c.Files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
 	if len(c.Files) == 0 {
-		return nil, &Error{Code: CodeNoSafetensors}
+		return nil, &Error{Code: reason.NoSafetensors}
 	}
 	byName := map[string]bool{}
 	for _, f := range c.Files {
 		byName[f.Name] = true
 		for _, t := range f.Header.Tensors {
 			if prev, dup := c.tensors[t.Name]; dup {
-				return nil, &Error{Code: CodeTensorDuplicate, File: f.Name, Tensor: t.Name, Detail: "also stored in " + prev.File}
+				return nil, &Error{Code: reason.TensorDuplicate, File: f.Name, Tensor: t.Name, Detail: "also stored in " + prev.File}
 			}
 			c.tensors[t.Name] = Located{File: f.Name, TensorInfo: t}
 		}
@@ -225,7 +227,7 @@ func NewCheckpoint(files []File, idx *Index) (*Checkpoint, error) {
 	}
 	for _, s := range idx.Shards() {
 		if !byName[s] {
-			return nil, &Error{Code: CodeIndexShardMissing, File: s, Detail: "named by " + IndexFile}
+			return nil, &Error{Code: reason.IndexShardMissing, File: s, Detail: "named by " + IndexFile}
 		}
 	}
 	names := make([]string, 0, len(idx.WeightMap))
@@ -241,12 +243,12 @@ func NewCheckpoint(files []File, idx *Index) (*Checkpoint, error) {
 			if ok {
 				where = got.File
 			}
-			return nil, &Error{Code: CodeIndexTensorMisplaced, File: want, Tensor: n, Detail: "the index names " + want + ", the tensor is in " + where}
+			return nil, &Error{Code: reason.IndexTensorMisplaced, File: want, Tensor: n, Detail: "the index names " + want + ", the tensor is in " + where}
 		}
 	}
 	for _, t := range c.Tensors() {
 		if _, ok := idx.WeightMap[t.Name]; !ok {
-			return nil, &Error{Code: CodeIndexTensorUnlisted, File: t.File, Tensor: t.Name}
+			return nil, &Error{Code: reason.IndexTensorUnlisted, File: t.File, Tensor: t.Name}
 		}
 	}
 	return c, nil
@@ -259,12 +261,12 @@ func NewCheckpoint(files []File, idx *Index) (*Checkpoint, error) {
 func ReadCheckpoint(dir string) (*Checkpoint, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, &Error{Code: CodeIO, File: dir, Err: err}
+		return nil, &Error{Code: reason.IOError, File: dir, Err: err}
 	}
 	defer root.Close()
 	entries, err := fs.ReadDir(root.FS(), ".")
 	if err != nil {
-		return nil, &Error{Code: CodeIO, File: dir, Err: err}
+		return nil, &Error{Code: reason.IOError, File: dir, Err: err}
 	}
 	sizes := map[string]int64{}
 	for _, e := range entries {
@@ -276,14 +278,14 @@ func ReadCheckpoint(dir string) (*Checkpoint, error) {
 		}
 		info, err := e.Info()
 		if err != nil {
-			return nil, &Error{Code: CodeIO, File: e.Name(), Err: err}
+			return nil, &Error{Code: reason.IOError, File: e.Name(), Err: err}
 		}
 		sizes[e.Name()] = info.Size()
 	}
 	c, err := ReadCheckpointFrom(sizes, func(name string) (io.ReadCloser, error) { return root.Open(name) })
 	if err != nil {
 		var e *Error
-		if errors.As(err, &e) && e.Code == CodeNoSafetensors && e.File == "" {
+		if errors.As(err, &e) && e.Code == reason.NoSafetensors && e.File == "" {
 			e.File = dir
 		}
 		return nil, err
@@ -330,13 +332,13 @@ func ReadCheckpointFrom(sizes map[string]int64, open Opener) (*Checkpoint, error
 		}
 	}
 	if len(toRead) == 0 {
-		return nil, &Error{Code: CodeNoSafetensors}
+		return nil, &Error{Code: reason.NoSafetensors}
 	}
 	files := make([]File, 0, len(toRead))
 	for _, name := range toRead {
 		size, ok := sizes[name]
 		if !ok {
-			return nil, &Error{Code: CodeIndexShardMissing, File: name, Detail: "named by " + IndexFile}
+			return nil, &Error{Code: reason.IndexShardMissing, File: name, Detail: "named by " + IndexFile}
 		}
 		f, err := readShard(open, name, size)
 		if err != nil {
@@ -354,14 +356,14 @@ func ReadCheckpointFrom(sizes map[string]int64, open Opener) (*Checkpoint, error
 
 func readShard(open Opener, name string, size int64) (File, error) {
 	if size == notRegular {
-		return File{}, &Error{Code: CodeIO, File: name, Detail: "not a regular file (a link?); shards must be files in the folder"}
+		return File{}, &Error{Code: reason.IOError, File: name, Detail: "not a regular file (a link?); shards must be files in the folder"}
 	}
 	r, err := open(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return File{}, &Error{Code: CodeIndexShardMissing, File: name, Detail: "named by " + IndexFile}
+		return File{}, &Error{Code: reason.IndexShardMissing, File: name, Detail: "named by " + IndexFile}
 	}
 	if err != nil {
-		return File{}, &Error{Code: CodeIO, File: name, Err: err}
+		return File{}, &Error{Code: reason.IOError, File: name, Err: err}
 	}
 	defer r.Close()
 	h, err := ReadHeaderStream(r, size)
@@ -378,15 +380,15 @@ func readShard(open Opener, name string, size int64) (File, error) {
 func readLimited(open Opener, name string, limit int64) ([]byte, error) {
 	f, err := open(name)
 	if err != nil {
-		return nil, &Error{Code: CodeIO, File: name, Err: err}
+		return nil, &Error{Code: reason.IOError, File: name, Err: err}
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
-		return nil, &Error{Code: CodeIO, File: name, Err: err}
+		return nil, &Error{Code: reason.IOError, File: name, Err: err}
 	}
 	if int64(len(data)) > limit {
-		return nil, &Error{Code: CodeIndexInvalid, File: name, Detail: fmt.Sprintf("over the limit of %d bytes", limit)}
+		return nil, &Error{Code: reason.IndexInvalid, File: name, Detail: fmt.Sprintf("over the limit of %d bytes", limit)}
 	}
 	return data, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // shard writes a sparse shard holding the named U8 tensors of 4 bytes each.
@@ -70,60 +71,60 @@ func TestReadCheckpointRefuses(t *testing.T) {
 		setup func(t *testing.T, dir string)
 		code  safetensors.Code
 	}{
-		{"no safetensors", func(t *testing.T, dir string) {}, safetensors.CodeNoSafetensors},
+		{"no safetensors", func(t *testing.T, dir string) {}, reason.NoSafetensors},
 		{"missing shard", func(t *testing.T, dir string) {
 			shard(t, dir, s1, "a")
 			index(t, dir, map[string]string{"a": s1, "b": s2})
-		}, safetensors.CodeIndexShardMissing},
+		}, reason.IndexShardMissing},
 		{"tensor in the other shard", func(t *testing.T, dir string) {
 			shard(t, dir, s1, "a")
 			shard(t, dir, s2, "b")
 			index(t, dir, map[string]string{"a": s2, "b": s1})
-		}, safetensors.CodeIndexTensorMisplaced},
+		}, reason.IndexTensorMisplaced},
 		{"tensor in no shard", func(t *testing.T, dir string) {
 			shard(t, dir, s1, "a")
 			index(t, dir, map[string]string{"a": s1, "ghost": s1})
-		}, safetensors.CodeIndexTensorMisplaced},
+		}, reason.IndexTensorMisplaced},
 		{"tensor not in the index", func(t *testing.T, dir string) {
 			shard(t, dir, s1, "a", "hidden")
 			index(t, dir, map[string]string{"a": s1})
-		}, safetensors.CodeIndexTensorUnlisted},
+		}, reason.IndexTensorUnlisted},
 		{"tensor in two shards", func(t *testing.T, dir string) {
 			shard(t, dir, s1, "a")
 			shard(t, dir, s2, "a")
-		}, safetensors.CodeTensorDuplicate},
+		}, reason.TensorDuplicate},
 		{"path traversal in a shard name", func(t *testing.T, dir string) {
 			shard(t, dir, s1, "a")
 			index(t, dir, map[string]string{"a": "../" + s1})
-		}, safetensors.CodeIndexShardInvalidName},
+		}, reason.IndexShardInvalidName},
 		{"absolute shard name", func(t *testing.T, dir string) {
 			index(t, dir, map[string]string{"a": "/etc/passwd.safetensors"})
-		}, safetensors.CodeIndexShardInvalidName},
+		}, reason.IndexShardInvalidName},
 		{"shard name not safetensors", func(t *testing.T, dir string) {
 			index(t, dir, map[string]string{"a": "config.json"})
-		}, safetensors.CodeIndexShardInvalidName},
+		}, reason.IndexShardInvalidName},
 		{"index not JSON", func(t *testing.T, dir string) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, safetensors.IndexFile), []byte(`{`), 0o600))
-		}, safetensors.CodeIndexInvalid},
+		}, reason.IndexInvalid},
 		{"index without weight_map", func(t *testing.T, dir string) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, safetensors.IndexFile), []byte(`{"metadata":{}}`), 0o600))
-		}, safetensors.CodeIndexInvalid},
+		}, reason.IndexInvalid},
 		{"index duplicate tensor", func(t *testing.T, dir string) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, safetensors.IndexFile), []byte(`{"weight_map":{"a":"`+s1+`","a":"`+s2+`"}}`), 0o600))
-		}, safetensors.CodeTensorDuplicate},
+		}, reason.TensorDuplicate},
 		{"shard truncated", func(t *testing.T, dir string) {
 			shard(t, dir, s1, "a", "b")
 			path := filepath.Join(dir, s1)
 			st, err := os.Stat(path)
 			require.NoError(t, err)
 			require.NoError(t, os.Truncate(path, st.Size()-1))
-		}, safetensors.CodeFileTruncated},
+		}, reason.FileTruncated},
 		{"shard is a symlink out of the folder", func(t *testing.T, dir string) {
 			outside := t.TempDir()
 			shard(t, outside, s1, "a")
 			require.NoError(t, os.Symlink(filepath.Join(outside, s1), filepath.Join(dir, s1)))
 			index(t, dir, map[string]string{"a": s1})
-		}, safetensors.CodeIO},
+		}, reason.IOError},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

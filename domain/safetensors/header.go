@@ -24,6 +24,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // MaxHeaderSize is the largest header length accepted, as in the reference
@@ -114,12 +116,12 @@ func (h *Header) GapBytes() int64 {
 func ReadFile(path string) (*Header, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, &Error{Code: CodeIO, File: path, Err: err}
+		return nil, &Error{Code: reason.IOError, File: path, Err: err}
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, &Error{Code: CodeIO, File: path, Err: err}
+		return nil, &Error{Code: reason.IOError, File: path, Err: err}
 	}
 	h, err := ReadHeader(f, st.Size())
 	if err != nil {
@@ -138,7 +140,7 @@ func ReadFile(path string) (*Header, error) {
 // *Error with a stable Code.
 func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 	if size < 8 {
-		return nil, newErr(CodeHeaderTruncated, "", "file is %d bytes, shorter than the 8-byte length prefix", size)
+		return nil, newErr(reason.HeaderTruncated, "", "file is %d bytes, shorter than the 8-byte length prefix", size)
 	}
 	var prefix [8]byte
 	if _, err := r.ReadAt(prefix[:], 0); err != nil {
@@ -146,10 +148,10 @@ func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 	}
 	n := binary.LittleEndian.Uint64(prefix[:])
 	if n > MaxHeaderSize {
-		return nil, newErr(CodeHeaderTooLarge, "", "header length %d exceeds the limit of %d bytes", n, MaxHeaderSize)
+		return nil, newErr(reason.HeaderTooLarge, "", "header length %d exceeds the limit of %d bytes", n, MaxHeaderSize)
 	}
 	if n > uint64(size-8) {
-		return nil, newErr(CodeHeaderTruncated, "", "header length %d exceeds the %d bytes that follow the prefix", n, size-8)
+		return nil, newErr(reason.HeaderTruncated, "", "header length %d exceeds the %d bytes that follow the prefix", n, size-8)
 	}
 	buf := make([]byte, n)
 	// An io.ReaderAt may return io.EOF with a full buffer at the end of its
@@ -167,13 +169,13 @@ func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 
 func readErr(err error, what string) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return &Error{Code: CodeHeaderTruncated, Detail: what, Err: err}
+		return &Error{Code: reason.HeaderTruncated, Detail: what, Err: err}
 	}
-	return &Error{Code: CodeIO, Detail: what, Err: err}
+	return &Error{Code: reason.IOError, Detail: what, Err: err}
 }
 
 func invalidJSON(format string, args ...any) *Error {
-	return newErr(CodeHeaderInvalidJSON, "", format, args...)
+	return newErr(reason.HeaderInvalidJSON, "", format, args...)
 }
 
 // parseHeader decodes the JSON header token by token, so that a duplicate
@@ -197,7 +199,7 @@ func parseHeader(buf []byte, n, size int64) (*Header, error) {
 		}
 		if name == MetadataKey {
 			if seenMeta {
-				return nil, newErr(CodeTensorDuplicate, name, "the key occurs twice")
+				return nil, newErr(reason.TensorDuplicate, name, "the key occurs twice")
 			}
 			seenMeta = true
 			if h.Metadata, err = parseMetadata(dec); err != nil {
@@ -206,10 +208,10 @@ func parseHeader(buf []byte, n, size int64) (*Header, error) {
 			continue
 		}
 		if _, dup := h.byName[name]; dup {
-			return nil, newErr(CodeTensorDuplicate, name, "the name occurs twice in the header")
+			return nil, newErr(reason.TensorDuplicate, name, "the name occurs twice in the header")
 		}
 		if name == "" {
-			return nil, newErr(CodeTensorInvalid, name, "empty tensor name")
+			return nil, newErr(reason.TensorInvalid, name, "empty tensor name")
 		}
 		t, err := parseTensor(dec, name)
 		if err != nil {
@@ -258,7 +260,7 @@ func stringToken(dec *json.Decoder) (string, error) {
 
 func parseMetadata(dec *json.Decoder) (map[string]string, error) {
 	bad := func(format string, args ...any) error {
-		return newErr(CodeMetadataInvalid, "", format, args...)
+		return newErr(reason.MetadataInvalid, "", format, args...)
 	}
 	if err := expectDelim(dec, '{'); err != nil {
 		return nil, bad("__metadata__ is not an object: %v", err)
@@ -286,7 +288,7 @@ func parseMetadata(dec *json.Decoder) (map[string]string, error) {
 
 func parseTensor(dec *json.Decoder, name string) (TensorInfo, error) {
 	bad := func(format string, args ...any) (TensorInfo, error) {
-		return TensorInfo{}, newErr(CodeTensorInvalid, name, format, args...)
+		return TensorInfo{}, newErr(reason.TensorInvalid, name, format, args...)
 	}
 	if err := expectDelim(dec, '{'); err != nil {
 		return bad("entry is not an object: %v", err)
@@ -403,17 +405,17 @@ func (h *Header) validate() error {
 	dataLen := h.DataLen()
 	for _, t := range h.Tensors {
 		if !t.DType.Known() {
-			return newErr(CodeDTypeUnknown, t.Name, "dtype %q", t.DType)
+			return newErr(reason.DTypeUnknown, t.Name, "dtype %q", t.DType)
 		}
 		if t.Begin > t.End {
-			return newErr(CodeTensorOffsetsOutOfRange, t.Name, "data_offsets [%d, %d] are reversed", t.Begin, t.End)
+			return newErr(reason.TensorOffsetsOutOfRange, t.Name, "data_offsets [%d, %d] are reversed", t.Begin, t.End)
 		}
 		want, ok := byteSize(t.DType, t.Shape)
 		if !ok {
-			return newErr(CodeTensorSizeMismatch, t.Name, "shape %v of %s overflows or does not fill whole bytes", t.Shape, t.DType)
+			return newErr(reason.TensorSizeMismatch, t.Name, "shape %v of %s overflows or does not fill whole bytes", t.Shape, t.DType)
 		}
 		if want != t.End-t.Begin {
-			return newErr(CodeTensorSizeMismatch, t.Name, "shape %v of %s is %d bytes, data_offsets span %d", t.Shape, t.DType, want, t.End-t.Begin)
+			return newErr(reason.TensorSizeMismatch, t.Name, "shape %v of %s is %d bytes, data_offsets span %d", t.Shape, t.DType, want, t.End-t.Begin)
 		}
 	}
 	slices.SortFunc(h.Tensors, func(a, b TensorInfo) int {
@@ -442,12 +444,12 @@ func (h *Header) validate() error {
 			// An empty tensor occupies no byte, but its offset must still
 			// lie in the data section.
 			if t.Begin > dataLen {
-				return newErr(CodeTensorOffsetsOutOfRange, t.Name, "empty tensor at %d, past the %d-byte data section", t.Begin, dataLen)
+				return newErr(reason.TensorOffsetsOutOfRange, t.Name, "empty tensor at %d, past the %d-byte data section", t.Begin, dataLen)
 			}
 			continue
 		}
 		if prev != nil && t.Begin < prev.End {
-			return newErr(CodeTensorOffsetsOverlap, t.Name, "bytes [%d, %d) overlap tensor %q at [%d, %d)", t.Begin, t.End, prev.Name, prev.Begin, prev.End)
+			return newErr(reason.TensorOffsetsOverlap, t.Name, "bytes [%d, %d) overlap tensor %q at [%d, %d)", t.Begin, t.End, prev.Name, prev.Begin, prev.End)
 		}
 		if t.Begin != cursor {
 			contiguous = false
@@ -457,9 +459,9 @@ func (h *Header) validate() error {
 	}
 	if cursor > dataLen {
 		if contiguous {
-			return newErr(CodeFileTruncated, prev.Name, "the data section holds %d bytes, the tensors need %d", dataLen, cursor)
+			return newErr(reason.FileTruncated, prev.Name, "the data section holds %d bytes, the tensors need %d", dataLen, cursor)
 		}
-		return newErr(CodeTensorOffsetsOutOfRange, prev.Name, "data_offsets end at %d, past the %d-byte data section", prev.End, dataLen)
+		return newErr(reason.TensorOffsetsOutOfRange, prev.Name, "data_offsets end at %d, past the %d-byte data section", prev.End, dataLen)
 	}
 	cursor = 0
 	for _, t := range h.Tensors {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"slices"
 	"strconv"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Tensor is one tensor to write. Data holds its little-endian bytes; nil
@@ -38,20 +40,20 @@ type Writer struct {
 // the shape.
 func (w *Writer) Add(t Tensor) error {
 	if t.Name == "" || t.Name == MetadataKey {
-		return newErr(CodeTensorInvalid, t.Name, "not a tensor name")
+		return newErr(reason.TensorInvalid, t.Name, "not a tensor name")
 	}
 	if w.names[t.Name] {
-		return newErr(CodeTensorDuplicate, t.Name, "added twice")
+		return newErr(reason.TensorDuplicate, t.Name, "added twice")
 	}
 	if !t.DType.Known() {
-		return newErr(CodeDTypeUnknown, t.Name, "dtype %q", t.DType)
+		return newErr(reason.DTypeUnknown, t.Name, "dtype %q", t.DType)
 	}
 	n, ok := byteSize(t.DType, t.Shape)
 	if !ok {
-		return newErr(CodeTensorSizeMismatch, t.Name, "shape %v of %s overflows or does not fill whole bytes", t.Shape, t.DType)
+		return newErr(reason.TensorSizeMismatch, t.Name, "shape %v of %s overflows or does not fill whole bytes", t.Shape, t.DType)
 	}
 	if t.Data != nil && int64(len(t.Data)) != n {
-		return newErr(CodeTensorSizeMismatch, t.Name, "%d bytes of data for a %d-byte tensor", len(t.Data), n)
+		return newErr(reason.TensorSizeMismatch, t.Name, "%d bytes of data for a %d-byte tensor", len(t.Data), n)
 	}
 	if w.names == nil {
 		w.names = map[string]bool{}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/domain/safetensors"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 func TestWriterRoundTrip(t *testing.T) {
@@ -63,12 +64,12 @@ func TestWriterRefuses(t *testing.T) {
 		add  []safetensors.Tensor
 		code safetensors.Code
 	}{
-		{"unknown dtype", []safetensors.Tensor{{Name: "a", DType: "Q8", Shape: []int64{1}}}, safetensors.CodeDTypeUnknown},
-		{"duplicate", []safetensors.Tensor{{Name: "a", DType: safetensors.U8, Shape: []int64{1}}, {Name: "a", DType: safetensors.U8, Shape: []int64{1}}}, safetensors.CodeTensorDuplicate},
-		{"empty name", []safetensors.Tensor{{Name: "", DType: safetensors.U8}}, safetensors.CodeTensorInvalid},
-		{"metadata key", []safetensors.Tensor{{Name: safetensors.MetadataKey, DType: safetensors.U8}}, safetensors.CodeTensorInvalid},
-		{"data length", []safetensors.Tensor{{Name: "a", DType: safetensors.BF16, Shape: []int64{2}, Data: []byte{1}}}, safetensors.CodeTensorSizeMismatch},
-		{"half byte", []safetensors.Tensor{{Name: "a", DType: safetensors.F4, Shape: []int64{3}}}, safetensors.CodeTensorSizeMismatch},
+		{"unknown dtype", []safetensors.Tensor{{Name: "a", DType: "Q8", Shape: []int64{1}}}, reason.DTypeUnknown},
+		{"duplicate", []safetensors.Tensor{{Name: "a", DType: safetensors.U8, Shape: []int64{1}}, {Name: "a", DType: safetensors.U8, Shape: []int64{1}}}, reason.TensorDuplicate},
+		{"empty name", []safetensors.Tensor{{Name: "", DType: safetensors.U8}}, reason.TensorInvalid},
+		{"metadata key", []safetensors.Tensor{{Name: safetensors.MetadataKey, DType: safetensors.U8}}, reason.TensorInvalid},
+		{"data length", []safetensors.Tensor{{Name: "a", DType: safetensors.BF16, Shape: []int64{2}, Data: []byte{1}}}, reason.TensorSizeMismatch},
+		{"half byte", []safetensors.Tensor{{Name: "a", DType: safetensors.F4, Shape: []int64{3}}}, reason.TensorSizeMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/access"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
@@ -260,7 +260,7 @@ var (
 	ErrNATSUnreachable = errors.New("no NATS server answers")
 	// ErrNATSAuth is returned when the server refuses the credentials
 	// (code nats_auth_failed).
-	ErrNATSAuth = errors.New(events.ReasonNATSAuthFailed + ": the NATS server refused these credentials")
+	ErrNATSAuth = errors.New(string(reason.NATSAuthFailed) + ": the NATS server refused these credentials")
 	// ErrNATSTLS is returned when the TLS handshake fails: the server's
 	// certificate is not trusted, or the server wants TLS the client was
 	// not given (code nats_tls_failed).

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/access"
 	"github.com/lowbarena/lowbarena/platform/access/enforce"
 	"github.com/lowbarena/lowbarena/platform/app/apptest"
@@ -188,7 +189,7 @@ func TestStartWithCredentials(t *testing.T) {
 	// Told to, it is refused by the server at once, with the code.
 	_, err = Start(ctx, cfg(access.Score, ProvisionYes), WithLogOutput(io.Discard), WithoutTelemetry())
 	require.ErrorIs(t, err, bus.ErrDenied)
-	require.ErrorContains(t, err, events.ReasonPermissionDenied)
+	require.ErrorContains(t, err, string(reason.PermissionDenied))
 	require.NotErrorIs(t, err, context.DeadlineExceeded)
 
 	// The operator provisions (the `provision` command).

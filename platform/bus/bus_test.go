@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/ce"
@@ -188,7 +189,7 @@ func TestCheckStream(t *testing.T) {
 				return
 			}
 			require.ErrorIs(t, err, tc.want)
-			require.ErrorContains(t, err, bus.CodeStreamMismatch)
+			require.ErrorContains(t, err, string(reason.StreamConfigMismatch))
 			require.ErrorContains(t, err, tc.detail)
 			require.Equal(t, before, streamConfigs(t, b)[events.StreamArena], "the stream is left as it was")
 		})
@@ -291,30 +292,30 @@ func TestBadInputIsDeadLetteredAtOnce(t *testing.T) {
 		data   string
 		reason string
 	}{
-		{"not a CloudEvent", func(string) nats.Header { return nats.Header{} }, goodData, ce.ReasonMalformed},
+		{"not a CloudEvent", func(string) nats.Header { return nats.Header{} }, goodData, string(reason.MalformedEvent)},
 		{"header that does not decode", func(id string) nats.Header {
 			h := rawHeader(id)
 			h.Set("ce-subject", "b0c4%zz")
 			return h
-		}, goodData, ce.ReasonMalformed},
+		}, goodData, string(reason.MalformedEvent)},
 		{"unsupported spec version", func(id string) nats.Header {
 			h := rawHeader(id)
 			h.Set("ce-specversion", "0.3")
 			return h
-		}, goodData, ce.ReasonMalformed},
+		}, goodData, string(reason.MalformedEvent)},
 		{"missing attribute", func(id string) nats.Header {
 			h := rawHeader(id)
 			h.Del("ce-source")
 			return h
-		}, goodData, ce.ReasonMissingAttribute},
+		}, goodData, string(reason.MissingAttribute)},
 		{"unknown type", func(id string) nats.Header {
 			h := rawHeader(id)
 			h.Set("ce-type", "dev.lowbarena.nope.v1")
 			return h
-		}, goodData, bus.ReasonUnknownType},
-		{"data failing its schema", rawHeader, `{"submission_id":"x","stage":"score","attempt":0}`, bus.ReasonSchemaInvalid},
-		{"data that is not JSON", rawHeader, `{"submission_id":`, bus.ReasonSchemaInvalid},
-		{"oversized data", rawHeader, `{"pad":"` + strings.Repeat("x", bus.MaxEventBytes) + `"}`, bus.ReasonOversized},
+		}, goodData, string(reason.UnknownType)},
+		{"data failing its schema", rawHeader, `{"submission_id":"x","stage":"score","attempt":0}`, string(reason.SchemaInvalid)},
+		{"data that is not JSON", rawHeader, `{"submission_id":`, string(reason.SchemaInvalid)},
+		{"oversized data", rawHeader, `{"pad":"` + strings.Repeat("x", bus.MaxEventBytes) + `"}`, string(reason.Oversized)},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -388,7 +389,7 @@ func TestRetryUntilMaxDeliverThenDeadLetter(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return len(streamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
 	m := streamMsgs(t, b, events.StreamDLQ)[0]
-	require.Equal(t, bus.ReasonMaxDeliver, m.Header.Get(bus.HeaderDLQReason))
+	require.Equal(t, string(reason.MaxDeliverExceeded), m.Header.Get(bus.HeaderDLQReason))
 	require.Contains(t, m.Header.Get(bus.HeaderDLQError), "store unreachable (attempt 3)", "the last error")
 	require.Equal(t, "3", m.Header.Get(bus.HeaderDLQDeliveries))
 	require.Equal(t, strconv.FormatUint(ack.Sequence, 10), m.Header.Get(bus.HeaderDLQSequence))
@@ -396,7 +397,7 @@ func TestRetryUntilMaxDeliverThenDeadLetter(t *testing.T) {
 	// The copy is stored first, then counted (a copy that fails is not):
 	// the count may trail the stream by a moment.
 	require.Eventually(t, func() bool {
-		return counterBy(t, metrics, "lowbarena.events.dead_lettered", "reason")[bus.ReasonMaxDeliver] == 1
+		return counterBy(t, metrics, "lowbarena.events.dead_lettered", "reason")[string(reason.MaxDeliverExceeded)] == 1
 	}, wait, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return consumerInfo(t, b, events.StreamArena, "flaky").NumAckPending == 0 },
 		wait, 20*time.Millisecond, "the message is settled (Termed)")

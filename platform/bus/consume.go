@@ -21,18 +21,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/observability"
 	"github.com/lowbarena/lowbarena/platform/ce"
 	"github.com/lowbarena/lowbarena/schemas"
-)
-
-// Reason codes for dead-lettered messages, beyond ce.ReasonMalformed and
-// ce.ReasonMissingAttribute. They are stable: operators match on them.
-const (
-	ReasonUnknownType   = "unknown_type"
-	ReasonSchemaInvalid = "schema_invalid"
-	ReasonOversized     = "oversized"
-	ReasonMaxDeliver    = "max_deliver_exceeded"
 )
 
 // Dead-letter headers, added to the original headers of a poison message.
@@ -59,7 +51,7 @@ const (
 type Outcome struct {
 	kind   outcomeKind
 	delay  time.Duration
-	reason string
+	reason reason.Code
 	err    error
 }
 
@@ -74,9 +66,9 @@ func Retry(delay time.Duration, err error) Outcome {
 }
 
 // Poison means the message can never be handled; it is dead-lettered at
-// once with reason, a stable snake_case code.
-func Poison(reason string, err error) Outcome {
-	return Outcome{kind: kindPoison, reason: reason, err: err}
+// once with code, a stable snake_case code of the catalogue.
+func Poison(code reason.Code, err error) Outcome {
+	return Outcome{kind: kindPoison, reason: code, err: err}
 }
 
 // IsAck, IsRetry and IsPoison tell the outcome's kind.
@@ -88,7 +80,7 @@ func (o Outcome) IsPoison() bool { return o.kind == kindPoison }
 func (o Outcome) Delay() time.Duration { return o.delay }
 
 // Reason is a poison outcome's reason code.
-func (o Outcome) Reason() string { return o.reason }
+func (o Outcome) Reason() reason.Code { return o.reason }
 
 // Err is the error a retry or poison outcome carries.
 func (o Outcome) Err() error { return o.err }
@@ -213,7 +205,7 @@ type DeadLetter struct {
 	Consumer string
 	// Reason is the dead-letter reason code (max_deliver_exceeded, or a
 	// handler's Poison reason); Err the last error.
-	Reason string
+	Reason reason.Code
 	Err    error
 	// Deliveries counts the deliveries of the message, this one included.
 	Deliveries uint64
@@ -485,19 +477,19 @@ func (f *inFlight) startSpan() {
 func (f *inFlight) admit() (*Delivery, Outcome) {
 	m, meta := f.m, f.meta
 	if n := len(m.Data()); n > MaxEventBytes {
-		return nil, f.poison(ReasonOversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
+		return nil, f.poison(reason.Oversized, fmt.Errorf("data is %d bytes, the limit is %d", n, MaxEventBytes))
 	}
 	ev, mode, err := ce.DecodeMode(m.Headers(), m.Data())
 	if err != nil {
 		var de *ce.DecodeError
-		reason := ce.ReasonMalformed
+		code := reason.MalformedEvent
 		if errors.As(err, &de) {
-			reason = de.Reason
+			code = de.Reason
 		}
-		return nil, f.poison(reason, err)
+		return nil, f.poison(code, err)
 	}
 	if _, ok := events.Lookup(events.Type(ev.Type())); !ok {
-		return nil, f.poison(ReasonUnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
+		return nil, f.poison(reason.UnknownType, fmt.Errorf("the arena has no event type %q", ev.Type()))
 	}
 	f.typ = ev.Type()
 	// Validation is done once per payload in this process: an event
@@ -505,9 +497,9 @@ func (f *inFlight) admit() (*Delivery, Outcome) {
 	// already (schemas.Validator remembers the exact bytes).
 	if err := f.b.validator.Validate(ev.Type(), ev.Data()); err != nil {
 		if errors.Is(err, schemas.ErrUnknownType) {
-			return nil, f.poison(ReasonUnknownType, err)
+			return nil, f.poison(reason.UnknownType, err)
 		}
-		return nil, f.poison(ReasonSchemaInvalid, err)
+		return nil, f.poison(reason.SchemaInvalid, err)
 	}
 	// subject is OPTIONAL in CloudEvents: an event published without it
 	// (by a client outside the arena) gets the id its data names, the
@@ -519,7 +511,7 @@ func (f *inFlight) admit() (*Delivery, Outcome) {
 	}
 	f.event = &ev
 	if meta.NumDelivered > uint64(f.cfg.MaxDeliver) {
-		return nil, f.poison(ReasonMaxDeliver, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
+		return nil, f.poison(reason.MaxDeliverExceeded, fmt.Errorf("delivered %d times without an outcome (the handler's process died each time?)", meta.NumDelivered))
 	}
 	// What the handler publishes answers in the mode this event came in:
 	// a client that speaks structured mode only reads what follows.
@@ -590,7 +582,7 @@ func (f *inFlight) settle(out Outcome, ev *event.Event) Outcome {
 		}
 		n := f.meta.NumDelivered
 		if n >= uint64(cfg.MaxDeliver) {
-			return f.poison(ReasonMaxDeliver, fmt.Errorf("gave up after %d deliveries: %w", n, out.err))
+			return f.poison(reason.MaxDeliverExceeded, fmt.Errorf("gave up after %d deliveries: %w", n, out.err))
 		}
 		delay := out.delay
 		if delay <= 0 {
@@ -607,22 +599,23 @@ func (f *inFlight) settle(out Outcome, ev *event.Event) Outcome {
 	}
 }
 
-// poison dead-letters the message with reason and cause (see deadLetter:
+// poison dead-letters the message with code and cause (see deadLetter:
 // the consumer's dead-letter policy may keep or settle it instead, and a
 // copy that cannot be stored leaves it Nak'ed), records it in the metrics
-// and on the span as dead_lettered, and returns the Poison outcome. The dead-letter publish runs on a context of its own (see
-// ackTimeout), made only when one is needed.
-func (f *inFlight) poison(reason string, cause error) Outcome {
+// and on the span as dead_lettered, and returns the Poison outcome. The
+// dead-letter publish runs on a context of its own (see ackTimeout), made
+// only when one is needed.
+func (f *inFlight) poison(code reason.Code, cause error) Outcome {
 	settle, cancel := settleContext(f.ctx)
 	defer cancel()
-	f.b.deadLetter(settle, f.cfg, f.m, f.meta, reason, cause, f.event)
+	f.b.deadLetter(settle, f.cfg, f.m, f.meta, code, cause, f.event)
 	f.record("dead_lettered")
-	f.span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(reason))
-	f.span.SetStatus(codes.Error, reason)
+	f.span.SetAttributes(AttrOutcome.String("dead_lettered"), AttrReason.String(string(code)))
+	f.span.SetStatus(codes.Error, string(code))
 	if cause != nil {
 		f.span.RecordError(cause)
 	}
-	return Poison(reason, cause)
+	return Poison(code, cause)
 }
 
 // settled records a settlement other than a dead letter in the metrics
@@ -677,8 +670,8 @@ func backoff(delivered uint64) time.Duration {
 // the copy is stored only once the policy has published what it
 // publishes, so a crash between the two repeats the (idempotent) policy,
 // never skips it.
-func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) {
-	if cfg.DeadLetterPolicy != nil && ev != nil && !b.askPolicy(ctx, cfg, m, meta, reason, cause, ev) {
+func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, code reason.Code, cause error, ev *event.Event) {
+	if cfg.DeadLetterPolicy != nil && ev != nil && !b.askPolicy(ctx, cfg, m, meta, code, cause, ev) {
 		return
 	}
 	name := cfg.Name
@@ -699,7 +692,7 @@ func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Ms
 			errText = errText[:2048] + "..."
 		}
 	}
-	msg.Header.Set(HeaderDLQReason, reason)
+	msg.Header.Set(HeaderDLQReason, string(code))
 	msg.Header.Set(HeaderDLQError, errText)
 	msg.Header.Set(HeaderDLQConsumer, cfg.Name)
 	msg.Header.Set(HeaderDLQStream, meta.Stream)
@@ -713,13 +706,13 @@ func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Ms
 		_, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(events.StreamDLQ), leaderWaitWait, leaderWaitAttempts)
 		return err
 	}, msg.Subject); err != nil {
-		b.log.Error("dead-letter publish failed; message returned to the server", "consumer", cfg.Name, "reason", reason, "err", err)
+		b.log.Error("dead-letter publish failed; message returned to the server", "consumer", cfg.Name, "reason", code, "err", err)
 		_ = m.NakWithDelay(5 * time.Second)
 		return
 	}
-	b.deadLettered.Add(ctx, 1, metric.WithAttributes(attribute.String("consumer", cfg.Name), attribute.String("reason", reason)))
-	b.log.Warn("dead-lettered", "consumer", cfg.Name, "reason", reason, "subject", m.Subject(), "seq", meta.Sequence.Stream, "err", errText)
-	if err := m.TermWithReason(reason); err != nil {
+	b.deadLettered.Add(ctx, 1, metric.WithAttributes(attribute.String("consumer", cfg.Name), attribute.String("reason", string(code))))
+	b.log.Warn("dead-lettered", "consumer", cfg.Name, "reason", code, "subject", m.Subject(), "seq", meta.Sequence.Stream, "err", errText)
+	if err := m.TermWithReason(string(code)); err != nil {
 		b.log.Warn("term failed", "consumer", cfg.Name, "err", err)
 	}
 }
@@ -728,8 +721,8 @@ func (b *Bus) deadLetter(ctx context.Context, cfg ConsumerConfig, m jetstream.Ms
 // dead-lettered, and reports whether the dead letter goes on. When it does
 // not, the message is settled here: acked (Settled), or Nak'ed to come
 // back and be asked about again (Keep, or a policy that failed).
-func (b *Bus) askPolicy(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, reason string, cause error, ev *event.Event) bool {
-	dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: reason, Err: cause, Deliveries: meta.NumDelivered, Stored: meta.Timestamp}
+func (b *Bus) askPolicy(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, meta *jetstream.MsgMetadata, code reason.Code, cause error, ev *event.Event) bool {
+	dl := DeadLetter{Event: *ev, Consumer: cfg.Name, Reason: code, Err: cause, Deliveries: meta.NumDelivered, Stored: meta.Timestamp}
 	verdict, err := cfg.DeadLetterPolicy(ctx, dl)
 	switch {
 	case verdict == Settled:
@@ -747,7 +740,7 @@ func (b *Bus) askPolicy(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 		_ = m.NakWithDelay(max(cfg.AckWait/3, time.Second))
 		return false
 	case err != nil:
-		b.log.Error("dead-letter policy failed; message returned to the server", "consumer", cfg.Name, "reason", reason,
+		b.log.Error("dead-letter policy failed; message returned to the server", "consumer", cfg.Name, "reason", code,
 			"id", ev.ID(), "deliveries", meta.NumDelivered, "err", err)
 		_ = m.NakWithDelay(5 * time.Second)
 		return false

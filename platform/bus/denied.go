@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // ErrDenied matches every *DeniedError.
@@ -22,7 +22,7 @@ var ErrDenied = errors.New("bus: permission denied")
 // DeniedError is an operation the NATS server refused because the
 // connection's user may not do it: a publish (events, acks, KV writes,
 // JetStream API requests) or a subscription outside its permissions.
-// Code is events.ReasonPermissionDenied.
+// Code is reason.PermissionDenied.
 type DeniedError struct {
 	// Op is "publish" or "subscribe".
 	Op string
@@ -35,7 +35,7 @@ func (e *DeniedError) Error() string {
 }
 
 // Code is the stable reason code of a refused operation.
-func (e *DeniedError) Code() string { return events.ReasonPermissionDenied }
+func (e *DeniedError) Code() reason.Code { return reason.PermissionDenied }
 
 // Is makes errors.Is(err, ErrDenied) true.
 func (e *DeniedError) Is(target error) bool { return target == ErrDenied }

@@ -13,6 +13,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 )
@@ -38,7 +39,7 @@ func TestParseDenied(t *testing.T) {
 			require.Equal(t, tt.want, got)
 			if got != nil {
 				require.ErrorIs(t, got, bus.ErrDenied)
-				require.Equal(t, events.ReasonPermissionDenied, got.Code())
+				require.Equal(t, reason.PermissionDenied, got.Code())
 				require.Contains(t, got.Error(), tt.want.Subject)
 			}
 		})

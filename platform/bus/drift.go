@@ -8,15 +8,14 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// CodeConsumerMismatch is the code of ErrConsumerMismatch.
-const CodeConsumerMismatch = "consumer_config_mismatch"
+	"github.com/lowbarena/lowbarena/events/reason"
+)
 
 // ErrConsumerMismatch is matched (errors.Is) by a *ConsumerMismatchError:
 // a durable consumer the server holds whose configuration differs from the
 // code's in a way the server cannot change in place.
-var ErrConsumerMismatch = errors.New(CodeConsumerMismatch)
+var ErrConsumerMismatch = errors.New(string(reason.ConsumerConfigMismatch))
 
 // FieldDrift is one setting of a durable consumer on which the server and
 // the code differ, both as the server holds them (the code's max deliver
@@ -54,7 +53,7 @@ func (e *ConsumerMismatchError) Error() string {
 		"as the operator, remove the durable (nats consumer rm %s %s) and start the service again, which creates it as its code sets it "+
 		"(a deliver-all durable reads its stream again from the start, which its idempotent handlers allow; a deliver-new one starts at its end). "+
 		"A durable's filter subjects, ack wait and max deliver are updated in place at start, keeping its queue and position",
-		CodeConsumerMismatch, e.Consumer, e.Stream, strings.Join(diffs, "; "), strings.Join(names, " and "), e.Stream, e.Consumer)
+		reason.ConsumerConfigMismatch, e.Consumer, e.Stream, strings.Join(diffs, "; "), strings.Join(names, " and "), e.Stream, e.Consumer)
 }
 
 // Is makes errors.Is(err, ErrConsumerMismatch) hold.

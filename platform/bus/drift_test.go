@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 )
@@ -71,7 +72,7 @@ func TestConsumerDrift(t *testing.T) {
 			require.Equal(t, "drifted", me.Consumer)
 			require.Equal(t, events.StreamArena, me.Stream)
 			require.Equal(t, []bus.FieldDrift{{Field: tc.field, Server: tc.server, Code: tc.codeVal}}, me.Fields)
-			for _, s := range []string{bus.CodeConsumerMismatch, "drifted on stream ARENA", tc.field + " is " + tc.server + " on the server, " + tc.codeVal + " in this service's code",
+			for _, s := range []string{string(reason.ConsumerConfigMismatch), "drifted on stream ARENA", tc.field + " is " + tc.server + " on the server, " + tc.codeVal + " in this service's code",
 				"nats consumer rm ARENA drifted"} {
 				require.ErrorContains(t, err, s)
 			}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/observability"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
@@ -74,7 +75,7 @@ func TestProcessSpans(t *testing.T) {
 			h := traced(id)
 			h.Set("ce-type", "dev.lowbarena.nope.v1")
 			return h
-		}, rootTrace, "dead_lettered", bus.ReasonUnknownType},
+		}, rootTrace, "dead_lettered", string(reason.UnknownType)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

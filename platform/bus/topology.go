@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Buckets and object stores of the arena.
@@ -177,16 +178,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 	return nil
 }
 
-// CodeStreamMismatch is the code of ErrStreamMismatch.
-const CodeStreamMismatch = "stream_config_mismatch"
-
 // ErrStreamMismatch is returned when the ARENA stream exists but is not
 // the one the caller's Topology describes (its subjects, retention,
 // storage or replicas differ): a service started against the wrong
 // cluster, or set for another replica count than the operator
 // provisioned. It is never "fixed" by re-creating the stream, which would
 // lose the event log.
-var ErrStreamMismatch = errors.New(CodeStreamMismatch + ": the arena's event stream is not the one this service is set for")
+var ErrStreamMismatch = errors.New(string(reason.StreamConfigMismatch) + ": the arena's event stream is not the one this service is set for")
 
 // CheckStream is CheckProvisioned that also holds the ARENA stream's
 // configuration to t's: subjects, retention, storage and replicas. It

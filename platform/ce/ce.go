@@ -31,6 +31,8 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Header names. NATS headers are case-sensitive; the binding's names are
@@ -98,24 +100,14 @@ func ModeFrom(ctx context.Context) Mode {
 	return m
 }
 
-// Reason codes of decoding failures. They are stable: they end up in
-// dead-letter headers and metrics.
-const (
-	// ReasonMalformed: not a binary-mode CloudEvent, a header that does not
-	// decode, or an unsupported spec version.
-	ReasonMalformed = "malformed_event"
-	// ReasonMissingAttribute: a required attribute (id, source, type) is
-	// missing or empty.
-	ReasonMissingAttribute = "missing_attribute"
-)
-
-// DecodeError is returned by Decode; Reason is one of the Reason constants.
+// DecodeError is returned by Decode; Reason is reason.MalformedEvent or
+// reason.MissingAttribute.
 type DecodeError struct {
-	Reason string
+	Reason reason.Code
 	Err    error
 }
 
-func (e *DecodeError) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *DecodeError) Error() string { return string(e.Reason) + ": " + e.Err.Error() }
 func (e *DecodeError) Unwrap() error { return e.Err }
 
 // EncodeMode writes e as a NATS message in mode m (see Encode and
@@ -329,14 +321,14 @@ func decodeBinary(sc *headerScan, data []byte) (event.Event, error) {
 			dup = dup || (prev.name == hv.name && len(prev.values) > 0)
 		}
 		if dup {
-			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s appears more than once", hv.name)}
+			return event.Event{}, &DecodeError{reason.MalformedEvent, fmt.Errorf("header %s appears more than once", hv.name)}
 		}
 		v, err := unquote(hv.values[0])
 		if err != nil {
-			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s: %w", hv.name, err)}
+			return event.Event{}, &DecodeError{reason.MalformedEvent, fmt.Errorf("header %s: %w", hv.name, err)}
 		}
 		if v, err = unescape(v); err != nil {
-			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("header %s: %w", hv.name, err)}
+			return event.Event{}, &DecodeError{reason.MalformedEvent, fmt.Errorf("header %s: %w", hv.name, err)}
 		}
 		if p := a.slot(hv.name); p != nil {
 			*p = v
@@ -345,11 +337,11 @@ func decodeBinary(sc *headerScan, data []byte) (event.Event, error) {
 		}
 	}
 	if a.specVersion == "" {
-		return event.Event{}, &DecodeError{ReasonMalformed, errors.New("no ce-specversion header and no structured event in the body: not a CloudEvent " +
+		return event.Event{}, &DecodeError{reason.MalformedEvent, errors.New("no ce-specversion header and no structured event in the body: not a CloudEvent " +
 			"(send ce-specversion, ce-id, ce-source and ce-type headers, or the JSON event format with Content-Type: " + ContentTypeStructured + ")")}
 	}
 	if a.specVersion != event.CloudEventsVersionV1 {
-		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("spec version %q is not supported (want 1.0)", a.specVersion)}
+		return event.Event{}, &DecodeError{reason.MalformedEvent, fmt.Errorf("spec version %q is not supported (want 1.0)", a.specVersion)}
 	}
 	var missing []string
 	for _, r := range []struct{ name, v string }{{"id", a.id}, {"source", a.source}, {"type", a.typ}} {
@@ -358,7 +350,7 @@ func decodeBinary(sc *headerScan, data []byte) (event.Event, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return event.Event{}, &DecodeError{ReasonMissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
+		return event.Event{}, &DecodeError{reason.MissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
 	}
 	e := event.New(event.CloudEventsVersionV1)
 	e.SetID(a.id)
@@ -373,7 +365,7 @@ func decodeBinary(sc *headerScan, data []byte) (event.Event, error) {
 	if a.time != "" {
 		t, err := time.Parse(time.RFC3339Nano, a.time)
 		if err != nil {
-			return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("ce-time %q: %w", a.time, err)}
+			return event.Event{}, &DecodeError{reason.MalformedEvent, fmt.Errorf("ce-time %q: %w", a.time, err)}
 		}
 		e.SetTime(t)
 	}
@@ -394,11 +386,11 @@ func decodeBinary(sc *headerScan, data []byte) (event.Event, error) {
 		}
 		// SetData with []byte stores the bytes as they are.
 		if err := e.SetData(ct, data); err != nil {
-			return event.Event{}, &DecodeError{ReasonMalformed, err}
+			return event.Event{}, &DecodeError{reason.MalformedEvent, err}
 		}
 	}
 	if err := e.Validate(); err != nil {
-		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("invalid attributes: %s", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))}
+		return event.Event{}, &DecodeError{reason.MalformedEvent, fmt.Errorf("invalid attributes: %s", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))}
 	}
 	return e, nil
 }
@@ -406,7 +398,7 @@ func decodeBinary(sc *headerScan, data []byte) (event.Event, error) {
 // decodeStructured reads the JSON event format.
 func decodeStructured(data []byte) (event.Event, error) {
 	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '[' {
-		return event.Event{}, &DecodeError{ReasonMalformed, errors.New("structured mode: the body is a batch (a JSON array); the NATS binding has no batch mode, send one event per message")}
+		return event.Event{}, &DecodeError{reason.MalformedEvent, errors.New("structured mode: the body is a batch (a JSON array); the NATS binding has no batch mode, send one event per message")}
 	}
 	// The SDK reads the event (without validating it), so a missing
 	// attribute can be told from a malformed event below.
@@ -414,12 +406,12 @@ func decodeStructured(data []byte) (event.Event, error) {
 	if err := e.UnmarshalJSON(data); err != nil {
 		if missing := missingAttributes(data); len(missing) > 0 {
 			// An empty source fails the SDK's URI parse: it is missing.
-			return event.Event{}, &DecodeError{ReasonMissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
+			return event.Event{}, &DecodeError{reason.MissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
 		}
-		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("structured mode: the body is not a JSON event: %s", strings.TrimSpace(err.Error()))}
+		return event.Event{}, &DecodeError{reason.MalformedEvent, fmt.Errorf("structured mode: the body is not a JSON event: %s", strings.TrimSpace(err.Error()))}
 	}
 	if sv := e.SpecVersion(); sv != event.CloudEventsVersionV1 {
-		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("spec version %q is not supported (want 1.0)", sv)}
+		return event.Event{}, &DecodeError{reason.MalformedEvent, fmt.Errorf("spec version %q is not supported (want 1.0)", sv)}
 	}
 	var missing []string
 	for _, a := range []struct{ name, v string }{{"id", e.ID()}, {"source", e.Source()}, {"type", e.Type()}} {
@@ -428,14 +420,14 @@ func decodeStructured(data []byte) (event.Event, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return event.Event{}, &DecodeError{ReasonMissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
+		return event.Event{}, &DecodeError{reason.MissingAttribute, fmt.Errorf("required attribute(s) %s missing", strings.Join(missing, ", "))}
 	}
 	if len(e.Data()) > 0 && e.DataContentType() == "" {
 		// JSON data without a content type is JSON, as in binary mode.
 		e.SetDataContentType(event.ApplicationJSON)
 	}
 	if err := e.Validate(); err != nil {
-		return event.Event{}, &DecodeError{ReasonMalformed, fmt.Errorf("invalid attributes: %s", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))}
+		return event.Event{}, &DecodeError{reason.MalformedEvent, fmt.Errorf("invalid attributes: %s", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))}
 	}
 	return e, nil
 }

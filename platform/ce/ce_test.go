@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/ce"
 )
 
@@ -170,30 +171,30 @@ func TestDecodeMalformed(t *testing.T) {
 	cases := []struct {
 		name   string
 		edit   func(h nats.Header)
-		reason string
+		reason reason.Code
 	}{
-		{"no headers at all", func(h nats.Header) { clear(h) }, ce.ReasonMalformed},
-		{"no specversion (structured or plain NATS)", func(h nats.Header) { delete(h, "ce-specversion") }, ce.ReasonMalformed},
-		{"spec version 0.3", func(h nats.Header) { h.Set("ce-specversion", "0.3") }, ce.ReasonMalformed},
-		{"broken percent escape", func(h nats.Header) { h.Set("ce-subject", "a%zzb") }, ce.ReasonMalformed},
-		{"truncated percent escape", func(h nats.Header) { h.Set("ce-subject", "ab%4") }, ce.ReasonMalformed},
-		{"escape decodes to invalid UTF-8", func(h nats.Header) { h.Set("ce-subject", "a%FFb") }, ce.ReasonMalformed},
-		{"bad escape in an extension", func(h nats.Header) { h.Set("ce-partitionkey", "%G0") }, ce.ReasonMalformed},
-		{"time not RFC 3339", func(h nats.Header) { h.Set("ce-time", "yesterday") }, ce.ReasonMalformed},
-		{"extension name not alphanumeric", func(h nats.Header) { h.Set("ce-bad_name", "x") }, ce.ReasonMalformed},
-		{"source not a URI reference", func(h nats.Header) { h.Set("ce-source", "%3A%2F%2F%25") }, ce.ReasonMalformed},
-		{"dataschema not a URI", func(h nats.Header) { h.Set("ce-dataschema", "%3A%2F%2F") }, ce.ReasonMalformed},
-		{"the same attribute twice, in different case", func(h nats.Header) { h["CE-ID"] = []string{"id-2"} }, ce.ReasonMalformed},
-		{"two values of one attribute", func(h nats.Header) { h.Add("ce-type", "dev.lowbarena.build.failed.v1") }, ce.ReasonMalformed},
-		{"missing id", func(h nats.Header) { delete(h, "ce-id") }, ce.ReasonMissingAttribute},
-		{"empty id", func(h nats.Header) { h.Set("ce-id", "") }, ce.ReasonMissingAttribute},
-		{"missing source", func(h nats.Header) { delete(h, "ce-source") }, ce.ReasonMissingAttribute},
-		{"missing type", func(h nats.Header) { delete(h, "ce-type") }, ce.ReasonMissingAttribute},
+		{"no headers at all", func(h nats.Header) { clear(h) }, reason.MalformedEvent},
+		{"no specversion (structured or plain NATS)", func(h nats.Header) { delete(h, "ce-specversion") }, reason.MalformedEvent},
+		{"spec version 0.3", func(h nats.Header) { h.Set("ce-specversion", "0.3") }, reason.MalformedEvent},
+		{"broken percent escape", func(h nats.Header) { h.Set("ce-subject", "a%zzb") }, reason.MalformedEvent},
+		{"truncated percent escape", func(h nats.Header) { h.Set("ce-subject", "ab%4") }, reason.MalformedEvent},
+		{"escape decodes to invalid UTF-8", func(h nats.Header) { h.Set("ce-subject", "a%FFb") }, reason.MalformedEvent},
+		{"bad escape in an extension", func(h nats.Header) { h.Set("ce-partitionkey", "%G0") }, reason.MalformedEvent},
+		{"time not RFC 3339", func(h nats.Header) { h.Set("ce-time", "yesterday") }, reason.MalformedEvent},
+		{"extension name not alphanumeric", func(h nats.Header) { h.Set("ce-bad_name", "x") }, reason.MalformedEvent},
+		{"source not a URI reference", func(h nats.Header) { h.Set("ce-source", "%3A%2F%2F%25") }, reason.MalformedEvent},
+		{"dataschema not a URI", func(h nats.Header) { h.Set("ce-dataschema", "%3A%2F%2F") }, reason.MalformedEvent},
+		{"the same attribute twice, in different case", func(h nats.Header) { h["CE-ID"] = []string{"id-2"} }, reason.MalformedEvent},
+		{"two values of one attribute", func(h nats.Header) { h.Add("ce-type", "dev.lowbarena.build.failed.v1") }, reason.MalformedEvent},
+		{"missing id", func(h nats.Header) { delete(h, "ce-id") }, reason.MissingAttribute},
+		{"empty id", func(h nats.Header) { h.Set("ce-id", "") }, reason.MissingAttribute},
+		{"missing source", func(h nats.Header) { delete(h, "ce-source") }, reason.MissingAttribute},
+		{"missing type", func(h nats.Header) { delete(h, "ce-type") }, reason.MissingAttribute},
 		{"missing everything but specversion", func(h nats.Header) {
 			delete(h, "ce-id")
 			delete(h, "ce-source")
 			delete(h, "ce-type")
-		}, ce.ReasonMissingAttribute},
+		}, reason.MissingAttribute},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -297,17 +298,17 @@ func TestDecodeStructuredRefuses(t *testing.T) {
 	cases := []struct {
 		name   string
 		body   string
-		reason string
+		reason reason.Code
 		says   string
 	}{
-		{"not JSON", `not json`, ce.ReasonMalformed, "not a JSON event"},
-		{"a batch", `[{"specversion":"1.0","id":"x","source":"/s","type":"t"}]`, ce.ReasonMalformed, "batch"},
-		{"no specversion", `{"id":"x","source":"/s","type":"t"}`, ce.ReasonMalformed, "specversion"},
-		{"spec version 0.3", `{"specversion":"0.3","id":"x","source":"/s","type":"t"}`, ce.ReasonMalformed, "0.3"},
-		{"missing id", `{"specversion":"1.0","source":"/s","type":"t"}`, ce.ReasonMissingAttribute, "id"},
-		{"empty source, null type", `{"specversion":"1.0","id":"x","source":"","type":null}`, ce.ReasonMissingAttribute, "source, type"},
-		{"time not RFC 3339", `{"specversion":"1.0","id":"x","source":"/s","type":"t","time":"yesterday"}`, ce.ReasonMalformed, "time"},
-		{"bad extension name", `{"specversion":"1.0","id":"x","source":"/s","type":"t","bad_name":"v"}`, ce.ReasonMalformed, "attribute names"},
+		{"not JSON", `not json`, reason.MalformedEvent, "not a JSON event"},
+		{"a batch", `[{"specversion":"1.0","id":"x","source":"/s","type":"t"}]`, reason.MalformedEvent, "batch"},
+		{"no specversion", `{"id":"x","source":"/s","type":"t"}`, reason.MalformedEvent, "specversion"},
+		{"spec version 0.3", `{"specversion":"0.3","id":"x","source":"/s","type":"t"}`, reason.MalformedEvent, "0.3"},
+		{"missing id", `{"specversion":"1.0","source":"/s","type":"t"}`, reason.MissingAttribute, "id"},
+		{"empty source, null type", `{"specversion":"1.0","id":"x","source":"","type":null}`, reason.MissingAttribute, "source, type"},
+		{"time not RFC 3339", `{"specversion":"1.0","id":"x","source":"/s","type":"t","time":"yesterday"}`, reason.MalformedEvent, "time"},
+		{"bad extension name", `{"specversion":"1.0","id":"x","source":"/s","type":"t","bad_name":"v"}`, reason.MalformedEvent, "attribute names"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -357,7 +358,7 @@ func TestDecodeUnquotes(t *testing.T) {
 			_, err := ce.Decode(h, nil)
 			var de *ce.DecodeError
 			require.True(t, errors.As(err, &de), "%v", err)
-			require.Equal(t, ce.ReasonMalformed, de.Reason)
+			require.Equal(t, reason.MalformedEvent, de.Reason)
 			require.Contains(t, err.Error(), "ce-subject")
 		})
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Service names (micro service names) and the request subjects they
@@ -206,7 +207,7 @@ const HeaderReason = "Lowbarena-Reason"
 // service gives one, a stable snake_case reason.
 type Error struct {
 	Code    string
-	Reason  string
+	Reason  reason.Code
 	Message string
 }
 
@@ -218,8 +219,8 @@ func Refuse(code, format string, args ...any) error {
 }
 
 // RefuseWith returns a refusal with code, a stable reason and a sentence.
-func RefuseWith(code, reason, format string, args ...any) error {
-	return &Error{Code: code, Reason: reason, Message: fmt.Sprintf(format, args...)}
+func RefuseWith(code string, why reason.Code, format string, args ...any) error {
+	return &Error{Code: code, Reason: why, Message: fmt.Sprintf(format, args...)}
 }
 
 // Endpoint adds a JSON endpoint named name on subject to svc: the request
@@ -324,7 +325,7 @@ func replyError(msg *nats.Msg) error {
 		if _, err := strconv.Atoi(code); err != nil {
 			code = CodeInternal
 		}
-		return &Error{Code: code, Reason: msg.Header.Get(HeaderReason), Message: desc}
+		return &Error{Code: code, Reason: reason.Code(msg.Header.Get(HeaderReason)), Message: desc}
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 )
@@ -58,7 +59,7 @@ func TestEndpointAndCall(t *testing.T) {
 	_, err = ctl.Call[echoRep](ctx, nc, "test.hello", echoReq{Name: "write"})
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, ctl.CodeBadRequest, e.Code)
-	require.Equal(t, "sql_not_read_only", e.Reason, "the stable reason travels beside micro's code")
+	require.Equal(t, reason.Code("sql_not_read_only"), e.Reason, "the stable reason travels beside micro's code")
 	require.Equal(t, "INSERT is not read-only", e.Message)
 
 	_, err = ctl.Call[echoRep](ctx, nc, "test.hello", echoReq{Name: "boom"})

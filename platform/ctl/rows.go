@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // A reply of rows (the leaderboard, the history, a rescore) is bounded by
@@ -25,23 +27,12 @@ import (
 //
 // The field and the headers are optional. A client that does not set
 // Chunked gets one message (and, past max_payload, a refusal with
-// ReasonReplyTooLarge instead of a failed publish); a responder that does
+// reason.ReplyTooLarge instead of a failed publish); a responder that does
 // not chunk answers one message without HeaderChunk, which CallRows takes
 // as the whole answer.
 const (
 	HeaderChunk     = "Lowbarena-Chunk"
 	HeaderChunkLast = "Lowbarena-Chunk-Last"
-)
-
-// Reasons of a reply of rows that does not come whole.
-const (
-	// ReasonReplyTooLarge: the rows do not fit one message and the
-	// request did not ask for chunks.
-	ReasonReplyTooLarge = "reply_too_large"
-	// ReasonReplyIncomplete: a chunk is missing or out of order (core
-	// NATS drops messages of a subscriber that falls too far behind), or
-	// the reply stopped before its last chunk.
-	ReasonReplyIncomplete = "reply_incomplete"
 )
 
 // chunkHeadroom is what a chunk leaves of max_payload for its headers
@@ -81,7 +72,7 @@ func RowsEndpoint(ctx context.Context, svc micro.Service, nc *nats.Conn, name, s
 		if !q.Chunked {
 			if len(chunks) > 1 {
 				_ = r.Error(CodeBadRequest, fmt.Sprintf("the %d rows of this answer do not fit one reply of %d bytes (the NATS server's max_payload): ask for them in chunks (Query.Chunked; arena leaderboard and history do)",
-					len(rows), nc.MaxPayload()), nil, micro.WithHeaders(micro.Headers{HeaderReason: {ReasonReplyTooLarge}}))
+					len(rows), nc.MaxPayload()), nil, micro.WithHeaders(micro.Headers{HeaderReason: {string(reason.ReplyTooLarge)}}))
 				return
 			}
 			_ = r.Respond(chunks[0])
@@ -113,7 +104,7 @@ func respondError(r micro.Request, err error) {
 	if errors.As(err, &e) {
 		code = e.Code
 		if e.Reason != "" {
-			opts = append(opts, micro.WithHeaders(micro.Headers{HeaderReason: {e.Reason}}))
+			opts = append(opts, micro.WithHeaders(micro.Headers{HeaderReason: {string(e.Reason)}}))
 		}
 	}
 	_ = r.Error(code, err.Error(), nil, opts...)
@@ -152,7 +143,7 @@ func cutRows(rows []Row, limit int) ([][]byte, error) {
 
 // CallRows asks subject for the rows of q in chunks (q.Chunked is set)
 // and gathers them in order. Its errors are Call's, and an *Error with
-// ReasonReplyIncomplete when a chunk is missing.
+// reason.ReplyIncomplete when a chunk is missing.
 func CallRows(ctx context.Context, nc *nats.Conn, subject string, q Query) ([]Row, error) {
 	q.Chunked = true
 	body, err := json.Marshal(q)
@@ -167,7 +158,7 @@ func CallRows(ctx context.Context, nc *nats.Conn, subject string, q Query) ([]Ro
 	defer func() { _ = sub.Unsubscribe() }()
 	// The chunks come as fast as the service sends them; hold up to
 	// 256 MiB of them rather than drop one (a dropped chunk fails the
-	// call: see ReasonReplyIncomplete).
+	// call: see reason.ReplyIncomplete).
 	if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
 		return nil, fmt.Errorf("ctl: %s: %w", subject, err)
 	}
@@ -182,7 +173,7 @@ func CallRows(ctx context.Context, nc *nats.Conn, subject string, q Query) ([]Ro
 		}
 		if err != nil {
 			if next > 0 {
-				return nil, &Error{Code: CodeUnavailable, Reason: ReasonReplyIncomplete,
+				return nil, &Error{Code: CodeUnavailable, Reason: reason.ReplyIncomplete,
 					Message: fmt.Sprintf("the reply of %s stopped after %d chunks (%d rows), before its last: %v; ask again", subject, next, len(rows), err)}
 			}
 			return nil, fmt.Errorf("ctl: %s: %w", subject, err)
@@ -200,7 +191,7 @@ func CallRows(ctx context.Context, nc *nats.Conn, subject string, q Query) ([]Ro
 			return rep.Rows, nil
 		}
 		if seq != strconv.Itoa(next) {
-			return nil, &Error{Code: CodeUnavailable, Reason: ReasonReplyIncomplete,
+			return nil, &Error{Code: CodeUnavailable, Reason: reason.ReplyIncomplete,
 				Message: fmt.Sprintf("the reply of %s lost a chunk (chunk %q came where %d was due): ask again", subject, seq, next)}
 		}
 		var rep Rows

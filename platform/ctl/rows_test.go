@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 )
@@ -105,7 +106,7 @@ func TestRowsInChunks(t *testing.T) {
 	_, err = ctl.Call[ctl.Rows](ctx, nc, "test.rows.full", ctl.Query{Campaign: "12000"})
 	var e *ctl.Error
 	require.ErrorAs(t, err, &e)
-	require.Equal(t, ctl.ReasonReplyTooLarge, e.Reason)
+	require.Equal(t, reason.ReplyTooLarge, e.Reason)
 	require.Contains(t, e.Message, "12000 rows")
 	rep, err := ctl.Call[ctl.Rows](ctx, nc, "test.rows.full", ctl.Query{Campaign: "3"})
 	require.NoError(t, err)
@@ -167,7 +168,7 @@ func TestCallRowsAgainstOtherServices(t *testing.T) {
 		stop()
 		var e *ctl.Error
 		require.ErrorAs(t, err, &e, tc.subject)
-		require.Equal(t, ctl.ReasonReplyIncomplete, e.Reason, tc.subject)
+		require.Equal(t, reason.ReplyIncomplete, e.Reason, tc.subject)
 		require.NoError(t, sub.Unsubscribe())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
@@ -153,7 +154,7 @@ func handleRequest[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out]
 	trace.SpanFromContext(ctx).SetAttributes(bus.AttrStage.String(k.name))
 	in, err := s.Input.Decode(d.Event)
 	if err != nil {
-		return bus.Poison("bad_payload", err)
+		return bus.Poison(reason.BadPayload, err)
 	}
 	id, cause := d.Event.Subject(), d.Event.ID()
 	if err := started(ctx, k, s.Output, cause, id, d.NumDelivered); err != nil {
@@ -172,7 +173,7 @@ func handleRequest[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out]
 		if req.Kind != s.Kind {
 			// A stage that asks for another kind would never see the
 			// outcome: a programming error, never a retry loop.
-			return bus.Poison("job_kind_mismatch", fmt.Errorf("stage %s (kind %s) built a %s job", s.Output.Name, s.Kind, req.Kind))
+			return bus.Poison(reason.JobKindMismatch, fmt.Errorf("stage %s (kind %s) built a %s job", s.Output.Name, s.Kind, req.Kind))
 		}
 		eid := bus.CausedBy(req.JobID)
 		if j.ID != "" {
@@ -190,7 +191,7 @@ func handleResult[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out],
 	trace.SpanFromContext(ctx).SetAttributes(bus.AttrStage.String(k.name))
 	o, err := DecodeOutcome(d)
 	if err != nil {
-		return bus.Poison("bad_payload", err)
+		return bus.Poison(reason.BadPayload, err)
 	}
 	id, job := o.SubmissionID(), o.JobID()
 	t0 := time.Now()
@@ -204,7 +205,7 @@ func handleResult[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out],
 		return bus.Ack()
 	}
 	if !events.ValidID(id) {
-		return bus.Poison("bad_subject", fmt.Errorf("job %s names submission %q", job, id))
+		return bus.Poison(reason.BadSubject, fmt.Errorf("job %s names submission %q", job, id))
 	}
 	if o.Failed != nil {
 		r := defaultFailure(*o.Failed)
@@ -232,7 +233,7 @@ func handleResult[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out],
 // with the engine's log tail, the pod, the runner and the GPU-hours spent
 // as the detail.
 func defaultFailure(f events.RunnerJobFailedData) *Refusal {
-	r := Refuse(f.Reason, f.Message)
+	r := Refuse(reason.Code(f.Reason), f.Message)
 	if f.LogTail != "" {
 		if raw, err := json.Marshal(map[string]any{"log_tail": f.LogTail, "pod": f.Pod, "runner": f.Runner, "gpu_hours": f.GPUHours}); err == nil {
 			r.Detail = raw

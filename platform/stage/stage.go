@@ -38,6 +38,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/observability"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
@@ -48,18 +49,18 @@ import (
 // block of a refused contract, an engine's log tail), and the input is
 // acked.
 type Refusal struct {
-	Code    string
+	Code    reason.Code
 	Message string
 	Detail  json.RawMessage
 }
 
-func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
+func (r *Refusal) Error() string { return string(r.Code) + ": " + r.Message }
 
 // Refuse returns a refusal with a code and a sentence.
-func Refuse(code, message string) *Refusal { return &Refusal{Code: code, Message: message} }
+func Refuse(code reason.Code, message string) *Refusal { return &Refusal{Code: code, Message: message} }
 
 // Refusef returns a refusal with a code and a formatted sentence.
-func Refusef(code, format string, args ...any) *Refusal {
+func Refusef(code reason.Code, format string, args ...any) *Refusal {
 	return &Refusal{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
@@ -160,7 +161,7 @@ func handleStage[In, Out any](ctx context.Context, k *kit, s Stage[In, Out], d *
 	trace.SpanFromContext(ctx).SetAttributes(bus.AttrStage.String(k.name))
 	in, err := s.Input.Decode(d.Event)
 	if err != nil {
-		return bus.Poison("bad_payload", err)
+		return bus.Poison(reason.BadPayload, err)
 	}
 	id, cause := d.Event.Subject(), d.Event.ID()
 	if err := started(ctx, k, s.Output, cause, id, d.NumDelivered); err != nil {
@@ -285,7 +286,7 @@ func (k *kit) done(ctx context.Context, id string, t0 time.Time, attrs []any) {
 // refuse publishes <stage>.failed with the refusal, its id derived from
 // cause.
 func refuse[Out any](ctx context.Context, k *kit, out events.StageTopics[Out], cause, id string, t0 time.Time, r *Refusal) bus.Outcome {
-	data := events.StageFailedData{SubmissionID: id, Stage: out.Name, Reason: r.Code, Message: r.Message, Detail: r.Detail}
+	data := events.StageFailedData{SubmissionID: id, Stage: out.Name, Reason: string(r.Code), Message: r.Message, Detail: r.Detail}
 	if _, err := bus.Emit(ctx, k.bus, k.source, out.Failed, id, data, bus.CausedBy(cause)); err != nil {
 		return bus.Retry(0, err)
 	}
@@ -293,8 +294,8 @@ func refuse[Out any](ctx context.Context, k *kit, out events.StageTopics[Out], c
 	// A refusal is the participant's to act on, not the arena's failure,
 	// but the span says the stage failed and why.
 	span := trace.SpanFromContext(ctx)
-	span.SetAttributes(bus.AttrReason.String(r.Code))
-	span.SetStatus(codes.Error, r.Code)
+	span.SetAttributes(bus.AttrReason.String(string(r.Code)))
+	span.SetStatus(codes.Error, string(r.Code))
 	k.log.Info("refused", "submission", id, "reason", r.Code, "message", r.Message)
 	return bus.Ack()
 }

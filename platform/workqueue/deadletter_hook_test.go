@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/workqueue"
@@ -81,7 +82,7 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 			require.Equal(t, "given-up-1", last.Event.ID())
 			require.Equal(t, string(events.BuildStarted), last.Event.Type())
 			require.Equal(t, "hooked", last.Consumer)
-			require.Equal(t, bus.ReasonMaxDeliver, last.Reason)
+			require.Equal(t, reason.MaxDeliverExceeded, last.Reason)
 			require.Equal(t, tc.deliveries, last.Deliveries)
 			require.ErrorContains(t, last.Err, tc.lastErr)
 			require.Equal(t, make([]int, tc.calls), dlqAtCall, "the hook runs before the dead-letter copy is stored")

@@ -14,13 +14,14 @@ import (
 	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/stage"
 	"github.com/lowbarena/lowbarena/services/build/unpack"
 )
 
 // Errors of an Uploads that does not hold an archive: the build refuses
-// the submission with unpack.CodeNotFound, since only submitting again
+// the submission with reason.BundleNotFound, since only submitting again
 // can help.
 var (
 	// ErrNoBucket is an upload bucket that does not exist.
@@ -129,7 +130,7 @@ func (b *Builder) build(ctx context.Context, in events.SubmissionReceivedData) (
 		return out, fmt.Errorf("build: read upload: %w", err)
 	}
 	if got := hex.EncodeToString(hr.h.Sum(nil)); got != in.Bundle.SHA256 || hr.n != in.Bundle.Size {
-		return out, &unpack.Error{Code: unpack.CodeDigestMismatch, Message: fmt.Sprintf(
+		return out, &unpack.Error{Code: reason.BundleDigestMismatch, Message: fmt.Sprintf(
 			"the uploaded archive is %d bytes with sha256 %s, the submission announced %d bytes with %s; upload it again", hr.n, short(got), in.Bundle.Size, short(in.Bundle.SHA256))}
 	}
 	// A checkpoint by reference: its small files are fetched into dir
@@ -192,7 +193,7 @@ func (b *Builder) store(ctx context.Context, dir string, f events.FileDigest) er
 }
 
 func notFound(format string, args ...any) *unpack.Error {
-	return &unpack.Error{Code: unpack.CodeNotFound, Message: fmt.Sprintf(format, args...)}
+	return &unpack.Error{Code: reason.BundleNotFound, Message: fmt.Sprintf(format, args...)}
 }
 
 type hashingReader struct {

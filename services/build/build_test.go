@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/artifact/artifacttest"
 	"github.com/lowbarena/lowbarena/platform/stage"
@@ -89,30 +90,30 @@ func TestBuildDecides(t *testing.T) {
 		// announce changes what the submission says of the archive.
 		announce func(*events.BundleRef)
 		limits   unpack.Limits
-		code     string // "" for a built bundle
+		code     reason.Code // "" for a built bundle
 	}{
 		{name: "a good bundle", archive: good},
 		{name: "a hand-packed good bundle", archive: tarGz(t, goodEntries()...)},
-		{name: "digest mismatch", archive: good, announce: func(r *events.BundleRef) { r.SHA256 = zeros }, code: unpack.CodeDigestMismatch},
-		{name: "size mismatch", archive: good, announce: func(r *events.BundleRef) { r.Size++ }, code: unpack.CodeDigestMismatch},
-		{name: "corrupt archive", archive: good[:len(good)-20], code: unpack.CodeCorrupt},
-		{name: "not an archive", archive: []byte("a pickle, not a tar"), code: unpack.CodeCorrupt},
+		{name: "digest mismatch", archive: good, announce: func(r *events.BundleRef) { r.SHA256 = zeros }, code: reason.BundleDigestMismatch},
+		{name: "size mismatch", archive: good, announce: func(r *events.BundleRef) { r.Size++ }, code: reason.BundleDigestMismatch},
+		{name: "corrupt archive", archive: good[:len(good)-20], code: reason.BundleCorrupt},
+		{name: "not an archive", archive: []byte("a pickle, not a tar"), code: reason.BundleCorrupt},
 		{name: "path traversal", archive: tarGz(t, append(goodEntries(), tarEntry{name: "../escape.json", body: "{}", typ: tar.TypeReg})...),
-			code: unpack.CodePathTraversal},
+			code: reason.BundlePathTraversal},
 		{name: "absolute path", archive: tarGz(t, append(goodEntries(), tarEntry{name: "/etc/passwd", body: "x", typ: tar.TypeReg})...),
-			code: unpack.CodePathTraversal},
+			code: reason.BundlePathTraversal},
 		{name: "a link", archive: tarGz(t, append(goodEntries(), tarEntry{name: "extra.json", link: "/etc/passwd", typ: tar.TypeSymlink})...),
-			code: unpack.CodeBadEntry},
-		{name: "too many files", archive: good, limits: unpack.Limits{MaxFiles: 2}, code: unpack.CodeTooManyFiles},
-		{name: "missing declaration", archive: with(func(m map[string]string) { delete(m, "submission.json") }), code: unpack.CodeNoDeclaration},
+			code: reason.BundleBadEntry},
+		{name: "too many files", archive: good, limits: unpack.Limits{MaxFiles: 2}, code: reason.BundleTooManyFiles},
+		{name: "missing declaration", archive: with(func(m map[string]string) { delete(m, "submission.json") }), code: reason.BundleNoDeclaration},
 		{name: "declaration mismatch", archive: with(func(m map[string]string) {
 			m["submission.json"] = `{"task_id":"qwen3-tiny","split":"ranked","participant":"team","solution":{"checkpoint":"ck","method":"m","precision":"W4A16KV8"}}`
-		}), code: unpack.CodeDeclarationDiffer},
-		{name: "missing config", archive: with(func(m map[string]string) { delete(m, "config.json") }), code: unpack.CodeMissingConfig},
-		{name: "a pickle", archive: with(func(m map[string]string) { m["pytorch_model.bin"] = "x" }), code: unpack.CodeUnsafeFile},
-		{name: "upload gone", archive: good, announce: func(r *events.BundleRef) { r.Object = "never-uploaded.tar.gz" }, code: unpack.CodeNotFound},
-		{name: "no upload bucket", archive: good, announce: func(r *events.BundleRef) { r.Bucket = "elsewhere" }, code: unpack.CodeNotFound},
-		{name: "a store the arena does not read", archive: good, announce: func(r *events.BundleRef) { r.Store = "s3" }, code: unpack.CodeNotFound},
+		}), code: reason.BundleDeclarationMismatch},
+		{name: "missing config", archive: with(func(m map[string]string) { delete(m, "config.json") }), code: reason.BundleMissingConfig},
+		{name: "a pickle", archive: with(func(m map[string]string) { m["pytorch_model.bin"] = "x" }), code: reason.BundleUnsafeFile},
+		{name: "upload gone", archive: good, announce: func(r *events.BundleRef) { r.Object = "never-uploaded.tar.gz" }, code: reason.BundleNotFound},
+		{name: "no upload bucket", archive: good, announce: func(r *events.BundleRef) { r.Bucket = "elsewhere" }, code: reason.BundleNotFound},
+		{name: "a store the arena does not read", archive: good, announce: func(r *events.BundleRef) { r.Store = "s3" }, code: reason.BundleNotFound},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

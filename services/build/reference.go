@@ -12,6 +12,7 @@ import (
 	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/build/unpack"
 )
 
@@ -35,7 +36,7 @@ func (b *Builder) reference(ctx context.Context, dir string, files []events.File
 	i := fileIndex(files, bundle.CheckpointFile)
 	if i < 0 {
 		if in.Reference != nil {
-			return nil, nil, refuse(unpack.CodeDeclarationDiffer, "the submission names a checkpoint by reference at %s, but the bundle holds no %s; submit the bundle again with arena submit", in.Reference.Repository, bundle.CheckpointFile)
+			return nil, nil, refuse(reason.BundleDeclarationMismatch, "the submission names a checkpoint by reference at %s, but the bundle holds no %s; submit the bundle again with arena submit", in.Reference.Repository, bundle.CheckpointFile)
 		}
 		return files, nil, nil
 	}
@@ -57,7 +58,7 @@ func (b *Builder) reference(ctx context.Context, dir string, files []events.File
 	}
 	sum := &events.CheckpointReference{Repository: repo.Base.String(), Revision: ref.Revision, Files: len(ref.Files), Bytes: ref.Bytes()}
 	if in.Reference != nil && *in.Reference != *sum {
-		return nil, nil, refuse(unpack.CodeDeclarationDiffer, "the submission names %s@%s (%d files, %d bytes) and the bundle's %s %s@%s (%d files, %d bytes); submit the bundle again with arena submit",
+		return nil, nil, refuse(reason.BundleDeclarationMismatch, "the submission names %s@%s (%d files, %d bytes) and the bundle's %s %s@%s (%d files, %d bytes); submit the bundle again with arena submit",
 			in.Reference.Repository, in.Reference.Revision, in.Reference.Files, in.Reference.Bytes, bundle.CheckpointFile, sum.Repository, sum.Revision, sum.Files, sum.Bytes)
 	}
 	if err := b.hub().Allowed(repo); err != nil {
@@ -104,22 +105,22 @@ func (b *Builder) fits(files []events.FileDigest, ref *bundle.Reference) error {
 	lim := b.Limits.WithDefaults()
 	for _, f := range files {
 		if bundle.Remote(f.Path) {
-			return refuse(unpack.CodeReferenceConflict, "%s is in the bundle, which also holds %s: a checkpoint by reference keeps its shards in its repository; list %s in %s, or submit the bundle without %s",
+			return refuse(reason.BundleReferenceConflict, "%s is in the bundle, which also holds %s: a checkpoint by reference keeps its shards in its repository; list %s in %s, or submit the bundle without %s",
 				f.Path, bundle.CheckpointFile, f.Path, bundle.CheckpointFile, bundle.CheckpointFile)
 		}
 		if _, listed := ref.File(f.Path); listed {
-			return refuse(unpack.CodeReferenceConflict, "%s is both in the bundle and listed in %s; keep one of the two", f.Path, bundle.CheckpointFile)
+			return refuse(reason.BundleReferenceConflict, "%s is both in the bundle and listed in %s; keep one of the two", f.Path, bundle.CheckpointFile)
 		}
 	}
 	if n := len(files) + len(ref.Files); n > lim.MaxFiles {
-		return refuse(unpack.CodeTooManyFiles, "the bundle and its %s hold %d files; the limit is %d", bundle.CheckpointFile, n, lim.MaxFiles)
+		return refuse(reason.BundleTooManyFiles, "the bundle and its %s hold %d files; the limit is %d", bundle.CheckpointFile, n, lim.MaxFiles)
 	}
 	if ref.Bytes() > lim.MaxBytes {
-		return refuse(unpack.CodeTooLarge, "%s lists %d bytes; the limit is %d", bundle.CheckpointFile, ref.Bytes(), lim.MaxBytes)
+		return refuse(reason.BundleTooLarge, "%s lists %d bytes; the limit is %d", bundle.CheckpointFile, ref.Bytes(), lim.MaxBytes)
 	}
 	for _, f := range ref.Files {
 		if f.Size > lim.MaxFileBytes {
-			return refuse(unpack.CodeFileTooLarge, "%s is declared %d bytes; one file may be at most %d (shard the checkpoint)", f.Path, f.Size, lim.MaxFileBytes)
+			return refuse(reason.BundleFileTooLarge, "%s is declared %d bytes; one file may be at most %d (shard the checkpoint)", f.Path, f.Size, lim.MaxFileBytes)
 		}
 		if err := unpack.CheckName(f.Path, lim.MaxDepth); err != nil {
 			return err
@@ -145,12 +146,12 @@ var noHosts = hub.New(hub.Options{})
 // hubRefusal turns the hub's refusal into the build's.
 func hubRefusal(err error) error {
 	if he := hub.AsError(err); he != nil {
-		return &unpack.Error{Code: string(he.Code), Message: he.Message, Err: err}
+		return &unpack.Error{Code: he.Code, Message: he.Message, Err: err}
 	}
 	return err
 }
 
-func refuse(code, format string, args ...any) *unpack.Error {
+func refuse(code reason.Code, format string, args ...any) *unpack.Error {
 	return &unpack.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
@@ -165,7 +166,7 @@ func fileIndex(files []events.FileDigest, p string) int {
 
 // tooLarge is the refusal of an upload over the limit.
 func tooLarge(size, limit int64) *unpack.Error {
-	return refuse(unpack.CodeUploadTooLarge,
+	return refuse(reason.BundleUploadTooLarge,
 		"the uploaded bundle is %s; this arena takes uploads of at most %s. Submit a checkpoint this large by reference: publish it in a model repository, list its files in %s beside submission.json (arena reference writes it), and submit that folder",
 		human(size), human(limit), bundle.CheckpointFile)
 }

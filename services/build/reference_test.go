@@ -16,11 +16,11 @@ import (
 	"github.com/lowbarena/lowbarena/adapters/hub/hubtest"
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/artifact/artifacttest"
 	"github.com/lowbarena/lowbarena/platform/stage"
 	"github.com/lowbarena/lowbarena/services/build"
-	"github.com/lowbarena/lowbarena/services/build/unpack"
 )
 
 // token is the operator's token in these tests: it must never show.
@@ -91,7 +91,7 @@ func TestBuildByReference(t *testing.T) {
 		hook     hubtest.Hook
 		hosts    []string
 		limit    int64
-		code     string // "" for a built bundle
+		code     reason.Code // "" for a built bundle
 		// asked: the repository was asked nothing (the refusal came
 		// before any request).
 		askedNothing bool
@@ -101,22 +101,22 @@ func TestBuildByReference(t *testing.T) {
 			in.Reference = summary(srv, decl)
 		}},
 		{name: "built, with an engine patch in the bundle", extra: map[string]string{"engine.patch": "--- a\n+++ b\n"}},
-		{name: "the event names another revision", askedNothing: true, code: unpack.CodeDeclarationDiffer,
+		{name: "the event names another revision", askedNothing: true, code: reason.BundleDeclarationMismatch,
 			announce: func(in *events.SubmissionReceivedData, srv *hubtest.Server, decl []bundle.ReferencedFile) {
 				in.Reference = summary(srv, decl)
 				in.Reference.Revision = "main"
 			}},
-		{name: "the event names a reference the bundle lacks", askedNothing: true, code: unpack.CodeDeclarationDiffer,
+		{name: "the event names a reference the bundle lacks", askedNothing: true, code: reason.BundleDeclarationMismatch,
 			announce: func(in *events.SubmissionReceivedData, srv *hubtest.Server, decl []bundle.ReferencedFile) {
 				in.Reference = summary(srv, decl)
 			}},
-		{name: "a small file changed since it was declared", code: string(hub.CodeDigestMismatch),
+		{name: "a small file changed since it was declared", code: reason.ReferenceDigestMismatch,
 			edit: func(decl []bundle.ReferencedFile) []bundle.ReferencedFile {
 				i := slices.IndexFunc(decl, func(f bundle.ReferencedFile) bool { return f.Path == "tokenizer.json" })
 				decl[i].SHA256 = strings.Repeat("0", 64)
 				return decl
 			}},
-		{name: "a 404 for the config", code: string(hub.CodeNotFound),
+		{name: "a 404 for the config", code: reason.ReferenceNotFound,
 			hook: func(w http.ResponseWriter, r *http.Request, path string) bool {
 				if path == "config.json" {
 					http.NotFound(w, r)
@@ -124,26 +124,26 @@ func TestBuildByReference(t *testing.T) {
 				}
 				return false
 			}},
-		{name: "a private repository the token may not read", code: string(hub.CodeUnauthorized),
+		{name: "a private repository the token may not read", code: reason.ReferenceUnauthorized,
 			hook: func(w http.ResponseWriter, r *http.Request, path string) bool {
 				w.WriteHeader(http.StatusForbidden)
 				_, _ = w.Write([]byte("forbidden for " + r.Header.Get("Authorization")))
 				return true
 			}},
-		{name: "a repository that keeps failing", code: string(hub.CodeUnavailable),
+		{name: "a repository that keeps failing", code: reason.ReferenceUnavailable,
 			hook: func(w http.ResponseWriter, r *http.Request, path string) bool {
 				w.WriteHeader(http.StatusBadGateway)
 				return true
 			}},
-		{name: "a host the operator does not list", hosts: []string{"huggingface.co"}, code: string(hub.CodeHostNotAllowed), askedNothing: true},
-		{name: "credentials in the URL", repo: "http://someone:pa55word@127.0.0.1:1/org/model", code: string(hub.CodeURLCredentials), askedNothing: true},
-		{name: "a shard in the bundle too", extra: map[string]string{"model-00001-of-00002.safetensors": "x"}, code: unpack.CodeReferenceConflict, askedNothing: true},
-		{name: "a listed file in the bundle too", extra: map[string]string{"tokenizer.json": "{}"}, code: unpack.CodeReferenceConflict, askedNothing: true},
-		{name: "pickled weights listed", code: unpack.CodeUnsafeFile, askedNothing: true,
+		{name: "a host the operator does not list", hosts: []string{"huggingface.co"}, code: reason.ReferenceHostNotAllowed, askedNothing: true},
+		{name: "credentials in the URL", repo: "http://someone:pa55word@127.0.0.1:1/org/model", code: reason.ReferenceURLCredentials, askedNothing: true},
+		{name: "a shard in the bundle too", extra: map[string]string{"model-00001-of-00002.safetensors": "x"}, code: reason.BundleReferenceConflict, askedNothing: true},
+		{name: "a listed file in the bundle too", extra: map[string]string{"tokenizer.json": "{}"}, code: reason.BundleReferenceConflict, askedNothing: true},
+		{name: "pickled weights listed", code: reason.BundleUnsafeFile, askedNothing: true,
 			edit: func(decl []bundle.ReferencedFile) []bundle.ReferencedFile {
 				return append(decl, bundle.ReferencedFile{Path: "pytorch_model.bin", Size: 10, SHA256: strings.Repeat("1", 64)})
 			}},
-		{name: "an upload over the limit", limit: 100, code: unpack.CodeUploadTooLarge, askedNothing: true},
+		{name: "an upload over the limit", limit: 100, code: reason.BundleUploadTooLarge, askedNothing: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -192,7 +192,7 @@ func TestBuildByReference(t *testing.T) {
 				require.NotContains(t, r.Message, token)
 				require.NotContains(t, r.Message, "pa55word")
 				require.True(t, arts.Empty(), "nothing refused reaches the artifact store")
-				if tc.code == unpack.CodeUploadTooLarge {
+				if tc.code == reason.BundleUploadTooLarge {
 					require.Contains(t, r.Message, "by reference")
 					require.Contains(t, r.Message, "arena reference")
 				}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
@@ -225,13 +226,13 @@ func TestBuildRefuses(t *testing.T) {
 		announce string
 		code     string
 	}{
-		{"mismatch", good, hex.EncodeToString(make([]byte, 32)), unpack.CodeDigestMismatch},
-		{"corrupt", good[:len(good)-20], "", unpack.CodeCorrupt},
-		{"pickle", with(func(m map[string]string) { m["pytorch_model.bin"] = "x" }), "", unpack.CodeUnsafeFile},
-		{"noconfig", with(func(m map[string]string) { delete(m, "config.json") }), "", unpack.CodeMissingConfig},
+		{"mismatch", good, hex.EncodeToString(make([]byte, 32)), string(reason.BundleDigestMismatch)},
+		{"corrupt", good[:len(good)-20], "", string(reason.BundleCorrupt)},
+		{"pickle", with(func(m map[string]string) { m["pytorch_model.bin"] = "x" }), "", string(reason.BundleUnsafeFile)},
+		{"noconfig", with(func(m map[string]string) { delete(m, "config.json") }), "", string(reason.BundleMissingConfig)},
 		{"differs", with(func(m map[string]string) {
 			m["submission.json"] = `{"task_id":"qwen3-tiny","split":"ranked","participant":"team","solution":{"checkpoint":"ck","method":"m","precision":"W4A16KV8"}}`
-		}), "", unpack.CodeDeclarationDiffer},
+		}), "", string(reason.BundleDeclarationMismatch)},
 	}
 	for _, tc := range cases {
 		h.upload(tc.id, tc.archive, tc.announce)
@@ -242,7 +243,7 @@ func TestBuildRefuses(t *testing.T) {
 		archive  []byte
 		announce string
 		code     string
-	}{id: "gone", code: unpack.CodeNotFound})
+	}{id: "gone", code: string(reason.BundleNotFound)})
 
 	for _, tc := range cases {
 		e := h.outcome(tc.id)

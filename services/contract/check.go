@@ -14,22 +14,9 @@ import (
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/stage"
-)
-
-// Reason codes of contract.failed beside the violation codes of package
-// analyze (a broken contract, config_invalid, kv_dtype_unknown, ...) and
-// the file codes of package safetensors. Each stable code this package
-// names is defined here once, or in those packages.
-const (
-	// CodeArtifactCorrupt is a stored manifest that does not match its
-	// files or the digest the build announced.
-	CodeArtifactCorrupt = "artifact_corrupt"
-	// CodeBadDeclaration is a submission.json missing or not valid.
-	CodeBadDeclaration = "bundle_bad_declaration"
-	// CodeMissingConfig is a bundle without config.json.
-	CodeMissingConfig = "bundle_missing_config"
 )
 
 // maxSmallFile bounds submission.json, config.json and
@@ -54,7 +41,7 @@ type Checker struct {
 // with what the later stages need to serve the checkpoint.
 //
 // It returns a *stage.Refusal for a bundle that cannot be checked (its
-// code, e.g. events.ReasonCampaignUnknown or a safetensors code) and for a broken
+// code, e.g. reason.CampaignUnknownTask or a safetensors code) and for a broken
 // contract (the first violation's code, every violation in the message,
 // the contract block as the detail); any other error (a store that does
 // not answer) is worth a retry. The check is a pure function of the
@@ -87,7 +74,7 @@ func broken(c record.Contract) error {
 	for i, v := range c.Violations {
 		msgs[i] = v.Code + ": " + v.Message
 	}
-	return stage.Refuse(c.Violations[0].Code, "the checkpoint breaks its contract: "+strings.Join(msgs, "; ")).WithDetail(c)
+	return stage.Refuse(reason.Code(c.Violations[0].Code), "the checkpoint breaks its contract: "+strings.Join(msgs, "; ")).WithDetail(c)
 }
 
 // Check computes the contract of a built bundle, kept or broken. It
@@ -103,9 +90,9 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 	m, err := c.Artifacts.Manifest(ctx, in.Artifact)
 	switch {
 	case errors.Is(err, artifact.ErrNotFound):
-		return record.Contract{}, 0, nil, stage.Refusef(events.ReasonArtifactMissing, "the built bundle %s is not in the artifact store; submit again", in.Artifact.Object)
+		return record.Contract{}, 0, nil, stage.Refusef(reason.ArtifactMissing, "the built bundle %s is not in the artifact store; submit again", in.Artifact.Object)
 	case errors.Is(err, artifact.ErrCorrupt):
-		return record.Contract{}, 0, nil, stage.Refuse(CodeArtifactCorrupt, err.Error())
+		return record.Contract{}, 0, nil, stage.Refuse(reason.ArtifactCorrupt, err.Error())
 	case err != nil:
 		return record.Contract{}, 0, nil, err
 	}
@@ -121,11 +108,11 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 	}
 	decl, err := bundle.ParseDeclaration(declData)
 	if err != nil {
-		return record.Contract{}, 0, nil, stage.Refuse(CodeBadDeclaration, err.Error())
+		return record.Contract{}, 0, nil, stage.Refuse(reason.BundleBadDeclaration, err.Error())
 	}
 	camp, err := c.Campaigns.Lookup(decl.TaskID)
 	if err != nil {
-		return record.Contract{}, 0, nil, stage.Refuse(events.ReasonCampaignUnknown, err.Error())
+		return record.Contract{}, 0, nil, stage.Refuse(reason.CampaignUnknownTask, err.Error())
 	}
 	config, err := small(open, m, "config.json")
 	if err != nil {
@@ -154,10 +141,10 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 	}
 	if err != nil {
 		code := safetensors.CodeOf(err)
-		if code == "" || code == safetensors.CodeIO {
+		if code == "" || code == reason.IOError {
 			return record.Contract{}, 0, nil, fmt.Errorf("contract: read headers: %w", err)
 		}
-		return record.Contract{}, 0, nil, stage.Refuse(string(code), fileMessage(err))
+		return record.Contract{}, 0, nil, stage.Refuse(code, fileMessage(err))
 	}
 	kv := ""
 	if decl.Engine != nil {
@@ -172,7 +159,7 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 		if code == "" {
 			return record.Contract{}, 0, nil, fmt.Errorf("contract: %w", err)
 		}
-		return record.Contract{}, 0, nil, stage.Refuse(string(code), err.Error())
+		return record.Contract{}, 0, nil, stage.Refuse(code, err.Error())
 	}
 	ct.HeaderBytesRead = ck.BytesRead()
 	return ct, ck.BytesRead(), decl, nil
@@ -182,18 +169,18 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 func small(open safetensors.Opener, m artifact.Manifest, name string) ([]byte, error) {
 	f, ok := m.File(name)
 	if !ok {
-		code := CodeMissingConfig
+		code := reason.BundleMissingConfig
 		if name == bundle.DeclarationFile {
-			code = CodeBadDeclaration
+			code = reason.BundleBadDeclaration
 		}
 		return nil, stage.Refusef(code, "the bundle has no %s", name)
 	}
 	if f.Size > maxSmallFile {
-		return nil, stage.Refusef(string(analyze.CodeConfigInvalid), "%s is %d bytes; the limit is %d", name, f.Size, maxSmallFile)
+		return nil, stage.Refusef(reason.ConfigInvalid, "%s is %d bytes; the limit is %d", name, f.Size, maxSmallFile)
 	}
 	r, err := open(name)
 	if errors.Is(err, artifact.ErrNotFound) {
-		return nil, stage.Refuse(events.ReasonArtifactMissing, err.Error())
+		return nil, stage.Refuse(reason.ArtifactMissing, err.Error())
 	}
 	if err != nil {
 		return nil, err
@@ -212,7 +199,7 @@ func fileMessage(err error) string {
 	if !errors.As(err, &e) {
 		return err.Error()
 	}
-	msg := e.Code.Describe()
+	msg := safetensors.Describe(e.Code)
 	if msg == "" {
 		msg = string(e.Code)
 	}

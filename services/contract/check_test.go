@@ -18,6 +18,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/artifact/artifacttest"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
@@ -98,7 +99,7 @@ func TestContractDecides(t *testing.T) {
 		// stored edits what the store holds or what build.completed says.
 		stored    func(s *artifacttest.Memory, in *events.BuildCompletedData)
 		campaigns campaign.Set
-		code      string // "" for a kept contract
+		code      reason.Code // "" for a kept contract
 	}{
 		{name: "kept: int4 in one file", from: "int4-w4a16-g32"},
 		{name: "kept: fp8 in two shards", from: "fp8-w8a8"},
@@ -106,47 +107,47 @@ func TestContractDecides(t *testing.T) {
 		{name: "kept: the bf16 reference", from: "bf16-reference"},
 		{name: "kept: ModelOpt NVFP4, its scheme in hf_quant_config.json", from: "nvfp4-w4a4", change: modelOpt(true)},
 		{name: "ModelOpt NVFP4 without hf_quant_config.json reads A16", from: "nvfp4-w4a4", change: modelOpt(false),
-			code: analyze.ViolationPrecisionWider},
+			code: reason.PrecisionWiderThanDeclared},
 		{name: "hf_quant_config.json not JSON", from: "nvfp4-w4a4",
-			change: writeFile(analyze.HFQuantConfigFile, []byte(`{"producer":`)), code: string(analyze.CodeConfigInvalid)},
+			change: writeFile(analyze.HFQuantConfigFile, []byte(`{"producer":`)), code: reason.ConfigInvalid},
 		{name: "hf_quant_config.json too large", from: "nvfp4-w4a4",
-			change: writeFile(analyze.HFQuantConfigFile, make([]byte, 4<<20+1)), code: string(analyze.CodeConfigInvalid)},
-		{name: "broken: foreign tensors", from: "foreign-tensors", code: analyze.ViolationForeignTensors},
-		{name: "broken: wider precision than declared", from: "bf16-declared-w4", code: analyze.ViolationPrecisionWider},
-		{name: "broken: a changed rope", from: "rope-theta-changed", code: analyze.ViolationRopeChanged},
+			change: writeFile(analyze.HFQuantConfigFile, make([]byte, 4<<20+1)), code: reason.ConfigInvalid},
+		{name: "broken: foreign tensors", from: "foreign-tensors", code: reason.ForeignTensors},
+		{name: "broken: wider precision than declared", from: "bf16-declared-w4", code: reason.PrecisionWiderThanDeclared},
+		{name: "broken: a changed rope", from: "rope-theta-changed", code: reason.RopeChanged},
 		{name: "unknown task", from: "int4-w4a16-g32",
 			change: editFile("submission.json", func(s string) string { return strings.Replace(s, examples.TaskID, "llama-9000", 1) }),
-			code:   events.ReasonCampaignUnknown},
-		{name: "no campaign at all", from: "int4-w4a16-g32", campaigns: campaign.Set{}, code: events.ReasonCampaignUnknown},
-		{name: "missing config", from: "int4-w4a16-g32", change: remove("config.json"), code: contract.CodeMissingConfig},
+			code:   reason.CampaignUnknownTask},
+		{name: "no campaign at all", from: "int4-w4a16-g32", campaigns: campaign.Set{}, code: reason.CampaignUnknownTask},
+		{name: "missing config", from: "int4-w4a16-g32", change: remove("config.json"), code: reason.BundleMissingConfig},
 		{name: "config too large", from: "int4-w4a16-g32", change: writeFile("config.json", make([]byte, 4<<20+1)),
-			code: string(analyze.CodeConfigInvalid)},
+			code: reason.ConfigInvalid},
 		{name: "bad declaration", from: "int4-w4a16-g32", change: writeFile("submission.json", []byte(`{"task_id": 7`)),
-			code: contract.CodeBadDeclaration},
-		{name: "no declaration", from: "int4-w4a16-g32", change: remove("submission.json"), code: contract.CodeBadDeclaration},
+			code: reason.BundleBadDeclaration},
+		{name: "no declaration", from: "int4-w4a16-g32", change: remove("submission.json"), code: reason.BundleBadDeclaration},
 		{name: "unknown kv cache dtype", from: "int4-w4a16-g32",
 			change: editFile("submission.json", func(s string) string {
 				return strings.Replace(s, `"kv_cache_dtype": "fp8"`, `"kv_cache_dtype": "fp3"`, 1)
 			}),
-			code: string(analyze.CodeKVDTypeUnknown)},
+			code: reason.KVDTypeUnknown},
 		{name: "a truncated safetensors header", from: "int4-w4a16-g32", change: writeFile("model.safetensors", []byte{1, 2, 3}),
-			code: string(safetensors.CodeHeaderTruncated)},
+			code: reason.HeaderTruncated},
 		{name: "a missing shard", from: "fp8-w8a8", change: remove("model-00002-of-00002.safetensors"),
-			code: string(safetensors.CodeIndexShardMissing)},
+			code: reason.IndexShardMissing},
 		{name: "the manifest is not stored", from: "int4-w4a16-g32",
 			stored: func(s *artifacttest.Memory, in *events.BuildCompletedData) { s.DeleteManifest(in.Artifact.Object) },
-			code:   events.ReasonArtifactMissing},
+			code:   reason.ArtifactMissing},
 		{name: "the manifest is not the one built", from: "int4-w4a16-g32",
 			stored: func(_ *artifacttest.Memory, in *events.BuildCompletedData) {
 				in.Artifact.SHA256 = strings.Repeat("0", 64)
 			},
-			code: contract.CodeArtifactCorrupt},
+			code: reason.ArtifactCorrupt},
 		{name: "config.json is not stored", from: "int4-w4a16-g32",
 			stored: func(s *artifacttest.Memory, in *events.BuildCompletedData) {
 				i := slices.IndexFunc(in.Files, func(f events.FileDigest) bool { return f.Path == "config.json" })
 				s.DeleteFile(in.Files[i].SHA256)
 			},
-			code: events.ReasonArtifactMissing},
+			code: reason.ArtifactMissing},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -205,7 +206,7 @@ func TestContractDecides(t *testing.T) {
 			} else if strings.HasPrefix(r.Message, "the checkpoint breaks its contract: ") {
 				var c record.Contract
 				require.NoError(t, json.Unmarshal(r.Detail, &c), "the contract block travels with the refusal")
-				require.Equal(t, tc.code, c.Violations[0].Code)
+				require.Equal(t, string(tc.code), c.Violations[0].Code)
 			} else {
 				require.Empty(t, r.Detail, "only a broken contract carries a contract block")
 			}

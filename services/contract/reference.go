@@ -212,7 +212,7 @@ var noHosts = hub.New(hub.Options{})
 // is redelivered.
 func hubRefusal(err error) error {
 	if he := hub.AsError(err); he != nil {
-		return stage.Refuse(string(he.Code), he.Message)
+		return stage.Refuse(he.Code, he.Message)
 	}
 	return nil
 }

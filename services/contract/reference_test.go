@@ -21,6 +21,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/artifact/artifacttest"
@@ -130,7 +131,7 @@ func TestContractByReference(t *testing.T) {
 			if !ex.Honest {
 				r := stage.AsRefusal(err)
 				require.NotNil(t, r, "%v", err)
-				require.Equal(t, ex.Violations[0], r.Code)
+				require.Equal(t, ex.Violations[0], string(r.Code))
 				return
 			}
 			require.NoError(t, err)
@@ -199,7 +200,7 @@ func TestContractByReferenceRefusesBadRepositories(t *testing.T) {
 		code  string
 		check func(t *testing.T, srv *hubtest.Server, msg string)
 	}{
-		{name: "a 404 for one shard", code: string(hub.CodeNotFound),
+		{name: "a 404 for one shard", code: string(reason.ReferenceNotFound),
 			setup: func(srv *hubtest.Server) {
 				srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
 					if path == shard {
@@ -210,16 +211,16 @@ func TestContractByReferenceRefusesBadRepositories(t *testing.T) {
 				})
 			},
 			check: func(t *testing.T, srv *hubtest.Server, msg string) { require.Contains(t, msg, shard+" is not in ") }},
-		{name: "a Range request answered with the whole file", code: string(hub.CodeRangeIgnored),
+		{name: "a Range request answered with the whole file", code: string(reason.ReferenceRangeIgnored),
 			setup: func(srv *hubtest.Server) {
 				srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
 					r.Header.Del("Range")
 					return false
 				})
 			}},
-		{name: "a shard changed since it was declared", code: string(hub.CodeDigestMismatch),
+		{name: "a shard changed since it was declared", code: string(reason.ReferenceDigestMismatch),
 			setup: func(srv *hubtest.Server) { srv.SetFile(shard, changed) }},
-		{name: "a header length past the limit", code: string(safetensors.CodeHeaderTooLarge),
+		{name: "a header length past the limit", code: string(reason.HeaderTooLarge),
 			setup: func(srv *hubtest.Server) { srv.SetFile(shard, bigHeader); srv.WithoutDigests() },
 			check: func(t *testing.T, srv *hubtest.Server, msg string) {
 				var ranges []string
@@ -230,7 +231,7 @@ func TestContractByReferenceRefusesBadRepositories(t *testing.T) {
 				}
 				require.Equal(t, []string{"bytes=0-7"}, ranges, "the length prefix, nothing after it")
 			}},
-		{name: "a server that stalls", code: string(hub.CodeTimeout),
+		{name: "a server that stalls", code: string(reason.ReferenceTimeout),
 			setup: func(srv *hubtest.Server) {
 				srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
 					if path != shard {
@@ -240,7 +241,7 @@ func TestContractByReferenceRefusesBadRepositories(t *testing.T) {
 					return true
 				})
 			}},
-		{name: "a host the operator does not list", hosts: []string{"huggingface.co"}, code: string(hub.CodeHostNotAllowed),
+		{name: "a host the operator does not list", hosts: []string{"huggingface.co"}, code: string(reason.ReferenceHostNotAllowed),
 			check: func(t *testing.T, srv *hubtest.Server, msg string) { require.Empty(t, srv.Requests()) }},
 	}
 	for _, tc := range cases {
@@ -260,7 +261,7 @@ func TestContractByReferenceRefusesBadRepositories(t *testing.T) {
 			_, err := c.Run(context.Background(), in)
 			r := stage.AsRefusal(err)
 			require.NotNil(t, r, "a refusal, not a retry: %v", err)
-			require.Equal(t, tc.code, r.Code, r.Message)
+			require.Equal(t, tc.code, string(r.Code), r.Message)
 			if tc.check != nil {
 				tc.check(t, srv, r.Message)
 			}
@@ -324,7 +325,7 @@ func TestContractNeverShowsTheToken(t *testing.T) {
 	e := bustest.Await(t, rt.Bus, "arena.contract.*.private", events.ContractCompleted, events.ContractFailed)
 	var failed events.StageFailedData
 	require.NoError(t, json.Unmarshal(e.Data(), &failed))
-	require.Equal(t, string(hub.CodeUnauthorized), failed.Reason, failed.Message)
+	require.Equal(t, string(reason.ReferenceUnauthorized), failed.Reason, failed.Message)
 	require.Contains(t, failed.Message, "the token the arena's operator configured for "+srv.Host()+" may not read it")
 
 	mu.Lock()

@@ -20,6 +20,7 @@ import (
 	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/domain/campaign"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
@@ -89,7 +90,7 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 		return nil, fmt.Errorf("contract: %w", err)
 	}
 	if len(o.Campaigns) == 0 {
-		log.Warn("no campaigns: every submission will be refused with " + events.ReasonCampaignUnknown)
+		log.Warn("no campaigns: every submission will be refused with " + string(reason.CampaignUnknownTask))
 	}
 	return &Service{bus: b, log: log, checker: &Checker{Artifacts: arts, Campaigns: o.Campaigns, Hub: hub.New(o.Hub)}}, nil
 }

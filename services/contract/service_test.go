@@ -23,6 +23,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
@@ -211,35 +212,35 @@ func TestContractRefusesBadInput(t *testing.T) {
 		change func(t *testing.T, dir string)
 		code   string
 	}{
-		{"truncated", single, write("model.safetensors", []byte{1, 2, 3}), string(safetensors.CodeHeaderTruncated)},
-		{"header-past-end", single, write("model.safetensors", binary.LittleEndian.AppendUint64(nil, 4096)), string(safetensors.CodeHeaderTruncated)},
-		{"invalid-json", single, write("model.safetensors", rawSafetensors(`{oops: not JSON}`, 16)), string(safetensors.CodeHeaderInvalidJSON)},
+		{"truncated", single, write("model.safetensors", []byte{1, 2, 3}), string(reason.HeaderTruncated)},
+		{"header-past-end", single, write("model.safetensors", binary.LittleEndian.AppendUint64(nil, 4096)), string(reason.HeaderTruncated)},
+		{"invalid-json", single, write("model.safetensors", rawSafetensors(`{oops: not JSON}`, 16)), string(reason.HeaderInvalidJSON)},
 		{"duplicate-names", single, write("model.safetensors", rawSafetensors(
-			`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}`, 16)), string(safetensors.CodeTensorDuplicate)},
+			`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}`, 16)), string(reason.TensorDuplicate)},
 		{"overlap", single, write("model.safetensors", rawSafetensors(
-			`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}`, 16)), string(safetensors.CodeTensorOffsetsOverlap)},
+			`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}`, 16)), string(reason.TensorOffsetsOverlap)},
 		{"past-end", single, write("model.safetensors", rawSafetensors(
-			`{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}`, 8)), string(safetensors.CodeFileTruncated)},
+			`{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}`, 8)), string(reason.FileTruncated)},
 		{"reversed-offsets", single, write("model.safetensors", rawSafetensors(
-			`{"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}}`, 8)), string(safetensors.CodeTensorOffsetsOutOfRange)},
+			`{"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}}`, 8)), string(reason.TensorOffsetsOutOfRange)},
 		{"unknown-dtype", single, write("model.safetensors", rawSafetensors(
-			`{"a":{"dtype":"Q3_K","shape":[2],"data_offsets":[0,8]}}`, 8)), string(safetensors.CodeDTypeUnknown)},
+			`{"a":{"dtype":"Q3_K","shape":[2],"data_offsets":[0,8]}}`, 8)), string(reason.DTypeUnknown)},
 		{"traversal", sharded, func(t *testing.T, dir string) {
 			path := filepath.Join(dir, safetensors.IndexFile)
 			data, err := os.ReadFile(path)
 			require.NoError(t, err)
 			data = []byte(strings.Replace(string(data), `"model-00002-of-00002.safetensors"`, `"../model-00002-of-00002.safetensors"`, 1))
 			require.NoError(t, os.WriteFile(path, data, 0o644))
-		}, string(safetensors.CodeIndexShardInvalidName)},
+		}, string(reason.IndexShardInvalidName)},
 		{"missing-shard", sharded, func(t *testing.T, dir string) {
 			require.NoError(t, os.Remove(filepath.Join(dir, "model-00002-of-00002.safetensors")))
-		}, string(safetensors.CodeIndexShardMissing)},
+		}, string(reason.IndexShardMissing)},
 		{"unknown-task", single, func(t *testing.T, dir string) {
 			path := filepath.Join(dir, "submission.json")
 			data, err := os.ReadFile(path)
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(data), examples.TaskID, "llama-9000", 1)), 0o644))
-		}, events.ReasonCampaignUnknown},
+		}, string(reason.CampaignUnknownTask)},
 		{"bad-label-kv", single, func(t *testing.T, dir string) {
 			path := filepath.Join(dir, "submission.json")
 			data, err := os.ReadFile(path)
@@ -261,7 +262,7 @@ func TestContractRefusesBadInput(t *testing.T) {
 		from   string
 		change func(t *testing.T, dir string)
 		code   string
-	}{id: "gone", code: events.ReasonArtifactMissing})
+	}{id: "gone", code: string(reason.ArtifactMissing)})
 
 	for _, tc := range cases {
 		e := h.outcome(tc.id)

@@ -10,6 +10,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/stage"
@@ -24,7 +25,7 @@ func (s *Service) auditParams(ctx context.Context, c *campaign.Campaign, split s
 	dir := c.SuiteDir()
 	if split == suite.SplitRanked {
 		if dir = c.RankedSuiteDir(); dir == "" {
-			return nil, stage.Refusef(events.ReasonSuiteInvalid, "campaign %s names no ranked suite (campaign.json quality.ranked_suite) to audit a ranked submission with", c.TaskID)
+			return nil, stage.Refusef(reason.SuiteInvalid, "campaign %s names no ranked suite (campaign.json quality.ranked_suite) to audit a ranked submission with", c.TaskID)
 		}
 	}
 	s.mu.Lock()
@@ -33,7 +34,7 @@ func (s *Service) auditParams(ctx context.Context, c *campaign.Campaign, split s
 	if !ok {
 		loaded, err := suite.Load(dir)
 		if err != nil {
-			return nil, stage.Refuse(events.ReasonSuiteInvalid, err.Error())
+			return nil, stage.Refuse(reason.SuiteInvalid, err.Error())
 		}
 		ref, err := artifact.PutDir(ctx, s.artifacts, dir)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/stage"
 	"github.com/lowbarena/lowbarena/services/efficiency"
 )
@@ -110,15 +111,15 @@ func TestResult(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		result  json.RawMessage
-		reason  string // "" for a block
+		reason  reason.Code // "" for a block
 		message string
 	}{
 		{name: "the fixture's measurement", result: raw(measurement(r))},
-		{name: "a result that does not decode", result: json.RawMessage(`{"candidate": 3}`), reason: efficiency.ReasonBadMeasurement,
+		{name: "a result that does not decode", result: json.RawMessage(`{"candidate": 3}`), reason: reason.EfficiencyBadMeasurement,
 			message: "the runner's result does not decode"},
-		{name: "an engine running another KV dtype", result: raw(kv), reason: efficiency.ReasonKVMismatch,
+		{name: "an engine running another KV dtype", result: raw(kv), reason: reason.EngineKVDTypeMismatch,
 			message: "declares KV cache dtype nvfp4 but its engine reported running fp8"},
-		{name: "a workload without its peak", result: raw(noPeak), reason: efficiency.ReasonBadMeasurement, message: "no interactive rate or peak"},
+		{name: "a workload without its peak", result: raw(noPeak), reason: reason.EfficiencyBadMeasurement, message: "no interactive rate or peak"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := efficiency.Result(events.RunnerJobCompletedData{JobID: "eff-1", Kind: events.JobEfficiency, SubmissionID: r.ID,

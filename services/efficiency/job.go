@@ -5,6 +5,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/campaign"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/stage"
 )
 
@@ -34,17 +35,17 @@ func JobID(submission string) string { return "eff-" + events.DeriveID(submissio
 // is a refusal.
 func Job(in events.ContractCompletedData, set campaign.Set, store func(*campaign.Campaign) (events.BundleRef, error), audit AuditSuite) (stage.Job, error) {
 	if in.Artifact == nil {
-		return stage.Job{}, stage.Refuse(events.ReasonArtifactMissing, "the contract stage passed on no artifact to serve; submit again")
+		return stage.Job{}, stage.Refuse(reason.ArtifactMissing, "the contract stage passed on no artifact to serve; submit again")
 	}
 	camp, err := set.Lookup(in.TaskID)
 	if err != nil {
-		return stage.Job{}, stage.Refuse(events.ReasonCampaignUnknown, err.Error())
+		return stage.Job{}, stage.Refuse(reason.CampaignUnknownTask, err.Error())
 	}
 	if camp.Engine == nil {
-		return stage.Job{}, stage.Refusef(events.ReasonCampaignNoEngine, "campaign %s names no engine (campaign.json \"engine\"), so its checkpoints cannot be served", camp.TaskID)
+		return stage.Job{}, stage.Refusef(reason.CampaignNoEngine, "campaign %s names no engine (campaign.json \"engine\"), so its checkpoints cannot be served", camp.TaskID)
 	}
 	if err := camp.CheckReference(); err != nil {
-		return stage.Job{}, stage.Refuse(events.ReasonCampaignNoReference, err.Error())
+		return stage.Job{}, stage.Refuse(reason.CampaignNoReference, err.Error())
 	}
 	ref, err := store(camp)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/stage"
 	"github.com/lowbarena/lowbarena/services/efficiency"
@@ -73,15 +74,15 @@ func TestJob(t *testing.T) {
 		in       events.ContractCompletedData
 		camp     *campaign.Campaign
 		storeErr error
-		reason   string // "" for a job
-		stores   bool   // the reference is stored
+		reason   reason.Code // "" for a job
+		stores   bool        // the reference is stored
 	}{
 		{name: "a kept contract", in: kept("sub1"), camp: &camp, stores: true},
-		{name: "no artifact", in: noArtifact, camp: &camp, reason: events.ReasonArtifactMissing},
-		{name: "a task no campaign runs", in: unknown, camp: &camp, reason: events.ReasonCampaignUnknown},
-		{name: "a campaign without an engine", in: kept("sub1"), camp: &noEngine, reason: events.ReasonCampaignNoEngine},
-		{name: "a reference folder without weights", in: kept("sub1"), camp: withoutWeights(t, camp), reason: events.ReasonCampaignNoReference},
-		{name: "a reference folder that does not exist", in: kept("sub1"), camp: &missing, reason: events.ReasonCampaignNoReference},
+		{name: "no artifact", in: noArtifact, camp: &camp, reason: reason.ArtifactMissing},
+		{name: "a task no campaign runs", in: unknown, camp: &camp, reason: reason.CampaignUnknownTask},
+		{name: "a campaign without an engine", in: kept("sub1"), camp: &noEngine, reason: reason.CampaignNoEngine},
+		{name: "a reference folder without weights", in: kept("sub1"), camp: withoutWeights(t, camp), reason: reason.CampaignNoReference},
+		{name: "a reference folder that does not exist", in: kept("sub1"), camp: &missing, reason: reason.CampaignNoReference},
 		{name: "a store that fails", in: kept("sub1"), camp: &camp, storeErr: errors.New("object store down"), stores: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

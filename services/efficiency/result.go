@@ -10,6 +10,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/formula"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/stage"
 )
 
@@ -22,15 +23,15 @@ import (
 func Result(c events.RunnerJobCompletedData) (events.EfficiencyCompletedData, error) {
 	res, err := events.EfficiencyJob.Result(c)
 	if err != nil {
-		return events.EfficiencyCompletedData{}, stage.Refuse(ReasonBadMeasurement, "the runner's result does not decode: "+err.Error())
+		return events.EfficiencyCompletedData{}, stage.Refuse(reason.EfficiencyBadMeasurement, "the runner's result does not decode: "+err.Error())
 	}
 	out, err := Block(c, res)
 	if err != nil {
 		var mm *kvMismatch
 		if errors.As(err, &mm) {
-			return out, stage.Refuse(ReasonKVMismatch, err.Error())
+			return out, stage.Refuse(reason.EngineKVDTypeMismatch, err.Error())
 		}
-		return out, stage.Refuse(ReasonBadMeasurement, err.Error())
+		return out, stage.Refuse(reason.EfficiencyBadMeasurement, err.Error())
 	}
 	return out, nil
 }

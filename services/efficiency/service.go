@@ -36,12 +36,6 @@ import (
 // durables.
 const Name = "efficiency"
 
-// Reasons the stage fails that are not the runner's.
-const (
-	ReasonKVMismatch     = "engine_kv_dtype_mismatch"
-	ReasonBadMeasurement = "efficiency_bad_measurement"
-)
-
 // Options configure the stage.
 type Options struct {
 	Campaigns campaign.Set

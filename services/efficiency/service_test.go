@@ -14,6 +14,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/campaign"
 	"github.com/lowbarena/lowbarena/domain/examples"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
@@ -123,7 +124,7 @@ func TestContractBecomesAJob(t *testing.T) {
 	e = bustest.Await(t, b, "arena.efficiency.failed.sub2", events.EfficiencyFailed)
 	f, err = events.Efficiency.Failed.Decode(e)
 	require.NoError(t, err)
-	require.Equal(t, events.ReasonCampaignNoEngine, f.Reason)
+	require.Equal(t, string(reason.CampaignNoEngine), f.Reason)
 }
 
 // TestReferenceWithoutWeights: a campaign whose BF16 reference folder
@@ -138,7 +139,7 @@ func TestReferenceWithoutWeights(t *testing.T) {
 	e := bustest.Await(t, b, "arena.efficiency.failed.sub1", events.EfficiencyFailed)
 	f, err := events.Efficiency.Failed.Decode(e)
 	require.NoError(t, err)
-	require.Equal(t, events.ReasonCampaignNoReference, f.Reason)
+	require.Equal(t, string(reason.CampaignNoReference), f.Reason)
 	require.Contains(t, f.Message, "no *.safetensors")
 
 	arts, err := b.JetStream().ObjectStore(ctx, bus.ObjectArtifacts)

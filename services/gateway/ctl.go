@@ -124,7 +124,7 @@ func (c *controls) list(ctx context.Context, _ ctl.ListParticipants) (ctl.Partic
 			}
 			use := &ctl.UsageInfo{SubmissionsLastDay: u.SubmissionsAt(now), GPUHoursLastWeek: u.GPUHoursAt(now)}
 			if q := u.Check(e.Name, lim, now); q != nil {
-				use.Refused = q.Code + ": " + q.Message
+				use.Refused = string(q.Code) + ": " + q.Message
 			}
 			info.Usage = use
 		}

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/services/gateway/api"
@@ -149,7 +150,7 @@ func New(ctx context.Context, rt *app.Runtime, o Options) (*Gateway, error) {
 		return nil, err
 	}
 	srv, err := server.New(ln, a, server.Options{ReadHeaderTimeout: o.HeaderTimeout, TLSCert: o.TLSCert, TLSKey: o.TLSKey,
-		Log: rt.Log, OnHeaderTimeout: func() { refusals.Add(context.Background(), api.CodeHeaderTimeout) }})
+		Log: rt.Log, OnHeaderTimeout: func() { refusals.Add(context.Background(), reason.HeaderTimeout) }})
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("%w: gateway: %w", app.ErrConfig, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/examples"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/stage"
 	"github.com/lowbarena/lowbarena/services/quality"
@@ -69,15 +70,15 @@ func TestReady(t *testing.T) {
 		res     events.QualityJobResult
 		ref     *quality.RefState
 		wait    bool
-		reason  string
+		reason  reason.Code
 		message string
 	}{
 		{name: "the reference is not there yet", res: events.QualityJobResult{Generations: 10}, wait: true},
 		{name: "the reference failed", res: events.QualityJobResult{SuiteKey: "tiny@1/dev", Generations: 10},
-			ref: &quality.RefState{Status: quality.StatusFailed, Reason: "engine_oom: out of memory"}, reason: quality.ReasonNoReference, message: "engine_oom: out of memory"},
+			ref: &quality.RefState{Status: quality.StatusFailed, Reason: "engine_oom: out of memory"}, reason: reason.QualityNoReference, message: "engine_oom: out of memory"},
 		{name: "a state that is neither done nor failed", res: events.QualityJobResult{Generations: 10}, ref: &quality.RefState{Status: "running"},
-			reason: quality.ReasonNoReference},
-		{name: "mostly empty answers", res: events.QualityJobResult{Generations: 10, Empty: 6}, ref: done, reason: quality.ReasonEmptyAnswers,
+			reason: reason.QualityNoReference},
+		{name: "mostly empty answers", res: events.QualityJobResult{Generations: 10, Empty: 6}, ref: done, reason: reason.EngineEmptyAnswers,
 			message: "6 of 10 generations"},
 		{name: "half empty answers", res: events.QualityJobResult{Generations: 10, Empty: 5}, ref: done},
 		{name: "ready", res: events.QualityJobResult{Generations: 10}, ref: done},
@@ -119,20 +120,20 @@ func TestPair(t *testing.T) {
 		name      string
 		res, ref  events.QualityJobResult
 		cand, bf  []quality.Row
-		reason    string
+		reason    reason.Code
 		message   string
 		checkFull bool
 	}{
 		{name: "the candidate loses six math items", res: res(n), ref: ref, cand: rowsOf(st, lossScore), bf: bf, checkFull: true},
 		{name: "fewer candidate rows than generations", res: res(n + 5), ref: ref, cand: rowsOf(st, lossScore), bf: bf,
-			reason: quality.ReasonIncomplete, message: held(n, n+5, "candidate")},
+			reason: reason.QualityRowsIncomplete, message: held(n, n+5, "candidate")},
 		{name: "fewer BF16 rows than generations", res: res(n), ref: ref, cand: rowsOf(st, lossScore), bf: bf[1:],
-			reason: quality.ReasonIncomplete, message: held(n-1, n, "BF16 reference")},
+			reason: reason.QualityRowsIncomplete, message: held(n-1, n, "BF16 reference")},
 		{name: "an item outside the suite", res: res(n), ref: ref, cand: outside, bf: bf,
-			reason: quality.ReasonIncomplete, message: "item not-in-the-suite has no BF16 reference row"},
+			reason: reason.QualityRowsIncomplete, message: "item not-in-the-suite has no BF16 reference row"},
 		{name: "BF16 no better than chance anywhere", res: res(n), ref: ref, cand: rowsOf(st, zero), bf: rowsOf(st, zero),
-			reason: quality.ReasonBadStatistics},
-		{name: "no rows at all", res: res(0), ref: events.QualityJobResult{SuiteKey: st.Key()}, reason: quality.ReasonBadStatistics},
+			reason: reason.QualityBadStatistics},
+		{name: "no rows at all", res: res(0), ref: events.QualityJobResult{SuiteKey: st.Key()}, reason: reason.QualityBadStatistics},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := quality.Pair(examples.TaskID, st, c, tc.res, tc.ref, tc.cand, tc.bf)

@@ -11,6 +11,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/campaign"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/stage"
@@ -61,14 +62,14 @@ func Jobs(in events.ContractCompletedData, c *campaign.Campaign, st *suite.Suite
 // without weights: refused before anything is stored).
 func (s *Service) jobs(ctx context.Context, in events.ContractCompletedData) ([]stage.Job, error) {
 	if in.Artifact == nil {
-		return nil, stage.Refuse(events.ReasonArtifactMissing, "the contract stage passed on no artifact to evaluate; submit again")
+		return nil, stage.Refuse(reason.ArtifactMissing, "the contract stage passed on no artifact to evaluate; submit again")
 	}
 	c, err := s.opts.Campaigns.Lookup(in.TaskID)
 	if err != nil {
-		return nil, stage.Refuse(events.ReasonCampaignUnknown, err.Error())
+		return nil, stage.Refuse(reason.CampaignUnknownTask, err.Error())
 	}
 	if c.Quality == nil || c.Engine == nil {
-		return nil, stage.Refusef(ReasonNoSuite, "campaign %s names no quality suite or engine (campaign.json \"quality\", \"engine\")", c.TaskID)
+		return nil, stage.Refusef(reason.CampaignNoSuite, "campaign %s names no quality suite or engine (campaign.json \"quality\", \"engine\")", c.TaskID)
 	}
 	split := in.Split
 	if split == "" {
@@ -76,12 +77,12 @@ func (s *Service) jobs(ctx context.Context, in events.ContractCompletedData) ([]
 	}
 	st, dir, err := s.suite(c, split)
 	if errors.Is(err, suite.ErrBadSuite) {
-		return nil, stage.Refuse(events.ReasonSuiteInvalid, err.Error())
+		return nil, stage.Refuse(reason.SuiteInvalid, err.Error())
 	} else if err != nil {
 		return nil, err
 	}
 	if err := c.CheckReference(); err != nil {
-		return nil, stage.Refuse(events.ReasonCampaignNoReference, err.Error())
+		return nil, stage.Refuse(reason.CampaignNoReference, err.Error())
 	}
 	suiteRef, err := s.store(ctx, dir)
 	if err != nil {
@@ -146,7 +147,7 @@ func (s *Service) suiteOf(campaignID, suiteKey string) (string, *suite.Suite, er
 	split := suiteKey[strings.LastIndex(suiteKey, "/")+1:]
 	c, err := s.opts.Campaigns.Lookup(campaignID)
 	if err != nil {
-		return "", nil, stage.Refuse(events.ReasonCampaignUnknown, err.Error())
+		return "", nil, stage.Refuse(reason.CampaignUnknownTask, err.Error())
 	}
 	if c.Quality != nil {
 		st, _, err := s.suite(c, split)
@@ -157,7 +158,7 @@ func (s *Service) suiteOf(campaignID, suiteKey string) (string, *suite.Suite, er
 			return c.TaskID, st, nil
 		}
 	}
-	return "", nil, stage.Refusef(events.ReasonSuiteInvalid, "no campaign of this arena holds suite %s (campaign %q), which the job answered; submit again", suiteKey, campaignID)
+	return "", nil, stage.Refusef(reason.SuiteInvalid, "no campaign of this arena holds suite %s (campaign %q), which the job answered; submit again", suiteKey, campaignID)
 }
 
 // store puts a folder in the artifact store (content addressed: storing

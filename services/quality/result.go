@@ -10,6 +10,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/stats"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/stage"
 )
 
@@ -18,7 +19,7 @@ import (
 // detail, always (unlike the kit's default, which adds the GPU-hours and
 // leaves the detail out without a log tail).
 func Failure(f events.RunnerJobFailedData) *stage.Refusal {
-	return stage.Refuse(f.Reason, f.Message).WithDetail(map[string]any{"log_tail": f.LogTail, "pod": f.Pod, "runner": f.Runner})
+	return stage.Refuse(reason.Code(f.Reason), f.Message).WithDetail(map[string]any{"log_tail": f.LogTail, "pod": f.Pod, "runner": f.Runner})
 }
 
 // result turns a candidate's finished job into the stage's outcome: its
@@ -28,7 +29,7 @@ func Failure(f events.RunnerJobFailedData) *stage.Refusal {
 func (s *Service) result(ctx context.Context, c events.RunnerJobCompletedData) (events.QualityCompletedData, error) {
 	res, err := events.QualityJob.Result(c)
 	if err != nil {
-		return events.QualityCompletedData{}, stage.Refuse(ReasonBadStatistics, "the runner's result does not decode: "+err.Error())
+		return events.QualityCompletedData{}, stage.Refuse(reason.QualityBadStatistics, "the runner's result does not decode: "+err.Error())
 	}
 	task, st, err := s.suiteOf(res.Campaign, res.SuiteKey)
 	if err != nil {
@@ -64,10 +65,10 @@ func Ready(res events.QualityJobResult, ref *RefState) error {
 		return stage.RetryAfter(ReferenceWait, fmt.Errorf("quality: the BF16 reference of %s is not ready", res.SuiteKey))
 	}
 	if ref.Status != StatusDone {
-		return stage.Refusef(ReasonNoReference, "the BF16 reference rows of suite %s could not be computed: %s", res.SuiteKey, ref.Reason)
+		return stage.Refusef(reason.QualityNoReference, "the BF16 reference rows of suite %s could not be computed: %s", res.SuiteKey, ref.Reason)
 	}
 	if res.Empty*2 > res.Generations {
-		return stage.Refusef(ReasonEmptyAnswers, "the engine gave no gradeable answer to %d of %d generations (empty replies); a quality figure from the rest would mislead", res.Empty, res.Generations)
+		return stage.Refusef(reason.EngineEmptyAnswers, "the engine gave no gradeable answer to %d of %d generations (empty replies); a quality figure from the rest would mislead", res.Empty, res.Generations)
 	}
 	return nil
 }
@@ -104,10 +105,10 @@ func Pair(task string, st *suite.Suite, c events.RunnerJobCompletedData, res, re
 	switch {
 	case err == nil:
 	case isIncomplete(err):
-		return events.QualityCompletedData{}, stage.Refuse(ReasonIncomplete, err.Error())
+		return events.QualityCompletedData{}, stage.Refuse(reason.QualityRowsIncomplete, err.Error())
 	case errors.Is(err, stats.ErrEmpty), errors.Is(err, stats.ErrTooFew), errors.Is(err, stats.ErrNoHeadroom), errors.Is(err, stats.ErrNoValidDomain),
 		errors.Is(err, stats.ErrOutOfRange), errors.Is(err, stats.ErrMixedFormat), errors.Is(err, stats.ErrDistribution), errors.Is(err, stats.ErrMismatch):
-		return events.QualityCompletedData{}, stage.Refuse(ReasonBadStatistics, err.Error())
+		return events.QualityCompletedData{}, stage.Refuse(reason.QualityBadStatistics, err.Error())
 	default:
 		return events.QualityCompletedData{}, err
 	}

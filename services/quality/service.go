@@ -40,17 +40,6 @@ import (
 // durables.
 const Name = "quality"
 
-// Reasons the stage fails that are not the runner's.
-const (
-	ReasonNoSuite = "campaign_no_suite"
-	// ReasonNoReference is a BF16 reference whose rows could not be
-	// computed (its job failed).
-	ReasonNoReference   = "quality_no_reference"
-	ReasonIncomplete    = "quality_rows_incomplete"
-	ReasonBadStatistics = "quality_bad_statistics"
-	ReasonEmptyAnswers  = "engine_empty_answers"
-)
-
 // ReferenceSubmission is the submission id of the BF16 reference's rows.
 const ReferenceSubmission = "bf16-reference"
 

@@ -19,6 +19,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
@@ -251,14 +252,14 @@ func TestQualityPairsCandidateWithReference(t *testing.T) {
 	h.completed(t, quality.JobID("sub2"), "sub2", events.RoleCandidate, examples.TaskID, h.suite, n+5, 0)
 	_, f, ok = outcome(t, h, "sub2")
 	require.False(t, ok)
-	require.Equal(t, quality.ReasonIncomplete, f.Reason)
+	require.Equal(t, string(reason.QualityRowsIncomplete), f.Reason)
 
 	// An engine that answered mostly nothing.
 	h.contract(t, "sub3")
 	h.completed(t, quality.JobID("sub3"), "sub3", events.RoleCandidate, examples.TaskID, h.suite, n, n-1)
 	_, f, ok = outcome(t, h, "sub3")
 	require.False(t, ok)
-	require.Equal(t, quality.ReasonEmptyAnswers, f.Reason)
+	require.Equal(t, string(reason.EngineEmptyAnswers), f.Reason)
 }
 
 // TestRunnerFailureFailsTheStage: a runner's failure of a candidate's job
@@ -272,7 +273,7 @@ func TestRunnerFailureFailsTheStage(t *testing.T) {
 		detail                     string
 	}{
 		{"sub9", "engine_crashed", "engine died while serving", "CUDA error", `{"log_tail":"CUDA error","pod":"pod-0","runner":"r"}`},
-		{"sub8", events.ReasonJobAbandoned, "the runners gave the quality job up after 4 deliveries without an outcome", "", `{"log_tail":"","pod":"pod-0","runner":"r"}`},
+		{"sub8", string(reason.JobAbandoned), "the runners gave the quality job up after 4 deliveries without an outcome", "", `{"log_tail":"","pod":"pod-0","runner":"r"}`},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			job := quality.JobID(tc.sub)
@@ -335,7 +336,7 @@ func TestRestartBetweenRequestAndResult(t *testing.T) {
 	require.InDelta(t, 0.1, q.DevQuality.Domains["math"].Drop, 1e-12)
 	_, f, ok = outcome(t, h, "r1")
 	require.False(t, ok)
-	require.Equal(t, quality.ReasonNoReference, f.Reason)
+	require.Equal(t, string(reason.QualityNoReference), f.Reason)
 	require.Contains(t, f.Message, "engine_oom")
 }
 
@@ -355,7 +356,7 @@ func TestReferenceWithoutWeights(t *testing.T) {
 	h.contract(t, "sub1")
 	_, f, ok := outcome(t, h, "sub1")
 	require.False(t, ok)
-	require.Equal(t, events.ReasonCampaignNoReference, f.Reason)
+	require.Equal(t, string(reason.CampaignNoReference), f.Reason)
 	require.Contains(t, f.Message, "no *.safetensors")
 	arts, err := h.b.JetStream().ObjectStore(h.ctx, bus.ObjectArtifacts)
 	require.NoError(t, err)

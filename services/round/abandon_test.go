@@ -14,6 +14,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/examples"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 	"github.com/lowbarena/lowbarena/services/round"
 )
@@ -44,7 +45,7 @@ func TestAbandonedJobEndsItsEntry(t *testing.T) {
 		status[en.EntryID] = en
 	}
 	require.Equal(t, "disqualified", status["killer"].Status)
-	require.Contains(t, status["killer"].Reason, events.ReasonJobAbandoned+": ")
+	require.Contains(t, status["killer"].Reason, reason.JobAbandoned+": ")
 	require.Contains(t, status["killer"].Reason, "without an outcome")
 	require.Equal(t, "scored", status["c1"].Status, status["c1"].Reason)
 	require.Equal(t, "scored", status["baseline"].Status, status["baseline"].Reason)

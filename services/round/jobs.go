@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
@@ -45,7 +46,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	case events.RunnerJobProgress:
 		p, err := events.Job.Progress.Decode(d.Event)
 		if err != nil {
-			return bus.Poison("bad_payload", err)
+			return bus.Poison(reason.BadPayload, err)
 		}
 		if p.Kind != events.JobSLA || p.RoundID == "" {
 			return bus.Ack()
@@ -55,7 +56,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	case events.RunnerJobCompleted:
 		c, err := events.Job.Completed.Decode(d.Event)
 		if err != nil {
-			return bus.Poison("bad_payload", err)
+			return bus.Poison(reason.BadPayload, err)
 		}
 		if c.RoundID == "" {
 			return bus.Ack()
@@ -71,7 +72,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	case events.RunnerJobFailed:
 		f, err := events.Job.Failed.Decode(d.Event)
 		if err != nil {
-			return bus.Poison("bad_payload", err)
+			return bus.Poison(reason.BadPayload, err)
 		}
 		if f.RoundID == "" {
 			return bus.Ack()

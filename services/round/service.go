@@ -55,14 +55,6 @@ const (
 	DefaultEntryTimeout = 30 * time.Minute
 )
 
-// Reasons a round ends badly or an entry is refused.
-const (
-	// ReasonInterrupted ends a round whose instance died and that cannot
-	// resume (its campaign is no longer loaded, its state does not
-	// decode or is of another version).
-	ReasonInterrupted = "interrupted"
-)
-
 // Options configure the round service.
 type Options struct {
 	Campaigns campaign.Set

@@ -27,6 +27,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/examples"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
@@ -593,7 +594,7 @@ func TestStalePodKeyDoesNotBlock(t *testing.T) {
 			e := bustest.Await(t, h.b, "arena.round.failed."+old, events.RoundFailed)
 			f, err := events.Round.Failed.Decode(e)
 			require.NoError(t, err)
-			require.Equal(t, round.ReasonInterrupted, f.Reason)
+			require.Equal(t, string(reason.Interrupted), f.Reason)
 			require.Contains(t, f.Message, "reached step 9 of 23: Candidate 2 of 5, running SLA")
 			list, err := ctl.Call[ctl.ListReply](h.ctx, h.b.Conn(), ctl.SubjectRoundList, ctl.ListRequest{})
 			require.NoError(t, err)
@@ -603,7 +604,7 @@ func TestStalePodKeyDoesNotBlock(t *testing.T) {
 			}
 			require.Equal(t, "failed", byID[old].Status)
 			require.Equal(t, 9, byID[old].Reached)
-			require.Equal(t, round.ReasonInterrupted, byID[old].Reason)
+			require.Equal(t, string(reason.Interrupted), byID[old].Reason)
 			require.Equal(t, "running", byID[rep.RoundID].Status)
 		})
 	}
@@ -636,7 +637,7 @@ func TestRoundWithoutReference(t *testing.T) {
 	_, err = h.start(ctl.StartRequest{Campaign: examples.TaskID, Candidates: []string{"c1"}})
 	e := refusal(t, err)
 	require.Equal(t, ctl.CodeUnavailable, e.Code)
-	require.Contains(t, e.Message, events.ReasonCampaignNoReference)
+	require.Contains(t, e.Message, reason.CampaignNoReference)
 	require.Equal(t, before, objects(), "nothing is stored")
 	require.Nil(t, h.lease(), "the pod is not taken")
 }

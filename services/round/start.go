@@ -17,6 +17,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/campaign"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/observability"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
@@ -154,7 +155,7 @@ func prefixed(who string, err error) error {
 // checking that its folder holds weights (nothing is stored otherwise).
 func (s *Service) reference(ctx context.Context, camp *campaign.Campaign) (events.BundleRef, error) {
 	if err := camp.CheckReference(); err != nil {
-		return events.BundleRef{}, ctl.Refuse(ctl.CodeUnavailable, "%s: %s", events.ReasonCampaignNoReference, err.Error())
+		return events.BundleRef{}, ctl.Refuse(ctl.CodeUnavailable, "%s: %s", reason.CampaignNoReference, err.Error())
 	}
 	ref, err := artifact.PutDir(ctx, s.artifacts, camp.ReferenceDir())
 	if err != nil {

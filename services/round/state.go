@@ -7,6 +7,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/campaign"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // stateVersion is the version of the round state this service writes
@@ -444,21 +445,21 @@ func timeouts(r *Round, now time.Time, timeout time.Duration) bool {
 	return changed
 }
 
-// fail ends a running round with reason: the steps in flight fail, the
+// fail ends a running round with code: the steps in flight fail, the
 // round.failed event says why and how far the round got, and the pod is
 // released.
-func fail(r *Round, reason, why string, now time.Time) bool {
+func fail(r *Round, code reason.Code, why string, now time.Time) bool {
 	if r.Status != StatusRunning {
 		return false
 	}
 	msg := why + "; " + r.reachedText()
 	for i := range r.Steps {
 		if r.Steps[i].Status == events.StepRunning {
-			r.mark(i, events.StepFailed, reason+": "+why, now)
+			r.mark(i, events.StepFailed, string(code)+": "+why, now)
 		}
 	}
 	r.Status = StatusFailed
-	r.Failure = &events.RoundFailedData{RoundID: r.ID, Reason: reason, Message: msg}
+	r.Failure = &events.RoundFailedData{RoundID: r.ID, Reason: string(code), Message: msg}
 	r.emit(Effect{Failed: r.Failure})
 	r.emit(Effect{Release: true})
 	return true

@@ -11,6 +11,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/policy"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 )
 
@@ -212,13 +213,13 @@ func TestFailSaysHowFarTheRoundGot(t *testing.T) {
 		advance(r, testCampaign(), t0, time.Minute)
 	}
 	require.True(t, engineHealthy(r, r.entry("candidate-b"), "serve", t0))
-	require.True(t, fail(r, ReasonInterrupted, "its campaign camp is no longer loaded", t0))
-	require.False(t, fail(r, ReasonInterrupted, "again", t0), "a round ends once")
+	require.True(t, fail(r, reason.Interrupted, "its campaign camp is no longer loaded", t0))
+	require.False(t, fail(r, reason.Interrupted, "again", t0), "a round ends once")
 	require.Equal(t, StatusFailed, r.Status)
 	require.Equal(t, "its campaign camp is no longer loaded; reached step 12 of 23: Candidate 2 of 5, running SLA", r.Failure.Message)
 	require.Equal(t, events.StepFailed, r.Steps[11].Status, "the step in flight fails")
 	last := r.Outbox[len(r.Outbox)-2:]
-	require.Equal(t, ReasonInterrupted, last[0].Failed.Reason)
+	require.Equal(t, string(reason.Interrupted), last[0].Failed.Reason)
 	require.True(t, last[1].Release)
 }
 

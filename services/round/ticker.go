@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 )
@@ -130,7 +131,7 @@ func (s *Service) recover(ctx context.Context, id string) (bool, error) {
 	if why != "" {
 		s.log.Warn("round cannot resume", "round", id, "why", why)
 		if _, err := s.update(ctx, id, func(r *Round) bool {
-			return fail(r, ReasonInterrupted, "the round could not resume: "+why, time.Now().UTC())
+			return fail(r, reason.Interrupted, "the round could not resume: "+why, time.Now().UTC())
 		}); err != nil {
 			return false, err
 		}
@@ -150,7 +151,7 @@ func (s *Service) recover(ctx context.Context, id string) (bool, error) {
 		// An expired lease of another round: not this round's to take.
 		// This round lost its pod and cannot resume.
 		if _, err := s.update(ctx, id, func(r *Round) bool {
-			return fail(r, ReasonInterrupted, "the round could not resume: its pod was leased to round "+l.Round, time.Now().UTC())
+			return fail(r, reason.Interrupted, "the round could not resume: its pod was leased to round "+l.Round, time.Now().UTC())
 		}); err != nil {
 			return false, err
 		}
@@ -184,7 +185,7 @@ func (s *Service) recover(ctx context.Context, id string) (bool, error) {
 // is published, and no pod is known to release (the next round on it
 // takes the expired lease over).
 func (s *Service) failUndecodable(ctx context.Context, id string, rev uint64, cause error) error {
-	failed := events.RoundFailedData{RoundID: id, Reason: ReasonInterrupted,
+	failed := events.RoundFailedData{RoundID: id, Reason: string(reason.Interrupted),
 		Message: "the round could not resume: its state does not decode (" + cause.Error() + ")"}
 	r := Round{Version: stateVersion, ID: id, Status: StatusFailed, Failure: &failed}
 	r.emit(Effect{Failed: &failed})
@@ -209,7 +210,7 @@ func (s *Service) drive(ctx context.Context, id string) error {
 		now := time.Now().UTC()
 		camp, ok := s.opts.Campaigns[r.Campaign]
 		if !ok || camp.Engine == nil {
-			return fail(r, ReasonInterrupted, fmt.Sprintf("the round cannot go on: its campaign %s is no longer loaded", r.Campaign), now)
+			return fail(r, reason.Interrupted, fmt.Sprintf("the round cannot go on: its campaign %s is no longer loaded", r.Campaign), now)
 		}
 		// Every transition emits an effect, so a moved Seq is a change.
 		before := r.Seq

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/ce"
@@ -58,11 +59,11 @@ func TestJobWhoseRunnerDiesEveryTimeIsAbandoned(t *testing.T) {
 	require.Equal(t, string(events.RunnerJobFailed), e.Type(), "%s", e.Data())
 	f, err := events.Job.Failed.Decode(e)
 	require.NoError(t, err)
-	require.Equal(t, events.ReasonJobAbandoned, f.Reason)
+	require.Equal(t, string(reason.JobAbandoned), f.Reason)
 	require.Equal(t, "sub-a1", f.SubmissionID)
 	require.Equal(t, events.JobEfficiency, f.Kind)
 	require.Contains(t, f.Message, "after 4 deliveries without an outcome")
-	require.Contains(t, f.Message, bus.ReasonMaxDeliver)
+	require.Contains(t, f.Message, reason.MaxDeliverExceeded)
 	require.Contains(t, f.Message, "Submit the checkpoint again")
 	require.Equal(t, maxDeliver, startedN(), "the job ran on three runners, not on the fourth")
 
@@ -73,7 +74,7 @@ func TestJobWhoseRunnerDiesEveryTimeIsAbandoned(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), m.Sequence, "one dead letter")
 	require.Equal(t, "job-a1", m.Header.Get(ce.HeaderID))
-	require.Equal(t, bus.ReasonMaxDeliver, m.Header.Get(bus.HeaderDLQReason))
+	require.Equal(t, string(reason.MaxDeliverExceeded), m.Header.Get(bus.HeaderDLQReason))
 
 	// Exactly once: the hook run again (a crash between the failed event
 	// and the dead letter) stores nothing new.
@@ -84,7 +85,7 @@ func TestJobWhoseRunnerDiesEveryTimeIsAbandoned(t *testing.T) {
 	req := events.RunnerJobRequestedData{JobID: "a1", Kind: events.JobEfficiency, SubmissionID: "sub-a1"}
 	again, err := events.NewEvent("job-a1", events.RunnerJobRequested, events.Source("test"), "a1", req)
 	require.NoError(t, err)
-	require.NoError(t, s.Abandon(ctx, bus.DeadLetter{Event: again, Consumer: runner.Name, Reason: bus.ReasonMaxDeliver, Deliveries: 4}))
+	require.NoError(t, s.Abandon(ctx, bus.DeadLetter{Event: again, Consumer: runner.Name, Reason: reason.MaxDeliverExceeded, Deliveries: 4}))
 	stored := bustest.Stored(t, b, "arena.runner.job.failed.efficiency.a1")
 	require.Len(t, stored, 1, "one runner.job.failed for the job")
 	require.Equal(t, e.ID(), stored[0].ID())
@@ -117,7 +118,7 @@ func TestJobStillRunningElsewhereIsNotAbandoned(t *testing.T) {
 	req := events.RunnerJobRequestedData{JobID: "a2", Kind: events.JobEfficiency, SubmissionID: "sub-a2"}
 	ev, err := events.NewEvent("job-a2", events.RunnerJobRequested, events.Source("test"), "a2", req)
 	require.NoError(t, err)
-	dl := bus.DeadLetter{Event: ev, Consumer: runner.Name, Reason: bus.ReasonMaxDeliver, Deliveries: 4,
+	dl := bus.DeadLetter{Event: ev, Consumer: runner.Name, Reason: reason.MaxDeliverExceeded, Deliveries: 4,
 		Err: errors.New("delivered 4 times without an outcome")}
 	failed := func() int { return len(bustest.Stored(t, b, "arena.runner.job.failed.efficiency.a2")) }
 

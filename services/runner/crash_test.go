@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/services/runner"
-	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 )
 
@@ -40,7 +40,7 @@ func TestEngineCrashOnStartFailsTheJobOnce(t *testing.T) {
 	e := bustest.Await(t, b, outcomes(events.JobEfficiency, "c1"), events.RunnerJobCompleted, events.RunnerJobFailed)
 	f, err := events.Job.Failed.Decode(e)
 	require.NoError(t, err)
-	require.Equal(t, engine.ReasonCrashed, f.Reason, f.Message)
+	require.Equal(t, string(reason.EngineCrashed), f.Reason, f.Message)
 	require.Equal(t, "exit status 1", f.Exit)
 	require.Contains(t, f.Message, "engine died before becoming healthy")
 	require.Contains(t, f.LogTail, "simulated fault crash-on-start")

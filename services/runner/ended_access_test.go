@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/access"
 	"github.com/lowbarena/lowbarena/platform/access/enforce"
 	"github.com/lowbarena/lowbarena/platform/bus"
@@ -81,7 +82,7 @@ func TestOutcomesReadUnderPermissions(t *testing.T) {
 			ev, err := events.NewEvent("job-p1", events.RunnerJobRequested, events.Source("test"), "p1", req)
 			require.NoError(t, err)
 			asked := time.Now()
-			err = svc.Abandon(ctx, bus.DeadLetter{Event: ev, Consumer: runner.Name, Reason: bus.ReasonMaxDeliver, Deliveries: 4})
+			err = svc.Abandon(ctx, bus.DeadLetter{Event: ev, Consumer: runner.Name, Reason: reason.MaxDeliverExceeded, Deliveries: 4})
 			var types []string
 			for _, e := range bustest.Stored(t, op, outcomes(events.JobEfficiency, "p1")) {
 				types = append(types, e.Type())

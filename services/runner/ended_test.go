@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/ce"
@@ -51,10 +52,10 @@ func TestJobThatEndedIsNotRunAgain(t *testing.T) {
 	for _, id := range []string{"e1", "e2", "e3", "e4", "e5"} {
 		request(t, ctx, b, id, cand, ref, command(""), small())
 	}
-	completedBy("job-e1", "e1")                         // completed, its ack lost
-	failedBy("job-e2", "e2", "engine_crashed")          // failed by its runner, its ack lost
-	failedBy("job-e3", "e3", events.ReasonJobAbandoned) // given up, its dead letter not stored
-	completedBy("job-e4-earlier", "e4")                 // an earlier request of job e4
+	completedBy("job-e1", "e1")                           // completed, its ack lost
+	failedBy("job-e2", "e2", "engine_crashed")            // failed by its runner, its ack lost
+	failedBy("job-e3", "e3", string(reason.JobAbandoned)) // given up, its dead letter not stored
+	completedBy("job-e4-earlier", "e4")                   // an earlier request of job e4
 	startRunner(t, ctx, b, nil, "pod-e")
 
 	// e4 runs: its stored outcome is another request's.
@@ -107,7 +108,7 @@ func TestJobThatEndedIsNotRunAgain(t *testing.T) {
 	m, err := dlq.GetLastMsgForSubject(ctx, events.SubjectRootDLQ+"."+runner.Name)
 	require.NoError(t, err)
 	require.Equal(t, "job-e3", m.Header.Get(ce.HeaderID))
-	require.Equal(t, events.ReasonJobAbandoned, m.Header.Get(bus.HeaderDLQReason))
+	require.Equal(t, string(reason.JobAbandoned), m.Header.Get(bus.HeaderDLQReason))
 
 	// The dead-letter hook asked directly: a job that ended is not given
 	// up (the loop acks it); one given up already is not given up twice.
@@ -117,7 +118,7 @@ func TestJobThatEndedIsNotRunAgain(t *testing.T) {
 		req := events.RunnerJobRequestedData{JobID: job, Kind: events.JobEfficiency, SubmissionID: "sub-" + job}
 		ev, err := events.NewEvent("job-"+job, events.RunnerJobRequested, events.Source("test"), job, req)
 		require.NoError(t, err)
-		return s.Abandon(ctx, bus.DeadLetter{Event: ev, Consumer: runner.Name, Reason: bus.ReasonMaxDeliver, Deliveries: 4})
+		return s.Abandon(ctx, bus.DeadLetter{Event: ev, Consumer: runner.Name, Reason: reason.MaxDeliverExceeded, Deliveries: 4})
 	}
 	require.ErrorIs(t, giveUp("e1"), workqueue.ErrSettled)
 	require.ErrorIs(t, giveUp("e2"), workqueue.ErrSettled)

@@ -9,6 +9,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 )
 
@@ -57,7 +58,7 @@ func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJo
 	if p.Audit != nil {
 		st, err := suite.Load(env.Artifacts[1])
 		if err != nil {
-			return Result[events.EfficiencyJobResult]{}, Fail(events.ReasonSuiteInvalid, err.Error())
+			return Result[events.EfficiencyJobResult]{}, Fail(reason.SuiteInvalid, err.Error())
 		}
 		plan = job.NewAuditPlan(st, *p.Audit, rand.Uint64(), env.Artifacts[0], env.Checkpoint)
 	}
@@ -70,7 +71,7 @@ func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJo
 func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParams) (Result[events.QualityJobResult], error) {
 	st, err := suite.Load(env.Artifacts[0])
 	if err != nil {
-		return Result[events.QualityJobResult]{}, Fail(events.ReasonSuiteInvalid, err.Error())
+		return Result[events.QualityJobResult]{}, Fail(reason.SuiteInvalid, err.Error())
 	}
 	// A machine that cannot sandbox the suite's code answers fails the
 	// job before its engine starts.
@@ -89,7 +90,7 @@ func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParam
 // the operator what to install or enable.
 func sandboxFailure(err error) error {
 	if errors.Is(err, sandbox.ErrSandboxUnavailable) {
-		return Fail(sandbox.ReasonSandboxUnavailable, err.Error())
+		return Fail(reason.SandboxUnavailable, err.Error())
 	}
 	return err
 }

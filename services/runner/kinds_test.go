@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
@@ -40,11 +41,11 @@ func TestJobsTheRunnerRefuses(t *testing.T) {
 		message  []string
 		started  bool
 	}{
-		{id: "u1", kind: "bogus", params: json.RawMessage(`{}`), reason: runner.ReasonUnknownKind,
+		{id: "u1", kind: "bogus", params: json.RawMessage(`{}`), reason: string(reason.JobUnknownKind),
 			message: []string{"efficiency, quality and sla", `"bogus"`}},
-		{id: "p1", kind: events.JobEfficiency, params: json.RawMessage(`{"engine":"not an object"}`), reason: runner.ReasonBadParams,
+		{id: "p1", kind: events.JobEfficiency, params: json.RawMessage(`{"engine":"not an object"}`), reason: string(reason.JobBadParams),
 			message: []string{"params do not decode"}},
-		{id: "q1", kind: events.JobQuality, params: suiteParams, reason: events.ReasonArtifactMissing,
+		{id: "q1", kind: events.JobQuality, params: suiteParams, reason: string(reason.ArtifactMissing),
 			message: []string{"the campaign's eval suite is not in the artifact store"}, started: true},
 	} {
 		t.Run(tc.id, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 )
 
@@ -72,14 +73,14 @@ type Result[R any] struct {
 // Failure is a job's own failure with its reason: the job ends with
 // runner.job.failed and is acked.
 type Failure struct {
-	Reason  string
+	Reason  reason.Code
 	Message string
 }
 
-func (f *Failure) Error() string { return f.Reason + ": " + f.Message }
+func (f *Failure) Error() string { return string(f.Reason) + ": " + f.Message }
 
-// Fail returns a job failure with reason and message.
-func Fail(reason, message string) error { return &Failure{Reason: reason, Message: message} }
+// Fail returns a job failure with code and message.
+func Fail(code reason.Code, message string) error { return &Failure{Reason: code, Message: message} }
 
 func asFailure(err error) *Failure {
 	var f *Failure
@@ -158,7 +159,7 @@ func (r *Registry) lookup(kind string) (prepare, error) {
 	if p, ok := r.kinds[kind]; ok {
 		return p, nil
 	}
-	return nil, Fail(ReasonUnknownKind, fmt.Sprintf("this runner runs %s jobs, not %q", list(r.names), kind))
+	return nil, Fail(reason.JobUnknownKind, fmt.Sprintf("this runner runs %s jobs, not %q", list(r.names), kind))
 }
 
 // list writes names as "a, b and c".

@@ -10,9 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lowbarena/lowbarena/adapters/sandbox"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
@@ -56,7 +56,7 @@ func TestQualityJobWithoutSandbox(t *testing.T) {
 	require.Equal(t, string(events.RunnerJobFailed), e.Type(), "%s", e.Data())
 	f, err := events.Job.Failed.Decode(e)
 	require.NoError(t, err)
-	require.Equal(t, sandbox.ReasonSandboxUnavailable, f.Reason)
+	require.Equal(t, string(reason.SandboxUnavailable), f.Reason)
 	require.Contains(t, f.Message, "cannot create the sandbox")
 	require.Contains(t, f.Message, "enable unprivileged user namespaces")
 	require.Zero(t, f.GPUHours, "no engine started")

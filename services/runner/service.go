@@ -27,6 +27,7 @@ import (
 	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/adapters/staging"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
@@ -40,12 +41,6 @@ import (
 
 // Name is the runner's service name: its event source and durable.
 const Name = "runner"
-
-// Reasons a job fails that are not the engine's.
-const (
-	ReasonUnknownKind = "job_unknown_kind"
-	ReasonBadParams   = "job_bad_params"
-)
 
 // Options configure a runner.
 type Options struct {
@@ -234,7 +229,7 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 	// dead-lettered. One given up already (this hook ran, and the dead
 	// letter that follows it did not land) is dead-lettered without a
 	// second job_abandoned, however long ago the first was published.
-	switch t, reason, err := s.ended(ctx, dl.Event, dl.Stored, req.Kind, req.JobID); {
+	switch t, why, err := s.ended(ctx, dl.Event, dl.Stored, req.Kind, req.JobID); {
 	case errors.Is(err, bus.ErrDenied):
 		// Its NATS user may not read outcomes (an auth.conf that does
 		// not grant it): the job is given up without knowing whether it
@@ -243,12 +238,12 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 			"job", req.JobID, "err", err)
 	case err != nil:
 		return fmt.Errorf("runner: look for job %s's outcome before giving it up: %w", req.JobID, err)
-	case t == events.RunnerJobFailed && reason == events.ReasonJobAbandoned:
+	case t == events.RunnerJobFailed && why == string(reason.JobAbandoned):
 		return nil
 	case t != "":
 		return fmt.Errorf("%w: job %s has its %s", workqueue.ErrSettled, req.JobID, t)
 	}
-	if dl.Reason == bus.ReasonMaxDeliver {
+	if dl.Reason == reason.MaxDeliverExceeded {
 		holder, err := s.heldElsewhere(ctx, req.JobID)
 		if err != nil {
 			return fmt.Errorf("runner: read the pods registry before giving job %s up: %w", req.JobID, err)
@@ -257,7 +252,7 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 			return fmt.Errorf("%w: job %s runs on %s (delivery %d here)", workqueue.ErrStillHeld, req.JobID, holder, dl.Deliveries)
 		}
 	}
-	last := dl.Reason
+	last := string(dl.Reason)
 	if dl.Err != nil {
 		last += ": " + dl.Err.Error()
 	}
@@ -265,7 +260,7 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 		"Submit the checkpoint again; if it is given up again, ask the arena's operator to read the runners' logs and the job's dead letter on %s.%s",
 		req.Kind, req.JobID, dl.Deliveries, clip(last, 2048), events.SubjectRootDLQ, Name)
 	data := events.RunnerJobFailedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: events.ReasonJobAbandoned, Message: msg}
+		Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: string(reason.JobAbandoned), Message: msg}
 	if _, err := bus.Emit(ctx, s.bus, events.Source(Name), events.Job.Failed, req.JobID, data, bus.CausedBy(dl.Event.ID())); err != nil {
 		return fmt.Errorf("runner: publish the abandoned job %s: %w", req.JobID, err)
 	}
@@ -395,7 +390,7 @@ func (s *Service) gpu() string {
 func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	req, err := events.Job.Requested.Decode(d.Event)
 	if err != nil {
-		return bus.Poison("bad_payload", err)
+		return bus.Poison(reason.BadPayload, err)
 	}
 	src := events.Source(Name)
 	// A job whose outcome is stored already (an earlier delivery's runner
@@ -404,13 +399,13 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	// outcome's id is the same, stored once), it runs.
 	// One given up already goes back to the dead letters (its
 	// job_abandoned is not published again).
-	switch t, reason, err := s.ended(ctx, d.Event, d.Stored, req.Kind, req.JobID); {
+	switch t, why, err := s.ended(ctx, d.Event, d.Stored, req.Kind, req.JobID); {
 	case err != nil:
 		s.log.Warn("could not look for the job's outcome; running it", "job", req.JobID, "err", err)
-	case t == events.RunnerJobFailed && reason == events.ReasonJobAbandoned:
-		return bus.Poison(events.ReasonJobAbandoned, fmt.Errorf("job %s was given up already (its %s is stored)", req.JobID, t))
+	case t == events.RunnerJobFailed && why == string(reason.JobAbandoned):
+		return bus.Poison(reason.JobAbandoned, fmt.Errorf("job %s was given up already (its %s is stored)", req.JobID, t))
 	case t != "":
-		s.log.Info("job ended already; not run again", "job", req.JobID, "kind", req.Kind, "outcome", string(t), "reason", reason, "delivery", d.NumDelivered)
+		s.log.Info("job ended already; not run again", "job", req.JobID, "kind", req.Kind, "outcome", string(t), "reason", why, "delivery", d.NumDelivered)
 		return bus.Ack()
 	}
 	run := fmt.Sprintf("%s-%d", req.JobID, d.NumDelivered)
@@ -423,10 +418,10 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	var releases []func()
 	// exit is how the engine's process ended, for an engine failure.
 	exit := ""
-	fail := func(reason, msg, tail string, seconds float64) bus.Outcome {
-		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", reason, "exit", exit, "message", msg)
+	fail := func(code reason.Code, msg, tail string, seconds float64) bus.Outcome {
+		s.log.Info("job failed", "job", req.JobID, "kind", req.Kind, "reason", code, "exit", exit, "message", msg)
 		data := events.RunnerJobFailedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: reason, Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds), Exit: clip(exit, 250),
+			Pod: s.opts.Pod, Runner: s.opts.Runner, Reason: string(code), Message: msg, LogTail: clip(tail, 16<<10), GPUHours: hours(seconds), Exit: clip(exit, 250),
 			GPU: gpu, GPUIndex: gpuIndex}
 		// On arena.runner.job.failed.<kind>.<job> (the bus reads the kind
 		// from the payload).
@@ -442,7 +437,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 	work, err := prep(req)
 	if err != nil {
-		return fail(ReasonBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
+		return fail(reason.JobBadParams, fmt.Sprintf("the job's params do not decode: %v", err), "", 0)
 	}
 	started := events.RunnerJobStartedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
 		Pod: s.opts.Pod, Runner: s.opts.Runner, GPU: gpu, Simulated: s.opts.Job.NVML == nil, GPUIndex: gpuIndex}
@@ -540,7 +535,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Retry(0, err)
 	}
 	if res.Unencodable != nil {
-		return bus.Poison("result_unencodable", res.Unencodable)
+		return bus.Poison(reason.ResultUnencodable, res.Unencodable)
 	}
 	done := events.RunnerJobCompletedData{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
 		Pod: s.opts.Pod, Runner: s.opts.Runner, GPUHours: hours(res.Seconds), Result: res.Body, CheckpointDigest: req.Checkpoint.SHA256,

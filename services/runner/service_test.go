@@ -23,13 +23,13 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/store"
 	_ "github.com/lowbarena/lowbarena/platform/store/chdb"
 	"github.com/lowbarena/lowbarena/services/runner"
-	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 )
 
@@ -196,14 +196,14 @@ func TestRunnerRunsJobsAndCachesTheReference(t *testing.T) {
 	e := bustest.Await(t, b, outcomes(events.JobEfficiency, "j3"), events.RunnerJobCompleted, events.RunnerJobFailed)
 	var f events.RunnerJobFailedData
 	require.NoError(t, json.Unmarshal(e.Data(), &f))
-	require.Equal(t, engine.ReasonCrashed, f.Reason)
+	require.Equal(t, string(reason.EngineCrashed), f.Reason)
 	require.Contains(t, f.Message, "container log tail")
 	require.Contains(t, f.LogTail, "crash-on-start")
 
 	request(t, ctx, b, "j4", events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/x.json", SHA256: strings.Repeat("0", 64)}, ref, command(""), small())
 	e = bustest.Await(t, b, outcomes(events.JobEfficiency, "j4"), events.RunnerJobCompleted, events.RunnerJobFailed)
 	require.NoError(t, json.Unmarshal(e.Data(), &f))
-	require.Equal(t, events.ReasonArtifactMissing, f.Reason)
+	require.Equal(t, string(reason.ArtifactMissing), f.Reason)
 }
 
 // TestKilledRunnerLeavesNoEngineAndTheJobMovesOn kills a runner process

@@ -14,16 +14,13 @@ import (
 	"github.com/lowbarena/lowbarena/adapters/staging"
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 )
 
 // DefaultCacheBytes caps the pod's cache of checkpoints by reference
 // (shared by every runner whose --work is the same folder).
 const DefaultCacheBytes = 512 << 30
-
-// ReasonBadReference is a built bundle whose checkpoint.json the runner
-// cannot read (the build stage checked it, so the artifact store changed).
-const ReasonBadReference = "job_bad_reference"
 
 // stage brings a checkpoint by reference onto the pod: the bundle's own
 // files from the artifact store, the shards from their repository through
@@ -44,7 +41,7 @@ func (s *Service) stage(ctx context.Context, m artifact.Manifest, progress stagi
 	}
 	ref, err := bundle.ParseReference(data)
 	if err != nil {
-		return "", none, Fail(ReasonBadReference, "the bundle's "+bundle.CheckpointFile+" does not parse: "+err.Error())
+		return "", none, Fail(reason.JobBadReference, "the bundle's "+bundle.CheckpointFile+" does not parse: "+err.Error())
 	}
 	repo, err := ref.Repo()
 	if err != nil {
@@ -59,7 +56,7 @@ func (s *Service) stage(ctx context.Context, m artifact.Manifest, progress stagi
 		}
 		rf, ok := ref.File(mf.Path)
 		if !ok || rf.SHA256 != mf.SHA256 || rf.Size != mf.Size {
-			return "", none, Fail(ReasonBadReference, fmt.Sprintf("the bundle's manifest lists %s, which its %s does not declare the same", mf.Path, bundle.CheckpointFile))
+			return "", none, Fail(reason.JobBadReference, fmt.Sprintf("the bundle's manifest lists %s, which its %s does not declare the same", mf.Path, bundle.CheckpointFile))
 		}
 		remote = append(remote, rf.Hub())
 	}
@@ -88,7 +85,7 @@ func (s *Service) stage(ctx context.Context, m artifact.Manifest, progress stagi
 // runner told to stop).
 func stagingFailure(what string, err error) *Failure {
 	if he := hub.AsError(err); he != nil {
-		return &Failure{Reason: string(he.Code), Message: what + " by reference: " + he.Message}
+		return &Failure{Reason: he.Code, Message: what + " by reference: " + he.Message}
 	}
 	var se *staging.Error
 	if errors.As(err, &se) {
@@ -98,7 +95,7 @@ func stagingFailure(what string, err error) *Failure {
 		return f
 	}
 	if errors.Is(err, artifact.ErrNotFound) || errors.Is(err, artifact.ErrCorrupt) {
-		return &Failure{Reason: events.ReasonArtifactMissing, Message: what + " is not in the artifact store: " + err.Error()}
+		return &Failure{Reason: reason.ArtifactMissing, Message: what + " is not in the artifact store: " + err.Error()}
 	}
 	return nil
 }

@@ -21,9 +21,9 @@ import (
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/adapters/hub/hubtest"
-	"github.com/lowbarena/lowbarena/adapters/staging"
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
@@ -189,7 +189,7 @@ func TestStagingFailures(t *testing.T) {
 		hosts func(srv *hubtest.Server) []string
 		code  string
 	}{
-		{name: "a shard changed since it was declared", code: string(hub.CodeDigestMismatch),
+		{name: "a shard changed since it was declared", code: string(reason.ReferenceDigestMismatch),
 			setup: func(t *testing.T, srv *hubtest.Server, dir string) {
 				p := filepath.Join(t.TempDir(), "model.safetensors")
 				data, err := os.ReadFile(filepath.Join(dir, "model.safetensors"))
@@ -199,11 +199,11 @@ func TestStagingFailures(t *testing.T) {
 				srv.SetFile("model.safetensors", p)
 				srv.WithoutDigests()
 			}},
-		{name: "a 404 for the shard", code: string(hub.CodeNotFound),
+		{name: "a 404 for the shard", code: string(reason.ReferenceNotFound),
 			setup: func(t *testing.T, srv *hubtest.Server, dir string) {
 				srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool { http.NotFound(w, r); return true })
 			}},
-		{name: "a private repository the token may not read", code: string(hub.CodeUnauthorized),
+		{name: "a private repository the token may not read", code: string(reason.ReferenceUnauthorized),
 			setup: func(t *testing.T, srv *hubtest.Server, dir string) {
 				srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
 					w.WriteHeader(http.StatusForbidden)
@@ -211,8 +211,8 @@ func TestStagingFailures(t *testing.T) {
 					return true
 				})
 			}},
-		{name: "a cache smaller than the checkpoint", cache: 1 << 20, code: staging.CodeCacheFull},
-		{name: "a host the operator does not list", hosts: func(*hubtest.Server) []string { return []string{"huggingface.co"} }, code: string(hub.CodeHostNotAllowed)},
+		{name: "a cache smaller than the checkpoint", cache: 1 << 20, code: string(reason.StagingCacheFull)},
+		{name: "a host the operator does not list", hosts: func(*hubtest.Server) []string { return []string{"huggingface.co"} }, code: string(reason.ReferenceHostNotAllowed)},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

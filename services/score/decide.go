@@ -3,6 +3,7 @@ package score
 import (
 	"github.com/lowbarena/lowbarena/domain/policy"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/stage"
 )
 
@@ -20,10 +21,10 @@ import (
 // split is never ranked.
 func decide(id string, j joined, p policy.Policy) (events.ScoreCompletedData, *stage.Refusal) {
 	if !j.complete() {
-		return events.ScoreCompletedData{}, stage.Refusef(ReasonBadInputs, "the %v outcomes are not in yet; nothing is scored", j.pending())
+		return events.ScoreCompletedData{}, stage.Refusef(reason.ScoreBadInputs, "the %v outcomes are not in yet; nothing is scored", j.pending())
 	}
 	if j.Submission == nil {
-		return events.ScoreCompletedData{}, stage.Refuse(ReasonUnknownSubmission,
+		return events.ScoreCompletedData{}, stage.Refuse(reason.SubmissionUnknown,
 			"outcomes arrived for a submission the arena has no submission.received of; nothing is scored")
 	}
 	if d := j.Contract.BundleDigest; d != "" {
@@ -31,14 +32,14 @@ func decide(id string, j joined, p policy.Policy) (events.ScoreCompletedData, *s
 			{events.Quality.Name, j.Quality.BundleDigest}, {events.Efficiency.Name, j.Efficiency.BundleDigest},
 		} {
 			if o.digest != "" && o.digest != d {
-				return events.ScoreCompletedData{}, stage.Refusef(ReasonDigestMismatch,
+				return events.ScoreCompletedData{}, stage.Refusef(reason.ScoreDigestMismatch,
 					"the %s outcome is of bundle %.12s, the contract of %.12s; nothing is scored", o.stage, o.digest, d)
 			}
 		}
 	}
 	ds, err := p.Compute(inputsOf(j))
 	if err != nil {
-		return events.ScoreCompletedData{}, stage.Refuse(ReasonBadInputs, err.Error())
+		return events.ScoreCompletedData{}, stage.Refuse(reason.ScoreBadInputs, err.Error())
 	}
 	return events.ScoreCompletedData{SubmissionID: id, Policy: p.Version, DevScore: ds,
 		Ranked: ds.Qualified && j.Submission.Split == "ranked"}, nil

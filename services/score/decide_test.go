@@ -12,6 +12,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/policy"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // golden joins a fixture's record as the stage would have: its
@@ -81,7 +82,7 @@ func TestDecide(t *testing.T) {
 		name  string
 		entry func() joined
 		// refused is the refusal's code, "" for a score.
-		refused string
+		refused reason.Code
 		// message is a part of the refusal's sentence.
 		message   string
 		score     float64
@@ -114,17 +115,17 @@ func TestDecide(t *testing.T) {
 			j := qualifying("dev")
 			j.Submission = nil
 			return j
-		}, refused: ReasonUnknownSubmission, message: "no submission.received"},
+		}, refused: reason.SubmissionUnknown, message: "no submission.received"},
 		{name: "an efficiency outcome of another bundle is score_digest_mismatch", entry: func() joined {
 			j := qualifying("ranked")
 			j.Contract.BundleDigest, j.Quality.BundleDigest, j.Efficiency.BundleDigest = digest("a"), digest("a"), digest("b")
 			return j
-		}, refused: ReasonDigestMismatch, message: "efficiency outcome is of bundle bbbbbbbbbbbb, the contract of aaaaaaaaaaaa"},
+		}, refused: reason.ScoreDigestMismatch, message: "efficiency outcome is of bundle bbbbbbbbbbbb, the contract of aaaaaaaaaaaa"},
 		{name: "a quality outcome of another bundle is score_digest_mismatch", entry: func() joined {
 			j := qualifying("dev")
 			j.Contract.BundleDigest, j.Quality.BundleDigest = digest("a"), digest("c")
 			return j
-		}, refused: ReasonDigestMismatch, message: "quality outcome is of bundle cccccccccccc"},
+		}, refused: reason.ScoreDigestMismatch, message: "quality outcome is of bundle cccccccccccc"},
 		{name: "outcomes that name no bundle are scored", entry: func() joined {
 			j := qualifying("dev")
 			j.Contract.BundleDigest = digest("a")
@@ -134,17 +135,17 @@ func TestDecide(t *testing.T) {
 			j := qualifying("dev")
 			j.Quality.DevQuality.Domains = map[string]record.Domain{"math": {Status: "R5_diagnostic", Drop: 0.5}}
 			return j
-		}, refused: ReasonBadInputs},
+		}, refused: reason.ScoreBadInputs},
 		{name: "a workload without its BF16 rate is score_bad_inputs", entry: func() joined {
 			j := qualifying("dev")
 			delete(j.Efficiency.AnchorEfficiency, "serve")
 			return j
-		}, refused: ReasonBadInputs},
+		}, refused: reason.ScoreBadInputs},
 		{name: "an entry without its efficiency outcome is score_bad_inputs", entry: func() joined {
 			j := qualifying("dev")
 			j.Efficiency = nil
 			return j
-		}, refused: ReasonBadInputs, message: "[efficiency]"},
+		}, refused: reason.ScoreBadInputs, message: "[efficiency]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -228,5 +229,5 @@ func TestStandingOf(t *testing.T) {
 	require.Equal(t, "dev", st.Split)
 	require.Empty(t, st.KVCacheDType)
 	require.Nil(t, st.Score)
-	require.Equal(t, ReasonUnknownSubmission, st.Failed)
+	require.Equal(t, string(reason.SubmissionUnknown), st.Failed)
 }

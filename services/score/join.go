@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
@@ -87,7 +88,7 @@ func setter(d *bus.Delivery) (func(*joined), error) {
 func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	set, err := setter(d)
 	if err != nil {
-		return bus.Poison("bad_payload", err)
+		return bus.Poison(reason.BadPayload, err)
 	}
 	if set == nil {
 		return bus.Ack()
@@ -103,7 +104,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		set(&j)
 		body, err := json.Marshal(j)
 		if err != nil {
-			return bus.Poison("bad_payload", err)
+			return bus.Poison(reason.BadPayload, err)
 		}
 		if rev == 0 {
 			_, err = s.inputs.Create(ctx, id, body)

@@ -209,7 +209,7 @@ func standingOf(id string, j joined, p policy.Policy) ctl.Standing {
 	if j.complete() {
 		out, r := decide(id, j, p)
 		if r != nil {
-			st.Failed = r.Code
+			st.Failed = string(r.Code)
 		} else {
 			st.Score = &out.DevScore
 		}

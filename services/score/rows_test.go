@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 	"github.com/lowbarena/lowbarena/platform/store"
 )
@@ -85,6 +86,6 @@ func TestLeaderboardPastOneMessage(t *testing.T) {
 	_, err := ctl.Call[ctl.Rows](ctx, nc, ctl.SubjectLeaderboard, ctl.Query{Policy: policy})
 	var e *ctl.Error
 	require.ErrorAs(t, err, &e)
-	require.Equal(t, ctl.ReasonReplyTooLarge, e.Reason)
+	require.Equal(t, reason.ReplyTooLarge, e.Reason)
 	require.Contains(t, e.Message, "20000 rows")
 }

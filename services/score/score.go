@@ -40,7 +40,7 @@ func (s *Service) score(ctx context.Context, id string, j joined, p policy.Polic
 
 // refuse publishes score.failed with r.
 func (s *Service) refuse(ctx context.Context, id string, p policy.Policy, r *stage.Refusal) error {
-	data := events.StageFailedData{SubmissionID: id, Stage: Name, Reason: r.Code, Message: r.Message, Detail: r.Detail}
+	data := events.StageFailedData{SubmissionID: id, Stage: Name, Reason: string(r.Code), Message: r.Message, Detail: r.Detail}
 	if _, err := bus.Emit(ctx, s.bus, events.Source(Name), events.Score.Failed, id, data, bus.CausedBy(id, p.Version)); err != nil {
 		return err
 	}

@@ -35,13 +35,6 @@ const Name = "score"
 // EnvPolicy names the environment variable of --policy.
 const EnvPolicy = "LOWBARENA_SCORE_POLICY"
 
-// Reasons the stage fails (score.failed's reason).
-const (
-	ReasonUnknownSubmission = "submission_unknown"
-	ReasonBadInputs         = "score_bad_inputs"
-	ReasonDigestMismatch    = "score_digest_mismatch"
-)
-
 // Options configure the stage.
 type Options struct {
 	// Policy is the version new scores use; default policy.Default.

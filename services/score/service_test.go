@@ -17,6 +17,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/policy"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
@@ -293,13 +294,13 @@ func TestUnknownSubmission(t *testing.T) {
 	ev := bustest.Await(t, b, "arena.score.failed.s1", events.ScoreFailed)
 	f, err := events.Score.Failed.Decode(ev)
 	require.NoError(t, err)
-	require.Equal(t, score.ReasonUnknownSubmission, f.Reason)
+	require.Equal(t, string(reason.SubmissionUnknown), f.Reason)
 	require.Equal(t, events.DeriveID("s1", string(events.ScoreFailed), "lowb-score/v1"), ev.ID())
 
 	// Its standing says so too.
 	standing, err := call[ctl.Standing](t, ctx, b.Conn(), ctl.SubjectStanding, ctl.StandingRequest{SubmissionID: "s1"})
 	require.NoError(t, err)
-	require.Equal(t, score.ReasonUnknownSubmission, standing.Failed)
+	require.Equal(t, string(reason.SubmissionUnknown), standing.Failed)
 	require.Nil(t, standing.Score)
 }
 
@@ -324,7 +325,7 @@ func TestDigestMismatchIsRefused(t *testing.T) {
 	require.Equal(t, string(events.ScoreFailed), ev.Type())
 	f, err := events.Score.Failed.Decode(ev)
 	require.NoError(t, err)
-	require.Equal(t, score.ReasonDigestMismatch, f.Reason)
+	require.Equal(t, string(reason.ScoreDigestMismatch), f.Reason)
 	require.Contains(t, f.Message, "efficiency outcome is of bundle bbbbbbbbbbbb")
 }
 

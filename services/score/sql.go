@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 	"github.com/lowbarena/lowbarena/platform/store"
 	"github.com/lowbarena/lowbarena/platform/store/query"
@@ -56,7 +57,7 @@ func sqlHandler(qs *query.Service, log *slog.Logger) func(context.Context, ctl.S
 			log.Info("sql refused", "reason", qe.Code, "sql", stmt)
 			code := ctl.CodeBadRequest
 			switch qe.Code {
-			case query.CodeBusy, query.CodeNoStore:
+			case reason.SQLBusy, reason.SQLNoStore:
 				code = ctl.CodeUnavailable
 			}
 			return ctl.SQLReply{}, ctl.RefuseWith(code, qe.Code, "%s", qe.Message)

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 	"github.com/lowbarena/lowbarena/platform/store"
 	"github.com/lowbarena/lowbarena/platform/store/query"
@@ -44,15 +45,15 @@ func TestSQL(t *testing.T) {
 	cases := []struct {
 		name   string
 		req    ctl.SQLRequest
-		reason string
+		reason reason.Code
 		says   string
 	}{
-		{"a write", ctl.SQLRequest{SQL: "DROP TABLE scores"}, query.CodeNotReadOnly, "DROP is not read-only"},
-		{"two statements", ctl.SQLRequest{SQL: "SELECT 1; DROP TABLE scores"}, query.CodeManyStatements, "more than one"},
-		{"past its limit", ctl.SQLRequest{SQL: "SELECT count() FROM numbers(100000000000)", TimeoutSeconds: 1}, query.CodeTimeout, "limit of 1s"},
-		{"malformed", ctl.SQLRequest{SQL: "SELECT 'abc"}, query.CodeMalformed, "not closed"},
-		{"a syntax error", ctl.SQLRequest{SQL: "SELECT 1 +"}, query.CodeSyntax, "cannot parse"},
-		{"a limit out of range", ctl.SQLRequest{SQL: "SELECT 1", MaxRows: -1}, query.CodeBadLimits, "max rows"},
+		{"a write", ctl.SQLRequest{SQL: "DROP TABLE scores"}, reason.SQLNotReadOnly, "DROP is not read-only"},
+		{"two statements", ctl.SQLRequest{SQL: "SELECT 1; DROP TABLE scores"}, reason.SQLManyStatements, "more than one"},
+		{"past its limit", ctl.SQLRequest{SQL: "SELECT count() FROM numbers(100000000000)", TimeoutSeconds: 1}, reason.SQLTimeout, "limit of 1s"},
+		{"malformed", ctl.SQLRequest{SQL: "SELECT 'abc"}, reason.SQLMalformed, "not closed"},
+		{"a syntax error", ctl.SQLRequest{SQL: "SELECT 1 +"}, reason.SQLSyntaxError, "cannot parse"},
+		{"a limit out of range", ctl.SQLRequest{SQL: "SELECT 1", MaxRows: -1}, reason.SQLBadLimits, "max rows"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/domain/record"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Environment of `arena submit --api`: the gateway's URL and the
@@ -152,7 +153,7 @@ func (c *apiClient) wait(ctx context.Context, id string, timeout time.Duration, 
 			if r.Status != record.StatusRunning {
 				return r, nil
 			}
-		case errors.As(err, &refused) && refused.Code == "submission_not_found":
+		case errors.As(err, &refused) && refused.Code == string(reason.SubmissionNotFound):
 			// Not folded into a record yet.
 		case ctx.Err() == nil:
 			return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
@@ -153,7 +154,7 @@ func prepare(dir string, maxUpload int64) (*packed, error) {
 		for _, e := range entries {
 			_, listed := p.ref.File(e.Name())
 			if bundle.Remote(e.Name()) || listed {
-				return nil, &bundle.Error{Code: "bundle_reference_conflict", Message: fmt.Sprintf(
+				return nil, &bundle.Error{Code: reason.BundleReferenceConflict, Message: fmt.Sprintf(
 					"%s holds %s and also %s, which %s lists: a bundle by reference carries submission.json, %s and an optional patch; the checkpoint's files stay in its repository",
 					dir, bundle.CheckpointFile, e.Name(), bundle.CheckpointFile, bundle.CheckpointFile)}
 			}
@@ -168,7 +169,7 @@ func prepare(dir string, maxUpload int64) (*packed, error) {
 	}
 	if p.sum.Size > maxUpload {
 		p.close()
-		return nil, &bundle.Error{Code: "bundle_upload_too_large", Message: fmt.Sprintf(
+		return nil, &bundle.Error{Code: reason.BundleUploadTooLarge, Message: fmt.Sprintf(
 			"%s packs to %s; the arena takes uploads of at most %s. Submit a checkpoint this large by reference: publish it in a model repository, "+
 				"write %s beside submission.json (arena reference CHECKPOINT_DIR --repository URL --revision COMMIT --out %s), and submit that folder",
 			dir, bundle.HumanSize(p.sum.Size), bundle.HumanSize(maxUpload), bundle.CheckpointFile, filepath.Join(dir, bundle.CheckpointFile))}

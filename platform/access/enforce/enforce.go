@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/access"
 )
 
@@ -69,14 +69,6 @@ const (
 	OpSubscribe = "subscribe"
 	OpReply     = "reply"
 	OpAuth      = "auth"
-)
-
-// Reason codes of the violations Log reports: a publish or subscription
-// outside the user's permissions (events.ReasonPermissionDenied, as the
-// client that tried is told), and credentials the server refused.
-const (
-	ReasonPermissionDenied = events.ReasonPermissionDenied
-	ReasonAuthFailed       = events.ReasonNATSAuthFailed
 )
 
 // Log is a nats-server logger: it counts the violations the server logs
@@ -153,11 +145,11 @@ func (l *Log) Errorf(format string, v ...any) {
 	}
 	user := l.user(line, op)
 	l.violations.Add(context.Background(), 1, metric.WithAttributes(attribute.String("user", user), attribute.String("op", op)))
-	reason := ReasonPermissionDenied
+	code := reason.PermissionDenied
 	if op == OpAuth {
-		reason = ReasonAuthFailed
+		code = reason.NATSAuthFailed
 	}
-	l.log.Warn("NATS refused", "user", user, "op", op, "subject", subject, "reason", reason, "line", line)
+	l.log.Warn("NATS refused", "user", user, "op", op, "subject", subject, "reason", code, "line", line)
 }
 
 // user names the client of a violation line.

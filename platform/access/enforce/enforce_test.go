@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/access"
 	"github.com/lowbarena/lowbarena/platform/access/enforce"
 	"github.com/lowbarena/lowbarena/platform/bus"
@@ -171,7 +172,7 @@ func TestForgedEvents(t *testing.T) {
 						require.ErrorIs(t, err, bus.ErrDenied, "%s forging %s", u.Name, subject)
 						var de *bus.DeniedError
 						require.ErrorAs(t, err, &de)
-						require.Equal(t, events.ReasonPermissionDenied, de.Code())
+						require.Equal(t, reason.PermissionDenied, de.Code())
 						require.Equal(t, "publish", de.Op)
 						require.Equal(t, subject, de.Subject)
 						denied[u.Name]++
@@ -289,7 +290,7 @@ func TestOutsideItsSubjects(t *testing.T) {
 						require.ErrorIs(t, err, bus.ErrDenied)
 						var de *bus.DeniedError
 						require.ErrorAs(t, err, &de)
-						require.Equal(t, events.ReasonPermissionDenied, de.Code())
+						require.Equal(t, reason.PermissionDenied, de.Code())
 					}
 					require.Eventually(t, func() bool { return a.violations(t, tt.op)[tt.user] > before }, 10*time.Second, 20*time.Millisecond)
 				})

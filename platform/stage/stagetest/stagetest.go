@@ -288,7 +288,7 @@ func requireFailed(t *testing.T, e event.Event, id, stageName string, r *stage.R
 	var d events.StageFailedData
 	require.NoError(t, json.Unmarshal(e.Data(), &d))
 	require.Equal(t, stageName, d.Stage)
-	require.Equal(t, r.Code, d.Reason)
+	require.Equal(t, string(r.Code), d.Reason)
 	require.Equal(t, r.Message, d.Message)
 	if len(r.Detail) > 0 {
 		require.JSONEq(t, string(r.Detail), string(d.Detail))

@@ -3,6 +3,8 @@ package query
 import (
 	"fmt"
 	"strings"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // MaxStatementBytes bounds a statement's text.
@@ -65,15 +67,15 @@ var explainKinds = map[string]bool{"AST": true, "SYNTAX": true, "QUERY": true, "
 //
 //   - an empty statement, or one longer than MaxStatementBytes;
 //   - text it cannot read: an unclosed string, quoted name or comment, a
-//     character with no place in SQL (CodeMalformed);
-//   - more than one statement (CodeManyStatements);
-//   - any other statement (CodeNotReadOnly);
+//     character with no place in SQL (reason.SQLMalformed);
+//   - more than one statement (reason.SQLManyStatements);
+//   - any other statement (reason.SQLNotReadOnly);
 //   - INTO OUTFILE, which writes a file, and which readonly = 1 does not
-//     stop on chDB (CodeIntoOutfile);
+//     stop on chDB (reason.SQLIntoOutfile);
 //   - a SETTINGS or FORMAT clause: the service sets the limits and the
-//     output itself (CodeClause);
+//     output itself (reason.SQLClauseNotAllowed);
 //   - a call to a function that reaches outside the store, such as file(),
-//     url(), remote() or s3() (CodeExternal).
+//     url(), remote() or s3() (reason.SQLExternalFunction).
 //
 // Comments are dropped from the text that runs, so the engine's reading
 // of a comment can never differ from Check's. Check reads the tokens of
@@ -81,7 +83,7 @@ var explainKinds = map[string]bool{"AST": true, "SYNTAX": true, "QUERY": true, "
 // comment says what the two cost and save, measured.
 func Check(sql string) (*Statement, error) {
 	if len(sql) > MaxStatementBytes {
-		return nil, refuse(CodeTooLong, "the statement is %d bytes; the limit is %d", len(sql), MaxStatementBytes)
+		return nil, refuse(reason.SQLTooLong, "the statement is %d bytes; the limit is %d", len(sql), MaxStatementBytes)
 	}
 	toks, err := lex(sql)
 	if err != nil {
@@ -100,11 +102,11 @@ func Check(sql string) (*Statement, error) {
 		code = code[:n-1]
 	}
 	if len(code) == 0 {
-		return nil, refuse(CodeEmpty, "there is no statement; write a SELECT, SHOW, DESCRIBE or EXPLAIN")
+		return nil, refuse(reason.SQLEmpty, "there is no statement; write a SELECT, SHOW, DESCRIBE or EXPLAIN")
 	}
 	for _, i := range code {
 		if toks[i].text == ";" {
-			return nil, refuse(CodeManyStatements, "the text holds more than one statement (a ';' at offset %d); send one at a time", toks[i].pos)
+			return nil, refuse(reason.SQLManyStatements, "the text holds more than one statement (a ';' at offset %d); send one at a time", toks[i].pos)
 		}
 	}
 	at := func(k int) token { // the k-th code token, or a zero token
@@ -123,13 +125,13 @@ func Check(sql string) (*Statement, error) {
 		qualified := k > 0 && prev.text == "."
 		switch {
 		case t.is("INTO") && !qualified:
-			return nil, refuse(CodeIntoOutfile, "INTO OUTFILE writes a file on the arena's machine; the answer comes back to you instead (use --csv, --tsv or --json)")
+			return nil, refuse(reason.SQLIntoOutfile, "INTO OUTFILE writes a file on the arena's machine; the answer comes back to you instead (use --csv, --tsv or --json)")
 		case t.is("SETTINGS") && !qualified:
-			return nil, refuse(CodeClause, "a SETTINGS clause is not taken: the arena runs every query under its own limits (--timeout and --max-rows set them)")
+			return nil, refuse(reason.SQLClauseNotAllowed, "a SETTINGS clause is not taken: the arena runs every query under its own limits (--timeout and --max-rows set them)")
 		case t.is("FORMAT") && !qualified && next.text != "(":
-			return nil, refuse(CodeClause, "a FORMAT clause is not taken: choose the output with --json, --csv or --tsv")
+			return nil, refuse(reason.SQLClauseNotAllowed, "a FORMAT clause is not taken: choose the output with --json, --csv or --tsv")
 		case (t.kind == tokWord || t.kind == tokQuoted) && next.text == "(" && !qualified && external(t.name()):
-			return nil, refuse(CodeExternal, "%s() reads or writes outside the arena's store; only the store's own tables (and system tables) can be queried", t.name())
+			return nil, refuse(reason.SQLExternalFunction, "%s() reads or writes outside the arena's store; only the store's own tables (and system tables) can be queried", t.name())
 		}
 	}
 	var b strings.Builder
@@ -154,7 +156,7 @@ func statementKind(at func(int) token) (string, error) {
 	case first.is("SELECT") || first.is("WITH"):
 		return KindSelect, nil
 	case k > 0:
-		return "", refuse(CodeNotReadOnly, "only a SELECT may stand in parentheses here")
+		return "", refuse(reason.SQLNotReadOnly, "only a SELECT may stand in parentheses here")
 	case first.is("SHOW"):
 		return KindShow, nil
 	case first.is("DESCRIBE") || first.is("DESC"):
@@ -175,11 +177,11 @@ func statementKind(at func(int) token) (string, error) {
 			k++
 		}
 		if !at(k).is("SELECT") && !at(k).is("WITH") {
-			return "", refuse(CodeNotReadOnly, "EXPLAIN is taken for a SELECT only, not for %s", describe(at(k)))
+			return "", refuse(reason.SQLNotReadOnly, "EXPLAIN is taken for a SELECT only, not for %s", describe(at(k)))
 		}
 		return KindExplain, nil
 	}
-	return "", refuse(CodeNotReadOnly, "%s is not read-only: only SELECT, SHOW, DESCRIBE and EXPLAIN run here (the store is the arena's record, written by its services)", describe(first))
+	return "", refuse(reason.SQLNotReadOnly, "%s is not read-only: only SELECT, SHOW, DESCRIBE and EXPLAIN run here (the store is the arena's record, written by its services)", describe(first))
 }
 
 // describe names a token for a sentence.

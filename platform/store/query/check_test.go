@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/store/query"
 )
 
@@ -57,54 +58,56 @@ func TestCheckAccepts(t *testing.T) {
 
 func TestCheckRefuses(t *testing.T) {
 	cases := []struct {
-		name, sql, code, says string
+		name, sql string
+		code      reason.Code
+		says      string
 	}{
-		{"empty", "", query.CodeEmpty, "no statement"},
-		{"only a comment and a semicolon", "-- nothing\n ;", query.CodeEmpty, "no statement"},
-		{"too long", "SELECT '" + strings.Repeat("x", query.MaxStatementBytes) + "'", query.CodeTooLong, "limit"},
-		{"unclosed string", "SELECT 'abc", query.CodeMalformed, "offset 7"},
-		{"string closed only by an escaped quote", `SELECT 'abc\'`, query.CodeMalformed, "not closed"},
-		{"unclosed quoted name", `SELECT "abc`, query.CodeMalformed, "quoted name"},
-		{"unclosed comment", "SELECT 1 /* a /* b */", query.CodeMalformed, "comment"},
-		{"unclosed heredoc", "SELECT $x$abc", query.CodeMalformed, "$"},
-		{"a stray backslash", `SELECT 1 \ 2`, query.CodeMalformed, `'\\'`},
-		{"a non-ASCII name", "SELECT 1 AS é", query.CodeMalformed, "quote names"},
-		{"two statements", "SELECT 1; SELECT 2", query.CodeManyStatements, "more than one"},
-		{"a statement hidden after a semicolon", "SELECT 1; DROP TABLE scores", query.CodeManyStatements, "more than one"},
-		{"two semicolons", "SELECT 1;;", query.CodeManyStatements, "more than one"},
-		{"insert", "INSERT INTO scores VALUES (1)", query.CodeNotReadOnly, "INSERT is not read-only"},
-		{"drop", "drop table scores", query.CodeNotReadOnly, "DROP is not read-only"},
-		{"alter", "ALTER TABLE scores DELETE WHERE 1", query.CodeNotReadOnly, "ALTER"},
-		{"create", "CREATE TABLE x (a UInt8) ENGINE = Memory", query.CodeNotReadOnly, "CREATE"},
-		{"truncate", "TRUNCATE TABLE scores", query.CodeNotReadOnly, "TRUNCATE"},
-		{"set", "SET readonly = 0", query.CodeNotReadOnly, "SET"},
-		{"system", "SYSTEM FLUSH LOGS", query.CodeNotReadOnly, "SYSTEM"},
-		{"optimize", "OPTIMIZE TABLE scores FINAL", query.CodeNotReadOnly, "OPTIMIZE"},
-		{"kill", "KILL QUERY WHERE 1", query.CodeNotReadOnly, "KILL"},
-		{"use", "USE system", query.CodeNotReadOnly, "USE"},
-		{"a comment hides nothing", "/* SELECT */ DELETE FROM scores WHERE 1", query.CodeNotReadOnly, "DELETE"},
-		{"a keyword in quotes is a name, not SELECT", `"SELECT" 1`, query.CodeNotReadOnly, "not read-only"},
-		{"parentheses around a write", "(INSERT INTO scores VALUES (1))", query.CodeNotReadOnly, "parentheses"},
-		{"explain of an insert", "EXPLAIN AST INSERT INTO scores VALUES (1)", query.CodeNotReadOnly, "EXPLAIN is taken for a SELECT only, not for INSERT"},
-		{"explain of nothing", "EXPLAIN", query.CodeNotReadOnly, "nothing"},
-		{"into outfile", "SELECT * FROM scores INTO OUTFILE '/tmp/x.csv'", query.CodeIntoOutfile, "writes a file"},
-		{"show into outfile", "SHOW TABLES INTO OUTFILE 'x'", query.CodeIntoOutfile, "writes a file"},
-		{"settings clause", "SELECT 1 SETTINGS readonly = 0", query.CodeClause, "SETTINGS"},
-		{"settings in a subquery", "SELECT * FROM (SELECT 1 SETTINGS max_execution_time = 0)", query.CodeClause, "SETTINGS"},
-		{"format clause", "SELECT 1 FORMAT JSON", query.CodeClause, "--json"},
-		{"file()", "SELECT * FROM file('/etc/passwd', 'LineAsString')", query.CodeExternal, "file() reads or writes outside"},
-		{"file() the scalar", "SELECT file('/etc/hostname')", query.CodeExternal, "file()"},
-		{"quoted file()", "SELECT * FROM `file`('/etc/passwd', 'LineAsString')", query.CodeExternal, "file()"},
-		{"url()", "SELECT * FROM url('http://169.254.169.254/', CSV, 'a String')", query.CodeExternal, "url()"},
-		{"URL() in capitals", "SELECT * FROM URL('http://x/', CSV, 'a String')", query.CodeExternal, "URL()"},
-		{"remote()", "SELECT * FROM remote('10.0.0.1:9000', system.one)", query.CodeExternal, "remote()"},
-		{"remoteSecure()", "SELECT * FROM remoteSecure('h', system.one)", query.CodeExternal, "remoteSecure()"},
-		{"s3()", "SELECT * FROM s3('https://b/k', 'CSV')", query.CodeExternal, "s3()"},
-		{"a new family member", "SELECT * FROM icebergS3Cluster('c', 'https://b/k')", query.CodeExternal, "icebergS3Cluster()"},
-		{"mysql()", "SELECT * FROM mysql('h:3306', 'db', 't', 'u', 'p')", query.CodeExternal, "mysql()"},
-		{"executable()", "SELECT * FROM executable('x.sh', TSV, 'a String')", query.CodeExternal, "executable()"},
-		{"describe file()", "DESCRIBE file('/etc/passwd')", query.CodeExternal, "file()"},
-		{"in a subquery of a join", "SELECT * FROM scores AS s JOIN (SELECT * FROM url('http://x', CSV, 'a String')) AS u ON 1", query.CodeExternal, "url()"},
+		{"empty", "", reason.SQLEmpty, "no statement"},
+		{"only a comment and a semicolon", "-- nothing\n ;", reason.SQLEmpty, "no statement"},
+		{"too long", "SELECT '" + strings.Repeat("x", query.MaxStatementBytes) + "'", reason.SQLTooLong, "limit"},
+		{"unclosed string", "SELECT 'abc", reason.SQLMalformed, "offset 7"},
+		{"string closed only by an escaped quote", `SELECT 'abc\'`, reason.SQLMalformed, "not closed"},
+		{"unclosed quoted name", `SELECT "abc`, reason.SQLMalformed, "quoted name"},
+		{"unclosed comment", "SELECT 1 /* a /* b */", reason.SQLMalformed, "comment"},
+		{"unclosed heredoc", "SELECT $x$abc", reason.SQLMalformed, "$"},
+		{"a stray backslash", `SELECT 1 \ 2`, reason.SQLMalformed, `'\\'`},
+		{"a non-ASCII name", "SELECT 1 AS é", reason.SQLMalformed, "quote names"},
+		{"two statements", "SELECT 1; SELECT 2", reason.SQLManyStatements, "more than one"},
+		{"a statement hidden after a semicolon", "SELECT 1; DROP TABLE scores", reason.SQLManyStatements, "more than one"},
+		{"two semicolons", "SELECT 1;;", reason.SQLManyStatements, "more than one"},
+		{"insert", "INSERT INTO scores VALUES (1)", reason.SQLNotReadOnly, "INSERT is not read-only"},
+		{"drop", "drop table scores", reason.SQLNotReadOnly, "DROP is not read-only"},
+		{"alter", "ALTER TABLE scores DELETE WHERE 1", reason.SQLNotReadOnly, "ALTER"},
+		{"create", "CREATE TABLE x (a UInt8) ENGINE = Memory", reason.SQLNotReadOnly, "CREATE"},
+		{"truncate", "TRUNCATE TABLE scores", reason.SQLNotReadOnly, "TRUNCATE"},
+		{"set", "SET readonly = 0", reason.SQLNotReadOnly, "SET"},
+		{"system", "SYSTEM FLUSH LOGS", reason.SQLNotReadOnly, "SYSTEM"},
+		{"optimize", "OPTIMIZE TABLE scores FINAL", reason.SQLNotReadOnly, "OPTIMIZE"},
+		{"kill", "KILL QUERY WHERE 1", reason.SQLNotReadOnly, "KILL"},
+		{"use", "USE system", reason.SQLNotReadOnly, "USE"},
+		{"a comment hides nothing", "/* SELECT */ DELETE FROM scores WHERE 1", reason.SQLNotReadOnly, "DELETE"},
+		{"a keyword in quotes is a name, not SELECT", `"SELECT" 1`, reason.SQLNotReadOnly, "not read-only"},
+		{"parentheses around a write", "(INSERT INTO scores VALUES (1))", reason.SQLNotReadOnly, "parentheses"},
+		{"explain of an insert", "EXPLAIN AST INSERT INTO scores VALUES (1)", reason.SQLNotReadOnly, "EXPLAIN is taken for a SELECT only, not for INSERT"},
+		{"explain of nothing", "EXPLAIN", reason.SQLNotReadOnly, "nothing"},
+		{"into outfile", "SELECT * FROM scores INTO OUTFILE '/tmp/x.csv'", reason.SQLIntoOutfile, "writes a file"},
+		{"show into outfile", "SHOW TABLES INTO OUTFILE 'x'", reason.SQLIntoOutfile, "writes a file"},
+		{"settings clause", "SELECT 1 SETTINGS readonly = 0", reason.SQLClauseNotAllowed, "SETTINGS"},
+		{"settings in a subquery", "SELECT * FROM (SELECT 1 SETTINGS max_execution_time = 0)", reason.SQLClauseNotAllowed, "SETTINGS"},
+		{"format clause", "SELECT 1 FORMAT JSON", reason.SQLClauseNotAllowed, "--json"},
+		{"file()", "SELECT * FROM file('/etc/passwd', 'LineAsString')", reason.SQLExternalFunction, "file() reads or writes outside"},
+		{"file() the scalar", "SELECT file('/etc/hostname')", reason.SQLExternalFunction, "file()"},
+		{"quoted file()", "SELECT * FROM `file`('/etc/passwd', 'LineAsString')", reason.SQLExternalFunction, "file()"},
+		{"url()", "SELECT * FROM url('http://169.254.169.254/', CSV, 'a String')", reason.SQLExternalFunction, "url()"},
+		{"URL() in capitals", "SELECT * FROM URL('http://x/', CSV, 'a String')", reason.SQLExternalFunction, "URL()"},
+		{"remote()", "SELECT * FROM remote('10.0.0.1:9000', system.one)", reason.SQLExternalFunction, "remote()"},
+		{"remoteSecure()", "SELECT * FROM remoteSecure('h', system.one)", reason.SQLExternalFunction, "remoteSecure()"},
+		{"s3()", "SELECT * FROM s3('https://b/k', 'CSV')", reason.SQLExternalFunction, "s3()"},
+		{"a new family member", "SELECT * FROM icebergS3Cluster('c', 'https://b/k')", reason.SQLExternalFunction, "icebergS3Cluster()"},
+		{"mysql()", "SELECT * FROM mysql('h:3306', 'db', 't', 'u', 'p')", reason.SQLExternalFunction, "mysql()"},
+		{"executable()", "SELECT * FROM executable('x.sh', TSV, 'a String')", reason.SQLExternalFunction, "executable()"},
+		{"describe file()", "DESCRIBE file('/etc/passwd')", reason.SQLExternalFunction, "file()"},
+		{"in a subquery of a join", "SELECT * FROM scores AS s JOIN (SELECT * FROM url('http://x', CSV, 'a String')) AS u ON 1", reason.SQLExternalFunction, "url()"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,7 +170,7 @@ func DocStatements(t *testing.T, path string) []string {
 }
 
 func TestCodesAreDistinct(t *testing.T) {
-	seen := map[string]bool{}
+	seen := map[reason.Code]bool{}
 	for _, c := range query.Codes() {
 		require.False(t, seen[c], c)
 		require.Regexp(t, `^sql_[a-z_]+$`, c)

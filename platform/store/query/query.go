@@ -23,57 +23,37 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/store"
 )
 
-// Refusal codes. They are stable: clients match on them.
-const (
-	CodeEmpty          = "sql_empty"
-	CodeTooLong        = "sql_too_long"
-	CodeMalformed      = "sql_malformed"
-	CodeManyStatements = "sql_many_statements"
-	CodeNotReadOnly    = "sql_not_read_only"
-	CodeIntoOutfile    = "sql_into_outfile"
-	CodeClause         = "sql_clause_not_allowed"
-	CodeExternal       = "sql_external_function"
-	CodeBadLimits      = "sql_bad_limits"
-	// CodeTimeout: the statement ran past its time limit.
-	CodeTimeout = "sql_timeout"
-	// CodeSyntax: the engine could not parse the statement.
-	CodeSyntax = "sql_syntax_error"
-	// CodeUnknown: a table, column, function or database that is not there.
-	CodeUnknown = "sql_unknown_name"
-	// CodeEngine: any other refusal of the engine, with its message.
-	CodeEngine = "sql_engine_error"
-	// CodeBusy: too many queries run at once; try again.
-	CodeBusy = "sql_busy"
-	// CodeNoStore: the service holds no store that answers queries.
-	CodeNoStore = "sql_no_store"
-)
-
 // Codes lists every refusal code.
-func Codes() []string {
-	return []string{CodeEmpty, CodeTooLong, CodeMalformed, CodeManyStatements, CodeNotReadOnly, CodeIntoOutfile, CodeClause,
-		CodeExternal, CodeBadLimits, CodeTimeout, CodeSyntax, CodeUnknown, CodeEngine, CodeBusy, CodeNoStore}
+func Codes() []reason.Code {
+	return []reason.Code{
+		reason.SQLEmpty, reason.SQLTooLong, reason.SQLMalformed, reason.SQLManyStatements,
+		reason.SQLNotReadOnly, reason.SQLIntoOutfile, reason.SQLClauseNotAllowed,
+		reason.SQLExternalFunction, reason.SQLBadLimits, reason.SQLTimeout, reason.SQLSyntaxError,
+		reason.SQLUnknownName, reason.SQLEngineError, reason.SQLBusy, reason.SQLNoStore,
+	}
 }
 
 // Error is a refused query: a stable code and a sentence to act on.
 type Error struct {
-	Code    string
+	Code    reason.Code
 	Message string
 	// Err is the engine's error, when the engine refused.
 	Err error
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 func (e *Error) Unwrap() error { return e.Err }
 
-func refuse(code, format string, args ...any) *Error {
+func refuse(code reason.Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
 func malformed(pos int, format string, args ...any) *Error {
-	return refuse(CodeMalformed, "at offset %d: %s", pos, fmt.Sprintf(format, args...))
+	return refuse(reason.SQLMalformed, "at offset %d: %s", pos, fmt.Sprintf(format, args...))
 }
 
 // Limits of a query run.
@@ -126,7 +106,7 @@ type Service struct {
 func New(st store.Store, maxBytes int) (*Service, error) {
 	tab, ok := st.(store.Tabler)
 	if !ok || st == nil {
-		return nil, refuse(CodeNoStore, "the store %T does not answer queries", st)
+		return nil, refuse(reason.SQLNoStore, "the store %T does not answer queries", st)
 	}
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBytes
@@ -143,10 +123,10 @@ func (s *Service) Run(ctx context.Context, sql string, o Options) (*Result, erro
 		o.Timeout = DefaultTimeout
 	}
 	if o.MaxRows < 1 || o.MaxRows > MaxMaxRows {
-		return nil, refuse(CodeBadLimits, "max rows %d: choose from 1 to %d", o.MaxRows, MaxMaxRows)
+		return nil, refuse(reason.SQLBadLimits, "max rows %d: choose from 1 to %d", o.MaxRows, MaxMaxRows)
 	}
 	if o.Timeout < time.Second || o.Timeout > MaxTimeout || o.Timeout%time.Second != 0 {
-		return nil, refuse(CodeBadLimits, "timeout %s: choose whole seconds from 1s to %s", o.Timeout, MaxTimeout)
+		return nil, refuse(reason.SQLBadLimits, "timeout %s: choose whole seconds from 1s to %s", o.Timeout, MaxTimeout)
 	}
 	stmt, err := Check(sql)
 	if err != nil {
@@ -156,7 +136,7 @@ func (s *Service) Run(ctx context.Context, sql string, o Options) (*Result, erro
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
 	case <-ctx.Done():
-		return nil, refuse(CodeBusy, "%d queries were running and none ended in time; try again", concurrent)
+		return nil, refuse(reason.SQLBusy, "%d queries were running and none ended in time; try again", concurrent)
 	}
 	start := time.Now()
 	t, err := s.st.QueryTable(ctx, stmt.SQL, store.Limits{MaxRows: o.MaxRows, MaxBytes: s.maxBytes, MaxSeconds: int(o.Timeout / time.Second), ReadOnly: true})
@@ -175,7 +155,7 @@ var engineCode = regexp.MustCompile(`(?i)\bcode: (\d+)[.,]`)
 // engineRefusal turns an engine's error into a refusal.
 func engineRefusal(err error, timeout time.Duration) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return &Error{Code: CodeTimeout, Message: fmt.Sprintf("the query ran past its limit of %s and was stopped; narrow it (WHERE, LIMIT) or allow more time, up to %s", timeout, MaxTimeout), Err: err}
+		return &Error{Code: reason.SQLTimeout, Message: fmt.Sprintf("the query ran past its limit of %s and was stopped; narrow it (WHERE, LIMIT) or allow more time, up to %s", timeout, MaxTimeout), Err: err}
 	}
 	msg := err.Error()
 	code := 0
@@ -191,13 +171,13 @@ func engineRefusal(err error, timeout time.Duration) error {
 	text = strings.TrimPrefix(strings.TrimPrefix(text, "store: chdb: "), "store: clickhouse: ")
 	switch code {
 	case 159: // TIMEOUT_EXCEEDED
-		return &Error{Code: CodeTimeout, Message: fmt.Sprintf("the query ran past its limit of %s and the engine stopped it; narrow it (WHERE, LIMIT) or allow more time, up to %s", timeout, MaxTimeout), Err: err}
+		return &Error{Code: reason.SQLTimeout, Message: fmt.Sprintf("the query ran past its limit of %s and the engine stopped it; narrow it (WHERE, LIMIT) or allow more time, up to %s", timeout, MaxTimeout), Err: err}
 	case 62: // SYNTAX_ERROR
-		return &Error{Code: CodeSyntax, Message: "ClickHouse cannot parse the statement: " + text, Err: err}
+		return &Error{Code: reason.SQLSyntaxError, Message: "ClickHouse cannot parse the statement: " + text, Err: err}
 	case 60, 47, 46, 81, 16, 36: // UNKNOWN_TABLE, UNKNOWN_IDENTIFIER, UNKNOWN_FUNCTION, UNKNOWN_DATABASE, NO_SUCH_COLUMN_IN_TABLE, BAD_ARGUMENTS
-		return &Error{Code: CodeUnknown, Message: "ClickHouse does not know a name in the statement (SHOW TABLES lists the tables): " + text, Err: err}
+		return &Error{Code: reason.SQLUnknownName, Message: "ClickHouse does not know a name in the statement (SHOW TABLES lists the tables): " + text, Err: err}
 	case 164: // READONLY
-		return &Error{Code: CodeNotReadOnly, Message: "the engine refused a write or a setting in read-only mode: " + text, Err: err}
+		return &Error{Code: reason.SQLNotReadOnly, Message: "the engine refused a write or a setting in read-only mode: " + text, Err: err}
 	}
-	return &Error{Code: CodeEngine, Message: "ClickHouse refused the query: " + text, Err: err}
+	return &Error{Code: reason.SQLEngineError, Message: "ClickHouse refused the query: " + text, Err: err}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/store"
 	_ "github.com/lowbarena/lowbarena/platform/store/chdb"
 	_ "github.com/lowbarena/lowbarena/platform/store/clickhouse"
@@ -89,18 +90,18 @@ func TestServiceRefuses(t *testing.T) {
 				name string
 				sql  string
 				o    query.Options
-				code string
+				code reason.Code
 				says string
 			}{
-				{"a write", "INSERT INTO scores (submission_id) VALUES ('x')", query.Options{}, query.CodeNotReadOnly, "not read-only"},
-				{"file()", "SELECT * FROM file('/etc/passwd', 'LineAsString')", query.Options{}, query.CodeExternal, "file()"},
-				{"past its limit", "SELECT count() FROM numbers(100000000000)", query.Options{Timeout: time.Second}, query.CodeTimeout, "limit of 1s"},
-				{"a syntax error", "SELECT FROM WHERE", query.Options{}, query.CodeSyntax, "cannot parse"},
-				{"an unknown table", "SELECT * FROM no_such_table", query.Options{}, query.CodeUnknown, "no_such_table"},
-				{"malformed", "SELECT 'abc", query.Options{}, query.CodeMalformed, "not closed"},
-				{"too many rows asked", "SELECT 1", query.Options{MaxRows: query.MaxMaxRows + 1}, query.CodeBadLimits, "max rows"},
-				{"too long a timeout", "SELECT 1", query.Options{Timeout: 2 * query.MaxTimeout}, query.CodeBadLimits, "timeout"},
-				{"a fraction of a second", "SELECT 1", query.Options{Timeout: 1500 * time.Millisecond}, query.CodeBadLimits, "whole seconds"},
+				{"a write", "INSERT INTO scores (submission_id) VALUES ('x')", query.Options{}, reason.SQLNotReadOnly, "not read-only"},
+				{"file()", "SELECT * FROM file('/etc/passwd', 'LineAsString')", query.Options{}, reason.SQLExternalFunction, "file()"},
+				{"past its limit", "SELECT count() FROM numbers(100000000000)", query.Options{Timeout: time.Second}, reason.SQLTimeout, "limit of 1s"},
+				{"a syntax error", "SELECT FROM WHERE", query.Options{}, reason.SQLSyntaxError, "cannot parse"},
+				{"an unknown table", "SELECT * FROM no_such_table", query.Options{}, reason.SQLUnknownName, "no_such_table"},
+				{"malformed", "SELECT 'abc", query.Options{}, reason.SQLMalformed, "not closed"},
+				{"too many rows asked", "SELECT 1", query.Options{MaxRows: query.MaxMaxRows + 1}, reason.SQLBadLimits, "max rows"},
+				{"too long a timeout", "SELECT 1", query.Options{Timeout: 2 * query.MaxTimeout}, reason.SQLBadLimits, "timeout"},
+				{"a fraction of a second", "SELECT 1", query.Options{Timeout: 1500 * time.Millisecond}, reason.SQLBadLimits, "whole seconds"},
 			}
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
@@ -124,5 +125,5 @@ func TestNewRefusesAStoreWithoutTables(t *testing.T) {
 	_, err := query.New(nil, 0)
 	var qe *query.Error
 	require.True(t, errors.As(err, &qe))
-	require.Equal(t, query.CodeNoStore, qe.Code)
+	require.Equal(t, reason.SQLNoStore, qe.Code)
 }

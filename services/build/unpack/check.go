@@ -11,6 +11,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Files a bundle must hold at its top.
@@ -25,12 +26,12 @@ const maxConfigBytes = 4 << 20
 // kinds maps a file extension to whether a bundle may hold it. Pickled
 // weights and code are refused by name: the arena never unpickles or runs
 // what a participant sends (there is no trust_remote_code here).
-var kinds = map[string]string{
+var kinds = map[string]reason.Code{
 	".safetensors": "", ".json": "", ".txt": "", ".model": "", ".tiktoken": "", ".jinja": "", ".md": "",
 	".patch": "", ".diff": "",
-	".bin": CodeUnsafeFile, ".pt": CodeUnsafeFile, ".pth": CodeUnsafeFile, ".pkl": CodeUnsafeFile,
-	".ckpt": CodeUnsafeFile, ".pickle": CodeUnsafeFile, ".npy": CodeUnsafeFile, ".npz": CodeUnsafeFile,
-	".py": CodeCodeFile, ".so": CodeCodeFile, ".sh": CodeCodeFile, ".pyc": CodeCodeFile, ".exe": CodeCodeFile,
+	".bin": reason.BundleUnsafeFile, ".pt": reason.BundleUnsafeFile, ".pth": reason.BundleUnsafeFile, ".pkl": reason.BundleUnsafeFile,
+	".ckpt": reason.BundleUnsafeFile, ".pickle": reason.BundleUnsafeFile, ".npy": reason.BundleUnsafeFile, ".npz": reason.BundleUnsafeFile,
+	".py": reason.BundleCodeFile, ".so": reason.BundleCodeFile, ".sh": reason.BundleCodeFile, ".pyc": reason.BundleCodeFile, ".exe": reason.BundleCodeFile,
 }
 
 // CheckKind refuses a file a bundle may not hold, by its extension:
@@ -40,10 +41,10 @@ func CheckKind(name string) error {
 	code, known := kinds[ext]
 	switch {
 	case !known:
-		return refuse(CodeUnexpectedFile, "%s: a bundle holds the checkpoint (config.json, *.safetensors, tokenizer files), its declaration and an optional engine patch; %q files are not among them", name, ext)
-	case code == CodeUnsafeFile:
+		return refuse(reason.BundleUnexpectedFile, "%s: a bundle holds the checkpoint (config.json, *.safetensors, tokenizer files), its declaration and an optional engine patch; %q files are not among them", name, ext)
+	case code == reason.BundleUnsafeFile:
 		return refuse(code, "%s: pickled weights can run code when loaded; convert them to safetensors", name)
-	case code == CodeCodeFile:
+	case code == reason.BundleCodeFile:
 		return refuse(code, "%s: the arena does not run code from a bundle; ship engine changes as a patch (engine.patch)", name)
 	}
 	return nil
@@ -65,14 +66,14 @@ func Check(dir string, files []events.FileDigest, in events.SubmissionReceivedDa
 		}
 		if strings.ToLower(path.Ext(f.Path)) == ".safetensors" {
 			if strings.Contains(f.Path, "/") {
-				return nil, refuse(CodeUnexpectedFile, "%s: safetensors files belong at the top of the bundle, beside config.json", f.Path)
+				return nil, refuse(reason.BundleUnexpectedFile, "%s: safetensors files belong at the top of the bundle, beside config.json", f.Path)
 			}
 			safetensors++
 		}
 	}
 
 	if !have[bundle.DeclarationFile] {
-		return nil, refuse(CodeNoDeclaration, "the bundle has no %s at its top", bundle.DeclarationFile)
+		return nil, refuse(reason.BundleNoDeclaration, "the bundle has no %s at its top", bundle.DeclarationFile)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, bundle.DeclarationFile))
 	if err != nil {
@@ -85,7 +86,7 @@ func Check(dir string, files []events.FileDigest, in events.SubmissionReceivedDa
 		if errors.As(err, &be) {
 			msg = be.Message
 		}
-		return nil, &Error{Code: CodeBadDeclaration, Message: msg, Err: err}
+		return nil, &Error{Code: reason.BundleBadDeclaration, Message: msg, Err: err}
 	}
 	var differ []string
 	diff := func(field, inBundle, inEvent string) {
@@ -99,18 +100,18 @@ func Check(dir string, files []events.FileDigest, in events.SubmissionReceivedDa
 	diff("solution.checkpoint", decl.Solution.Checkpoint, in.Solution.Checkpoint)
 	diff("solution.precision", decl.Solution.Precision, in.Solution.Precision)
 	if len(differ) > 0 {
-		return nil, refuse(CodeDeclarationDiffer, "%s; submit the bundle again with arena submit", strings.Join(differ, "; "))
+		return nil, refuse(reason.BundleDeclarationMismatch, "%s; submit the bundle again with arena submit", strings.Join(differ, "; "))
 	}
 
 	if !have[ConfigFile] {
-		return nil, refuse(CodeMissingConfig, "the bundle has no %s at its top; the checkpoint's config (with its quantization_config) is required", ConfigFile)
+		return nil, refuse(reason.BundleMissingConfig, "the bundle has no %s at its top; the checkpoint's config (with its quantization_config) is required", ConfigFile)
 	}
 	st, err := os.Stat(filepath.Join(dir, ConfigFile))
 	if err != nil {
 		return nil, fmt.Errorf("unpack: %w", err)
 	}
 	if st.Size() > maxConfigBytes {
-		return nil, refuse(CodeBadConfig, "%s is %d bytes; the limit is %d", ConfigFile, st.Size(), maxConfigBytes)
+		return nil, refuse(reason.BundleBadConfig, "%s is %d bytes; the limit is %d", ConfigFile, st.Size(), maxConfigBytes)
 	}
 	cfg, err := os.ReadFile(filepath.Join(dir, ConfigFile))
 	if err != nil {
@@ -118,23 +119,23 @@ func Check(dir string, files []events.FileDigest, in events.SubmissionReceivedDa
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(cfg, &obj); err != nil || obj == nil {
-		reason := "it is not a JSON object"
+		why := "it is not a JSON object"
 		if err != nil {
-			reason = err.Error()
+			why = err.Error()
 		}
-		return nil, refuse(CodeBadConfig, "%s is not valid: %s", ConfigFile, reason)
+		return nil, refuse(reason.BundleBadConfig, "%s is not valid: %s", ConfigFile, why)
 	}
 	_, hasArch := obj["architectures"]
 	_, hasType := obj["model_type"]
 	if !hasArch && !hasType {
-		return nil, refuse(CodeBadConfig, "%s names neither architectures nor model_type; is it a model config?", ConfigFile)
+		return nil, refuse(reason.BundleBadConfig, "%s names neither architectures nor model_type; is it a model config?", ConfigFile)
 	}
 
 	if safetensors == 0 {
-		return nil, refuse(CodeNoSafetensors, "the bundle has no *.safetensors file at its top; the checkpoint's weights are required in safetensors form")
+		return nil, refuse(reason.BundleNoSafetensors, "the bundle has no *.safetensors file at its top; the checkpoint's weights are required in safetensors form")
 	}
 	if decl.Engine != nil && decl.Engine.Patch != "" && !have[decl.Engine.Patch] {
-		return nil, refuse(CodeMissingPatch, "engine.patch names %s, which the bundle does not hold", decl.Engine.Patch)
+		return nil, refuse(reason.BundleMissingPatch, "engine.patch names %s, which the bundle does not hold", decl.Engine.Patch)
 	}
 	return decl, nil
 }

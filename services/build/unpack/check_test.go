@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/build/unpack"
 )
 
@@ -74,25 +75,25 @@ func TestCheckRefuses(t *testing.T) {
 		name  string
 		files map[string]string
 		in    func(*events.SubmissionReceivedData)
-		code  string
+		code  reason.Code
 	}{
-		{"pickled weights", with(func(m map[string]string) { m["pytorch_model.bin"] = "pickle" }), nil, unpack.CodeUnsafeFile},
-		{"python code", with(func(m map[string]string) { m["modeling_evil.py"] = "import os" }), nil, unpack.CodeCodeFile},
-		{"shared object", with(func(m map[string]string) { m["kernel.so"] = "ELF" }), nil, unpack.CodeCodeFile},
-		{"unknown kind", with(func(m map[string]string) { m["notes.docx"] = "?" }), nil, unpack.CodeUnexpectedFile},
-		{"nested safetensors", with(func(m map[string]string) { m["sub/model.safetensors"] = "x" }), nil, unpack.CodeUnexpectedFile},
-		{"no declaration", with(func(m map[string]string) { delete(m, "submission.json") }), nil, unpack.CodeNoDeclaration},
-		{"bad declaration", with(func(m map[string]string) { m["submission.json"] = `{"task_id":"qwen3-tiny","split":"final"}` }), nil, unpack.CodeBadDeclaration},
-		{"misspelt field", with(func(m map[string]string) { m["submission.json"] = fmtDecl(`"partcipant":"x"`) }), nil, unpack.CodeBadDeclaration},
-		{"declaration differs", minimal(), func(in *events.SubmissionReceivedData) { in.Solution.Precision = "W4A4KV8" }, unpack.CodeDeclarationDiffer},
-		{"no config", with(func(m map[string]string) { delete(m, "config.json") }), nil, unpack.CodeMissingConfig},
-		{"config not JSON", with(func(m map[string]string) { m["config.json"] = `{"model_type": "qwen3",` }), nil, unpack.CodeBadConfig},
-		{"config an array", with(func(m map[string]string) { m["config.json"] = `[1,2]` }), nil, unpack.CodeBadConfig},
-		{"config not a model's", with(func(m map[string]string) { m["config.json"] = `{"hello":"world"}` }), nil, unpack.CodeBadConfig},
-		{"no safetensors", with(func(m map[string]string) { delete(m, "model.safetensors") }), nil, unpack.CodeNoSafetensors},
+		{"pickled weights", with(func(m map[string]string) { m["pytorch_model.bin"] = "pickle" }), nil, reason.BundleUnsafeFile},
+		{"python code", with(func(m map[string]string) { m["modeling_evil.py"] = "import os" }), nil, reason.BundleCodeFile},
+		{"shared object", with(func(m map[string]string) { m["kernel.so"] = "ELF" }), nil, reason.BundleCodeFile},
+		{"unknown kind", with(func(m map[string]string) { m["notes.docx"] = "?" }), nil, reason.BundleUnexpectedFile},
+		{"nested safetensors", with(func(m map[string]string) { m["sub/model.safetensors"] = "x" }), nil, reason.BundleUnexpectedFile},
+		{"no declaration", with(func(m map[string]string) { delete(m, "submission.json") }), nil, reason.BundleNoDeclaration},
+		{"bad declaration", with(func(m map[string]string) { m["submission.json"] = `{"task_id":"qwen3-tiny","split":"final"}` }), nil, reason.BundleBadDeclaration},
+		{"misspelt field", with(func(m map[string]string) { m["submission.json"] = fmtDecl(`"partcipant":"x"`) }), nil, reason.BundleBadDeclaration},
+		{"declaration differs", minimal(), func(in *events.SubmissionReceivedData) { in.Solution.Precision = "W4A4KV8" }, reason.BundleDeclarationMismatch},
+		{"no config", with(func(m map[string]string) { delete(m, "config.json") }), nil, reason.BundleMissingConfig},
+		{"config not JSON", with(func(m map[string]string) { m["config.json"] = `{"model_type": "qwen3",` }), nil, reason.BundleBadConfig},
+		{"config an array", with(func(m map[string]string) { m["config.json"] = `[1,2]` }), nil, reason.BundleBadConfig},
+		{"config not a model's", with(func(m map[string]string) { m["config.json"] = `{"hello":"world"}` }), nil, reason.BundleBadConfig},
+		{"no safetensors", with(func(m map[string]string) { delete(m, "model.safetensors") }), nil, reason.BundleNoSafetensors},
 		{"missing patch", with(func(m map[string]string) {
 			m["submission.json"] = fmtDecl(`"engine":{"patch":"fix.patch"}`)
-		}), nil, unpack.CodeMissingPatch},
+		}), nil, reason.BundleMissingPatch},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,7 +113,7 @@ func TestCheckRefuses(t *testing.T) {
 }
 
 func TestCodesAreDistinct(t *testing.T) {
-	seen := map[string]bool{}
+	seen := map[reason.Code]bool{}
 	for _, c := range unpack.Codes() {
 		require.False(t, seen[c], c)
 		seen[c] = true

@@ -20,59 +20,36 @@ import (
 	"strings"
 
 	"github.com/lowbarena/lowbarena/events"
-)
-
-// Codes of Error. They are stable: they name the reason in build.failed.
-const (
-	CodeNotFound          = "bundle_not_found"
-	CodeDigestMismatch    = "bundle_digest_mismatch"
-	CodeCorrupt           = "bundle_corrupt"
-	CodePathTraversal     = "bundle_path_traversal"
-	CodeBadEntry          = "bundle_bad_entry"
-	CodeBadName           = "bundle_bad_name"
-	CodeDuplicateFile     = "bundle_duplicate_file"
-	CodeTooManyFiles      = "bundle_too_many_files"
-	CodeTooLarge          = "bundle_too_large"
-	CodeFileTooLarge      = "bundle_file_too_large"
-	CodeUnsafeFile        = "bundle_unsafe_file"
-	CodeCodeFile          = "bundle_code_file"
-	CodeUnexpectedFile    = "bundle_unexpected_file"
-	CodeNoDeclaration     = "bundle_no_declaration"
-	CodeBadDeclaration    = "bundle_bad_declaration"
-	CodeDeclarationDiffer = "bundle_declaration_mismatch"
-	CodeMissingConfig     = "bundle_missing_config"
-	CodeBadConfig         = "bundle_bad_config"
-	CodeNoSafetensors     = "bundle_no_safetensors"
-	CodeMissingPatch      = "bundle_missing_patch"
-	// CodeUploadTooLarge is an upload over the arena's upload limit: a
-	// checkpoint that large is submitted by reference.
-	CodeUploadTooLarge = "bundle_upload_too_large"
-	// CodeReferenceConflict is a bundle by reference that also carries a
-	// shard, or a file its checkpoint.json lists.
-	CodeReferenceConflict = "bundle_reference_conflict"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Codes returns every code, for tests and documentation.
-func Codes() []string {
-	return []string{CodeNotFound, CodeDigestMismatch, CodeCorrupt, CodePathTraversal, CodeBadEntry, CodeBadName,
-		CodeDuplicateFile, CodeTooManyFiles, CodeTooLarge, CodeFileTooLarge, CodeUnsafeFile, CodeCodeFile,
-		CodeUnexpectedFile, CodeNoDeclaration, CodeBadDeclaration, CodeDeclarationDiffer, CodeMissingConfig,
-		CodeBadConfig, CodeNoSafetensors, CodeMissingPatch, CodeUploadTooLarge, CodeReferenceConflict}
+func Codes() []reason.Code {
+	return []reason.Code{
+		reason.BundleNotFound, reason.BundleDigestMismatch, reason.BundleCorrupt,
+		reason.BundlePathTraversal, reason.BundleBadEntry, reason.BundleBadName,
+		reason.BundleDuplicateFile, reason.BundleTooManyFiles, reason.BundleTooLarge,
+		reason.BundleFileTooLarge, reason.BundleUnsafeFile, reason.BundleCodeFile,
+		reason.BundleUnexpectedFile, reason.BundleNoDeclaration, reason.BundleBadDeclaration,
+		reason.BundleDeclarationMismatch, reason.BundleMissingConfig, reason.BundleBadConfig,
+		reason.BundleNoSafetensors, reason.BundleMissingPatch, reason.BundleUploadTooLarge,
+		reason.BundleReferenceConflict,
+	}
 }
 
 // Error is a refusal of the bundle.
 type Error struct {
-	Code    string
+	Code    reason.Code
 	Message string
 	Err     error
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 // Unwrap returns the cause, if any.
 func (e *Error) Unwrap() error { return e.Err }
 
-func refuse(code string, format string, args ...any) *Error {
+func refuse(code reason.Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
@@ -140,15 +117,15 @@ func CheckName(name string, maxDepth int) error {
 	clean := path.Clean(name)
 	if name == "" || strings.HasPrefix(name, "/") || strings.Contains(name, "\\") || strings.ContainsRune(name, 0) ||
 		clean == ".." || strings.HasPrefix(clean, "../") || strings.Contains("/"+name+"/", "/../") {
-		return refuse(CodePathTraversal, "%q points outside the bundle; names must be relative paths inside it", name)
+		return refuse(reason.BundlePathTraversal, "%q points outside the bundle; names must be relative paths inside it", name)
 	}
 	parts := strings.Split(strings.TrimSuffix(name, "/"), "/")
 	if len(parts) > maxDepth {
-		return refuse(CodeBadName, "%q is nested %d folders deep; the limit is %d", name, len(parts)-1, maxDepth-1)
+		return refuse(reason.BundleBadName, "%q is nested %d folders deep; the limit is %d", name, len(parts)-1, maxDepth-1)
 	}
 	for _, p := range parts {
 		if !component.MatchString(p) {
-			return refuse(CodeBadName, "%q has a name part %q that is hidden, empty or uses characters other than letters, digits and ._+-", name, p)
+			return refuse(reason.BundleBadName, "%q has a name part %q that is hidden, empty or uses characters other than letters, digits and ._+-", name, p)
 		}
 	}
 	return nil
@@ -180,7 +157,7 @@ func Unpack(r io.Reader, dir string, lim Limits) ([]events.FileDigest, error) {
 
 	zr, err := gzip.NewReader(r)
 	if err != nil {
-		return nil, &Error{Code: CodeCorrupt, Message: "the bundle is not a gzip'd tar archive (arena submit packs one)", Err: err}
+		return nil, &Error{Code: reason.BundleCorrupt, Message: "the bundle is not a gzip'd tar archive (arena submit packs one)", Err: err}
 	}
 	tr := tar.NewReader(zr)
 	seen := map[string]bool{}
@@ -192,7 +169,7 @@ func Unpack(r io.Reader, dir string, lim Limits) ([]events.FileDigest, error) {
 			break
 		}
 		if err != nil {
-			return nil, &Error{Code: CodeCorrupt, Message: "the bundle archive is truncated or damaged; pack and upload it again", Err: err}
+			return nil, &Error{Code: reason.BundleCorrupt, Message: "the bundle archive is truncated or damaged; pack and upload it again", Err: err}
 		}
 		// `tar -C DIR -czf bundle.tgz .` names every entry "./x" and
 		// adds the folder itself as "./": the prefix is dropped and the
@@ -215,22 +192,22 @@ func Unpack(r io.Reader, dir string, lim Limits) ([]events.FileDigest, error) {
 			continue
 		case tar.TypeReg:
 		case tar.TypeSymlink, tar.TypeLink:
-			return nil, refuse(CodeBadEntry, "%s is a link; bundles hold regular files only (copy the file in instead)", name)
+			return nil, refuse(reason.BundleBadEntry, "%s is a link; bundles hold regular files only (copy the file in instead)", name)
 		default:
-			return nil, refuse(CodeBadEntry, "%s is not a regular file (tar type %q); bundles hold regular files only", name, hdr.Typeflag)
+			return nil, refuse(reason.BundleBadEntry, "%s is not a regular file (tar type %q); bundles hold regular files only", name, hdr.Typeflag)
 		}
 		if seen[name] {
-			return nil, refuse(CodeDuplicateFile, "%s appears twice in the archive", name)
+			return nil, refuse(reason.BundleDuplicateFile, "%s appears twice in the archive", name)
 		}
 		seen[name] = true
 		if len(files) >= lim.MaxFiles {
-			return nil, refuse(CodeTooManyFiles, "the bundle has more than %d files", lim.MaxFiles)
+			return nil, refuse(reason.BundleTooManyFiles, "the bundle has more than %d files", lim.MaxFiles)
 		}
 		if hdr.Size < 0 || hdr.Size > lim.MaxFileBytes {
-			return nil, refuse(CodeFileTooLarge, "%s is %d bytes; one file may be at most %d (shard the checkpoint)", name, hdr.Size, lim.MaxFileBytes)
+			return nil, refuse(reason.BundleFileTooLarge, "%s is %d bytes; one file may be at most %d (shard the checkpoint)", name, hdr.Size, lim.MaxFileBytes)
 		}
 		if total+hdr.Size > lim.MaxBytes {
-			return nil, refuse(CodeTooLarge, "the bundle holds more than %d bytes", lim.MaxBytes)
+			return nil, refuse(reason.BundleTooLarge, "the bundle holds more than %d bytes", lim.MaxBytes)
 		}
 		if d := path.Dir(name); d != "." {
 			if err := root.MkdirAll(d, 0o755); err != nil {
@@ -247,7 +224,7 @@ func Unpack(r io.Reader, dir string, lim Limits) ([]events.FileDigest, error) {
 	// Read the gzip trailer, so a truncated stream is caught and the
 	// caller's hash covers every byte.
 	if _, err := io.Copy(io.Discard, zr); err != nil {
-		return nil, &Error{Code: CodeCorrupt, Message: "the bundle archive is truncated or damaged; pack and upload it again", Err: err}
+		return nil, &Error{Code: reason.BundleCorrupt, Message: "the bundle archive is truncated or damaged; pack and upload it again", Err: err}
 	}
 	sortFiles(files)
 	return files, nil
@@ -265,12 +242,12 @@ func writeFile(root *os.Root, name string, r io.Reader, size int64) (events.File
 	}
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return events.FileDigest{}, &Error{Code: CodeCorrupt, Message: fmt.Sprintf("%s is cut short in the archive; pack and upload it again", name), Err: err}
+			return events.FileDigest{}, &Error{Code: reason.BundleCorrupt, Message: fmt.Sprintf("%s is cut short in the archive; pack and upload it again", name), Err: err}
 		}
 		return events.FileDigest{}, fmt.Errorf("unpack: write %s: %w", name, err)
 	}
 	if n != size {
-		return events.FileDigest{}, refuse(CodeCorrupt, "%s holds %d bytes, its tar header says %d", name, n, size)
+		return events.FileDigest{}, refuse(reason.BundleCorrupt, "%s holds %d bytes, its tar header says %d", name, n, size)
 	}
 	return events.FileDigest{Path: name, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }

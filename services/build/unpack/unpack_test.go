@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/build/unpack"
 )
 
@@ -92,30 +93,30 @@ func TestUnpackRefuses(t *testing.T) {
 		name string
 		data []byte
 		lim  unpack.Limits
-		code string
+		code reason.Code
 	}{
-		{"not gzip", []byte("PK\x03\x04 a zip file"), unpack.Limits{}, unpack.CodeCorrupt},
-		{"truncated archive", good[:len(good)/2], unpack.Limits{}, unpack.CodeCorrupt},
-		{"entry cut short", archive(t, entry{name: "model.safetensors", typ: tar.TypeReg, body: "abc", size: 4096}), unpack.Limits{}, unpack.CodeCorrupt},
-		{"parent path", archive(t, file("../evil.json", "{}")), unpack.Limits{}, unpack.CodePathTraversal},
-		{"absolute path", archive(t, file("/etc/cron.d/evil", "x")), unpack.Limits{}, unpack.CodePathTraversal},
-		{"escape in the middle", archive(t, file("a/../../evil.json", "{}")), unpack.Limits{}, unpack.CodePathTraversal},
-		{"backslash", archive(t, file(`..\evil.json`, "{}")), unpack.Limits{}, unpack.CodePathTraversal},
-		{"hidden file", archive(t, file(".env", "SECRET=1")), unpack.Limits{}, unpack.CodeBadName},
-		{"odd characters", archive(t, file("con fig.json", "{}")), unpack.Limits{}, unpack.CodeBadName},
-		{"too deep", archive(t, file("a/b/c/d/e.json", "{}")), unpack.Limits{}, unpack.CodeBadName},
-		{"symlink", archive(t, entry{name: "model.safetensors", typ: tar.TypeSymlink, link: "/etc/shadow"}), unpack.Limits{}, unpack.CodeBadEntry},
-		{"hard link", archive(t, file("a.json", "{}"), entry{name: "b.json", typ: tar.TypeLink, link: "a.json"}), unpack.Limits{}, unpack.CodeBadEntry},
-		{"device", archive(t, entry{name: "null.json", typ: tar.TypeChar}), unpack.Limits{}, unpack.CodeBadEntry},
-		{"duplicate", archive(t, file("config.json", "{}"), file("config.json", `{"x":1}`)), unpack.Limits{}, unpack.CodeDuplicateFile},
-		{"duplicate through ./", archive(t, file("config.json", "{}"), file("./config.json", `{"x":1}`)), unpack.Limits{}, unpack.CodeDuplicateFile},
-		{"hidden file after ./", archive(t, entry{name: "./", typ: tar.TypeDir}, file("./.env", "SECRET=1")), unpack.Limits{}, unpack.CodeBadName},
-		{"parent path after ./", archive(t, file("./../evil.json", "{}")), unpack.Limits{}, unpack.CodePathTraversal},
-		{"./ inside a path", archive(t, file("a/./config.json", "{}")), unpack.Limits{}, unpack.CodeBadName},
-		{"a file named .", archive(t, file(".", "x")), unpack.Limits{}, unpack.CodePathTraversal},
-		{"too many files", good, unpack.Limits{MaxFiles: 1}, unpack.CodeTooManyFiles},
-		{"file too large", good, unpack.Limits{MaxFileBytes: 4}, unpack.CodeFileTooLarge},
-		{"bundle too large", good, unpack.Limits{MaxBytes: 9}, unpack.CodeTooLarge},
+		{"not gzip", []byte("PK\x03\x04 a zip file"), unpack.Limits{}, reason.BundleCorrupt},
+		{"truncated archive", good[:len(good)/2], unpack.Limits{}, reason.BundleCorrupt},
+		{"entry cut short", archive(t, entry{name: "model.safetensors", typ: tar.TypeReg, body: "abc", size: 4096}), unpack.Limits{}, reason.BundleCorrupt},
+		{"parent path", archive(t, file("../evil.json", "{}")), unpack.Limits{}, reason.BundlePathTraversal},
+		{"absolute path", archive(t, file("/etc/cron.d/evil", "x")), unpack.Limits{}, reason.BundlePathTraversal},
+		{"escape in the middle", archive(t, file("a/../../evil.json", "{}")), unpack.Limits{}, reason.BundlePathTraversal},
+		{"backslash", archive(t, file(`..\evil.json`, "{}")), unpack.Limits{}, reason.BundlePathTraversal},
+		{"hidden file", archive(t, file(".env", "SECRET=1")), unpack.Limits{}, reason.BundleBadName},
+		{"odd characters", archive(t, file("con fig.json", "{}")), unpack.Limits{}, reason.BundleBadName},
+		{"too deep", archive(t, file("a/b/c/d/e.json", "{}")), unpack.Limits{}, reason.BundleBadName},
+		{"symlink", archive(t, entry{name: "model.safetensors", typ: tar.TypeSymlink, link: "/etc/shadow"}), unpack.Limits{}, reason.BundleBadEntry},
+		{"hard link", archive(t, file("a.json", "{}"), entry{name: "b.json", typ: tar.TypeLink, link: "a.json"}), unpack.Limits{}, reason.BundleBadEntry},
+		{"device", archive(t, entry{name: "null.json", typ: tar.TypeChar}), unpack.Limits{}, reason.BundleBadEntry},
+		{"duplicate", archive(t, file("config.json", "{}"), file("config.json", `{"x":1}`)), unpack.Limits{}, reason.BundleDuplicateFile},
+		{"duplicate through ./", archive(t, file("config.json", "{}"), file("./config.json", `{"x":1}`)), unpack.Limits{}, reason.BundleDuplicateFile},
+		{"hidden file after ./", archive(t, entry{name: "./", typ: tar.TypeDir}, file("./.env", "SECRET=1")), unpack.Limits{}, reason.BundleBadName},
+		{"parent path after ./", archive(t, file("./../evil.json", "{}")), unpack.Limits{}, reason.BundlePathTraversal},
+		{"./ inside a path", archive(t, file("a/./config.json", "{}")), unpack.Limits{}, reason.BundleBadName},
+		{"a file named .", archive(t, file(".", "x")), unpack.Limits{}, reason.BundlePathTraversal},
+		{"too many files", good, unpack.Limits{MaxFiles: 1}, reason.BundleTooManyFiles},
+		{"file too large", good, unpack.Limits{MaxFileBytes: 4}, reason.BundleFileTooLarge},
+		{"bundle too large", good, unpack.Limits{MaxBytes: 9}, reason.BundleTooLarge},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/participant"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/store"
 	"github.com/lowbarena/lowbarena/schemas"
@@ -190,7 +191,7 @@ func New(o Options) (*API, error) {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { serveAsset(w, "index.html") })
 	mux.HandleFunc("GET /ui/{name}", func(w http.ResponseWriter, r *http.Request) {
 		if !serveAsset(w, r.PathValue("name")) {
-			a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no such file")
+			a.refuse(w, r, http.StatusNotFound, reason.NotFound, "no such file")
 		}
 	})
 	mux.HandleFunc("GET /submissions/{id}", a.submissionPage)
@@ -214,7 +215,7 @@ func New(o Options) (*API, error) {
 	mux.HandleFunc("GET /v1/pods", a.pods)
 	mux.Handle("GET "+schemas.PathPrefix, schemas.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		a.refuse(w, r, http.StatusNotFound, CodeNotFound, "no endpoint answers this method and path; docs/participants/http-api.md lists them")
+		a.refuse(w, r, http.StatusNotFound, reason.NotFound, "no endpoint answers this method and path; docs/participants/http-api.md lists them")
 	})
 	a.handler = a.traced(mux, a.harden(mux))
 	return a, nil
@@ -245,13 +246,13 @@ func (a *API) getSubmission(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if !events.ValidID(id) {
-		a.refuse(w, r, http.StatusBadRequest, CodeInvalidID, "a submission id is 1 to 128 letters, digits, '-' or '_'")
+		a.refuse(w, r, http.StatusBadRequest, reason.InvalidID, "a submission id is 1 to 128 letters, digits, '-' or '_'")
 		return
 	}
 	notFound := "the arena has no submission " + id + " that this token may read"
 	e, err := a.o.Records.Get(r.Context(), id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		a.refuse(w, r, http.StatusNotFound, CodeSubmissionNotFound, notFound)
+		a.refuse(w, r, http.StatusNotFound, reason.SubmissionNotFound, notFound)
 		return
 	}
 	if err != nil {
@@ -263,8 +264,8 @@ func (a *API) getSubmission(w http.ResponseWriter, r *http.Request) {
 		// The same answer as a submission that does not exist, so that
 		// another participant's ids are not confirmed; the metric tells
 		// the operators which it was.
-		a.o.Refusals.Add(r.Context(), CodeRecordHidden)
-		writeError(w, http.StatusNotFound, errorBody{Code: CodeSubmissionNotFound, Message: notFound})
+		a.o.Refusals.Add(r.Context(), reason.RecordHidden)
+		writeError(w, http.StatusNotFound, errorBody{Code: reason.SubmissionNotFound, Message: notFound})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -416,7 +417,7 @@ func (a *API) me(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v.Kind == "" {
-		a.refuse(w, r, http.StatusUnauthorized, CodeTokenMissing, "this asks who the token is: send Authorization: Bearer <token>")
+		a.refuse(w, r, http.StatusUnauthorized, reason.TokenMissing, "this asks who the token is: send Authorization: Bearer <token>")
 		return
 	}
 	out := map[string]any{"kind": v.Kind, "name": v.Name}
@@ -438,7 +439,7 @@ func (a *API) me(w http.ResponseWriter, r *http.Request) {
 		use := map[string]any{"submissions_last_day": u.SubmissionsAt(now), "gpu_hours_last_week": u.GPUHoursAt(now)}
 		if q := u.Check(v.Name, lim, now); q != nil {
 			use["next_submission_at"] = q.RetryAt.UTC()
-			use["refused"] = q.Code + ": " + q.Message
+			use["refused"] = string(q.Code) + ": " + q.Message
 		}
 		out["usage"] = use
 	}
@@ -451,16 +452,16 @@ func (a *API) getRound(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if !events.ValidID(id) {
-		a.refuse(w, r, http.StatusBadRequest, CodeInvalidID, "a round id is 1 to 128 letters, digits, '-' or '_'")
+		a.refuse(w, r, http.StatusBadRequest, reason.InvalidID, "a round id is 1 to 128 letters, digits, '-' or '_'")
 		return
 	}
 	if a.o.Views == nil {
-		a.refuse(w, r, http.StatusNotFound, CodeRoundNotFound, "the arena has no round "+id)
+		a.refuse(w, r, http.StatusNotFound, reason.RoundNotFound, "the arena has no round "+id)
 		return
 	}
 	e, err := a.o.Views.Get(r.Context(), id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		a.refuse(w, r, http.StatusNotFound, CodeRoundNotFound, "the arena has no round "+id)
+		a.refuse(w, r, http.StatusNotFound, reason.RoundNotFound, "the arena has no round "+id)
 		return
 	}
 	if err != nil {
@@ -512,7 +513,7 @@ func (a *API) limit(w http.ResponseWriter, r *http.Request) (int, bool) {
 	if s := r.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
-			a.refuse(w, r, http.StatusBadRequest, CodeInvalidQuery, "limit is a number from 1 to 1000")
+			a.refuse(w, r, http.StatusBadRequest, reason.InvalidQuery, "limit is a number from 1 to 1000")
 			return 0, false
 		}
 		limit = n

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/services/gateway/participants"
@@ -125,23 +126,23 @@ func TestReadAPI(t *testing.T) {
 	}{
 		{"health", "/healthz", "", 200, "", nil},
 		{"the public reads a ranked record", "/v1/submissions/alice-ranked", "", 200, "", func(t *testing.T, m map[string]any) { require.Equal(t, "alice-ranked", m["id"]) }},
-		{"the public does not read a dev record", "/v1/submissions/alice-dev", "", 404, CodeSubmissionNotFound, nil},
+		{"the public does not read a dev record", "/v1/submissions/alice-dev", "", 404, string(reason.SubmissionNotFound), nil},
 		{"its participant reads its dev record", "/v1/submissions/alice-dev", "alice", 200, "", func(t *testing.T, m map[string]any) { require.Equal(t, "alice", m["participant"]) }},
-		{"another participant does not", "/v1/submissions/alice-dev", "bob", 404, CodeSubmissionNotFound, func(t *testing.T, m map[string]any) {
+		{"another participant does not", "/v1/submissions/alice-dev", "bob", 404, string(reason.SubmissionNotFound), func(t *testing.T, m map[string]any) {
 			require.Equal(t, "the arena has no submission alice-dev that this token may read", m["error"].(map[string]any)["message"], "the answer of an id that does not exist")
 		}},
-		{"an id that does not exist", "/v1/submissions/nope", "bob", 404, CodeSubmissionNotFound, nil},
+		{"an id that does not exist", "/v1/submissions/nope", "bob", 404, string(reason.SubmissionNotFound), nil},
 		{"an operator reads every record", "/v1/submissions/bob-dev", "ops", 200, "", nil},
-		{"a bad id", "/v1/submissions/a.b", "", 400, CodeInvalidID, nil},
+		{"a bad id", "/v1/submissions/a.b", "", 400, string(reason.InvalidID), nil},
 		{"the public lists ranked records", "/v1/submissions", "", 200, "", func(t *testing.T, m map[string]any) { require.Equal(t, []string{"alice-ranked"}, ids(m)) }},
 		{"a participant lists its own and the ranked", "/v1/submissions", "alice", 200, "", func(t *testing.T, m map[string]any) {
 			require.Equal(t, []string{"alice-ranked", "alice-dev"}, ids(m), "newest first")
 		}},
 		{"an operator lists everything", "/v1/submissions?limit=2", "ops", 200, "", func(t *testing.T, m map[string]any) { require.Equal(t, []string{"bob-dev", "alice-ranked"}, ids(m)) }},
 		{"a participant filter keeps the rule", "/v1/submissions?participant=bob", "alice", 200, "", func(t *testing.T, m map[string]any) { require.Empty(t, ids(m)) }},
-		{"a bad limit", "/v1/submissions?limit=0", "", 400, CodeInvalidQuery, nil},
+		{"a bad limit", "/v1/submissions?limit=0", "", 400, string(reason.InvalidQuery), nil},
 		{"rounds are public", "/v1/rounds/new-r", "", 200, "", func(t *testing.T, m map[string]any) { require.Equal(t, "new-r", m["round_id"]) }},
-		{"round not found", "/v1/rounds/nope", "", 404, CodeRoundNotFound, nil},
+		{"round not found", "/v1/rounds/nope", "", 404, string(reason.RoundNotFound), nil},
 		{"rounds newest first", "/v1/rounds", "", 200, "", func(t *testing.T, m map[string]any) {
 			var got []string
 			for _, r := range m["rounds"].([]any) {
@@ -153,9 +154,9 @@ func TestReadAPI(t *testing.T) {
 			require.Equal(t, "alice", m["name"])
 			require.Equal(t, float64(5), m["limits"].(map[string]any)["submissions_per_day"])
 		}},
-		{"me without a token", "/v1/me", "", 401, CodeTokenMissing, nil},
-		{"an unknown path", "/v2/anything", "", 404, CodeNotFound, nil},
-		{"a method no endpoint takes", "/v1/rounds", "", 404, CodeNotFound, nil},
+		{"me without a token", "/v1/me", "", 401, string(reason.TokenMissing), nil},
+		{"an unknown path", "/v2/anything", "", 404, string(reason.NotFound), nil},
+		{"a method no endpoint takes", "/v1/rounds", "", 404, string(reason.NotFound), nil},
 	}
 	tokens := map[string]string{"": "", "alice": f.alice, "bob": f.bob, "ops": f.op}
 	for _, tt := range tests {
@@ -197,12 +198,12 @@ func TestBadTokens(t *testing.T) {
 	}
 	mistyped := f.alice[:40] + string(c) + f.alice[41:]
 	for name, tt := range map[string]struct{ header, code string }{
-		"not bearer":             {"Basic YWxpY2U6c2VjcmV0", CodeTokenMalformed},
-		"bearer without a token": {"Bearer ", CodeTokenMalformed},
-		"not an arena token":     {"Bearer ghp_16C7e42F292c6912E7710c838347Ae178B4a", CodeTokenMalformed},
-		"mistyped":               {"Bearer " + mistyped, CodeTokenMalformed},
-		"another arena's token":  {"Bearer " + other, CodeTokenInvalid},
-		"revoked":                {"Bearer " + revoked, CodeTokenRevoked},
+		"not bearer":             {"Basic YWxpY2U6c2VjcmV0", string(reason.TokenMalformed)},
+		"bearer without a token": {"Bearer ", string(reason.TokenMalformed)},
+		"not an arena token":     {"Bearer ghp_16C7e42F292c6912E7710c838347Ae178B4a", string(reason.TokenMalformed)},
+		"mistyped":               {"Bearer " + mistyped, string(reason.TokenMalformed)},
+		"another arena's token":  {"Bearer " + other, string(reason.TokenInvalid)},
+		"revoked":                {"Bearer " + revoked, string(reason.TokenRevoked)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/v1/submissions", nil)
@@ -236,7 +237,7 @@ func TestSecurityHeaders(t *testing.T) {
 		{"/ui/pages.css", "text/css; charset=utf-8", pageCSP, "svg.plot"},
 		{"/ui/favicon.svg", "image/svg+xml", pageCSP, "<svg"},
 		{"/v1/submissions", "application/json", apiCSP, `"submissions"`},
-		{"/v1/nothing", "application/json", apiCSP, CodeNotFound},
+		{"/v1/nothing", "application/json", apiCSP, string(reason.NotFound)},
 	} {
 		t.Run(tt.path, func(t *testing.T) {
 			resp, err := http.Get(f.srv.URL + tt.path)
@@ -285,7 +286,7 @@ func TestPanicIsNotShown(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
-	require.Contains(t, string(body), CodeInternal)
+	require.Contains(t, string(body), string(reason.InternalError))
 	require.Contains(t, string(body), resp.Header.Get("X-Request-Id"))
 	for _, leak := range []string{"/srv/lowbarena", "goroutine", ".go:", "panic"} {
 		require.NotContains(t, string(body), leak)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/gateway/participants"
 )
 
@@ -29,8 +30,9 @@ func (a *API) viewer(w http.ResponseWriter, r *http.Request) (participant.Viewer
 
 // refusal is a request refused with a status, a code and a sentence.
 type refusal struct {
-	status        int
-	code, message string
+	status  int
+	code    reason.Code
+	message string
 }
 
 // identify reads the request's token: the viewer, or the refusal of a
@@ -43,7 +45,7 @@ func (a *API) identify(r *http.Request) (participant.Viewer, *refusal, error) {
 	scheme, token, _ := strings.Cut(h, " ")
 	token = strings.TrimSpace(token)
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return participant.Viewer{}, &refusal{http.StatusUnauthorized, CodeTokenMalformed, "the Authorization header must read `Bearer <token>`"}, nil
+		return participant.Viewer{}, &refusal{http.StatusUnauthorized, reason.TokenMalformed, "the Authorization header must read `Bearer <token>`"}, nil
 	}
 	v, err := a.o.Registry.Authenticate(r.Context(), token)
 	switch {
@@ -51,13 +53,13 @@ func (a *API) identify(r *http.Request) (participant.Viewer, *refusal, error) {
 		return v, nil, nil
 	case errors.Is(err, participants.ErrMalformed):
 		// err says what is wrong with the form, never the token.
-		return participant.Viewer{}, &refusal{http.StatusUnauthorized, CodeTokenMalformed,
+		return participant.Viewer{}, &refusal{http.StatusUnauthorized, reason.TokenMalformed,
 			"the token is not an arena token: " + strings.TrimPrefix(err.Error(), participants.ErrMalformed.Error()+": ")}, nil
 	case errors.Is(err, participants.ErrInvalid):
-		return participant.Viewer{}, &refusal{http.StatusUnauthorized, CodeTokenInvalid,
+		return participant.Viewer{}, &refusal{http.StatusUnauthorized, reason.TokenInvalid,
 			"the token is not one of this arena's (a token of another arena, or mistyped); ask its operators for yours"}, nil
 	case errors.Is(err, participants.ErrRevoked):
-		return participant.Viewer{}, &refusal{http.StatusUnauthorized, CodeTokenRevoked, "the token was revoked; ask the arena's operators for a new one"}, nil
+		return participant.Viewer{}, &refusal{http.StatusUnauthorized, reason.TokenRevoked, "the token was revoked; ask the arena's operators for a new one"}, nil
 	}
 	return participant.Viewer{}, nil, err
 }

@@ -16,86 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
-)
-
-// Codes of the gateway's refusals, in the body of every error response
-// ({"error": {"code", "message"}}) and in the metric
-// lowbarena.gateway.refusals{code}. They are stable: participants'
-// scripts match on them. Bundle refusals carry the bundle package's codes
-// (bundle_corrupt, bundle_no_declaration, ...) and quota refusals the
-// participant package's (quota_submissions_per_day, ...).
-const (
-	// CodeTokenMissing is a request that needs a token and has none.
-	CodeTokenMissing = "token_missing"
-	// CodeTokenMalformed is an Authorization header that is not
-	// "Bearer <token>", or a token not of the arena's form.
-	CodeTokenMalformed = "token_malformed"
-	// CodeTokenInvalid is a token of the arena's form that is not one of
-	// its tokens (unknown id or wrong secret: one code for both).
-	CodeTokenInvalid = "token_invalid"
-	// CodeTokenRevoked is a revoked token.
-	CodeTokenRevoked = "token_revoked"
-	// CodeTokenNotParticipant is an operator's token on a participant's
-	// request (submitting).
-	CodeTokenNotParticipant = "token_not_participant"
-	// CodeTokenNotOperator is a participant's token on an operator's
-	// request (SQL on the store).
-	CodeTokenNotOperator = "token_not_operator"
-	// CodeParticipantMismatch is a bundle whose submission.json names
-	// another participant than the token's.
-	CodeParticipantMismatch = "participant_mismatch"
-	// CodeUploadsConcurrent is an upload beyond the participant's
-	// uploads at once.
-	CodeUploadsConcurrent = "uploads_concurrent"
-	// CodeGatewayBusy is an upload or a live stream beyond the gateway's
-	// own bound.
-	CodeGatewayBusy = "gateway_busy"
-	// CodeUploadTooLarge is an upload over the arena's largest upload
-	// (the build stage's limit, the same code).
-	CodeUploadTooLarge = "bundle_upload_too_large"
-	// CodeUploadTooSlow is an upload body that stalled or came slower
-	// than the least rate (a slow-loris client).
-	CodeUploadTooSlow = "upload_too_slow"
-	// CodeUploadIncomplete is an upload body that ended early.
-	CodeUploadIncomplete = "upload_incomplete"
-	// CodeUploadDigestMismatch is an upload whose Lowbarena-Sha256
-	// header does not match its bytes.
-	CodeUploadDigestMismatch = "upload_digest_mismatch"
-	// CodeHeaderTimeout counts (in the metric only; nothing can be
-	// answered) clients that stalled before their request's headers
-	// ended, or mid TLS handshake: slow-loris clients.
-	CodeHeaderTimeout = "header_timeout"
-	// CodeSubmissionNotFound is a submission the arena does not have,
-	// or that the viewer may not read: the same answer, so ids are not
-	// confirmed. The metric tells the two apart (CodeRecordHidden).
-	CodeSubmissionNotFound = "submission_not_found"
-	// CodeRecordHidden is the metric's name for a record refused to its
-	// viewer (answered as CodeSubmissionNotFound).
-	CodeRecordHidden = "record_hidden"
-	// CodeRoundNotFound is a round the arena does not have.
-	CodeRoundNotFound = "round_not_found"
-	// CodeParticipantNotFound is a participant's page with no scores
-	// the viewer may read.
-	CodeParticipantNotFound = "participant_not_found"
-	// CodeInvalidID is an id that cannot be one.
-	CodeInvalidID = "invalid_id"
-	// CodeInvalidQuery is a query parameter out of its range.
-	CodeInvalidQuery = "invalid_query"
-	// CodeRequestMalformed is a body that cannot be the request (JSON
-	// that does not decode, or holds unknown fields).
-	CodeRequestMalformed = "request_malformed"
-	// CodeQueryUnavailable is no query service answering SQL.
-	CodeQueryUnavailable = "query_unavailable"
-	// CodeNotFound is a path no endpoint serves.
-	CodeNotFound = "not_found"
-	// CodeUnavailable is a store (NATS) that does not answer.
-	CodeUnavailable = "unavailable"
-	// CodeScoresUnavailable is no score service answering.
-	CodeScoresUnavailable = "scores_unavailable"
-	// CodeInternal is a fault of the gateway's own; the body names the
-	// request id under which the log has the details, never the details.
-	CodeInternal = "internal_error"
 )
 
 // Refusals counts refused requests by code
@@ -115,18 +37,18 @@ func NewRefusals(mp metric.MeterProvider) (*Refusals, error) {
 }
 
 // Add counts one refusal of code.
-func (r *Refusals) Add(ctx context.Context, code string) {
+func (r *Refusals) Add(ctx context.Context, code reason.Code) {
 	// The request's server span names the code it was refused with.
-	trace.SpanFromContext(ctx).SetAttributes(bus.AttrReason.String(code))
+	trace.SpanFromContext(ctx).SetAttributes(bus.AttrReason.String(string(code)))
 	if r != nil {
-		r.c.Add(ctx, 1, metric.WithAttributes(attribute.String("code", code)))
+		r.c.Add(ctx, 1, metric.WithAttributes(attribute.String("code", string(code))))
 	}
 }
 
 type errorBody struct {
-	Code    string     `json:"code"`
-	Message string     `json:"message"`
-	RetryAt *time.Time `json:"retry_at,omitempty"`
+	Code    reason.Code `json:"code"`
+	Message string      `json:"message"`
+	RetryAt *time.Time  `json:"retry_at,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -144,7 +66,7 @@ func writeError(w http.ResponseWriter, status int, e errorBody) {
 }
 
 // refuse answers status with code and a sentence, counted under code.
-func (a *API) refuse(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+func (a *API) refuse(w http.ResponseWriter, r *http.Request, status int, code reason.Code, msg string) {
 	a.o.Refusals.Add(r.Context(), code)
 	writeError(w, status, errorBody{Code: code, Message: msg})
 }
@@ -175,8 +97,8 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return // the client went away
 	}
 	a.o.Log.Error("request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
-	a.o.Refusals.Add(r.Context(), CodeInternal)
-	writeError(w, http.StatusInternalServerError, errorBody{Code: CodeInternal,
+	a.o.Refusals.Add(r.Context(), reason.InternalError)
+	writeError(w, http.StatusInternalServerError, errorBody{Code: reason.InternalError,
 		Message: "the gateway failed on this request; its operators find the cause in the gateway's log under request id " + id})
 }
 
@@ -184,9 +106,9 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 func (a *API) unavailable(w http.ResponseWriter, r *http.Request, err error) {
 	id := requestID(r.Context())
 	a.o.Log.Warn("store unavailable", "request_id", id, "path", r.URL.Path, "err", err)
-	a.o.Refusals.Add(r.Context(), CodeUnavailable)
+	a.o.Refusals.Add(r.Context(), reason.Unavailable)
 	w.Header().Set("Retry-After", "5")
-	writeError(w, http.StatusServiceUnavailable, errorBody{Code: CodeUnavailable,
+	writeError(w, http.StatusServiceUnavailable, errorBody{Code: reason.Unavailable,
 		Message: "the arena's store does not answer; try again in a few seconds (request id " + id + ")"})
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/gateway/timeline"
 )
 
@@ -106,7 +107,7 @@ func (a *API) liveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	f, bad := parseLive(r)
 	if bad != "" {
-		a.refuse(w, r, http.StatusBadRequest, CodeInvalidQuery, bad)
+		a.refuse(w, r, http.StatusBadRequest, reason.InvalidQuery, bad)
 		return
 	}
 	fl, ok := w.(http.Flusher)
@@ -119,7 +120,7 @@ func (a *API) liveStream(w http.ResponseWriter, r *http.Request) {
 		defer func() { <-a.live }()
 	default:
 		w.Header().Set("Retry-After", "30")
-		a.refuse(w, r, http.StatusServiceUnavailable, CodeGatewayBusy, "the gateway serves as many live streams as it can; try again shortly")
+		a.refuse(w, r, http.StatusServiceUnavailable, reason.GatewayBusy, "the gateway serves as many live streams as it can; try again shortly")
 		return
 	}
 	ctx := r.Context()

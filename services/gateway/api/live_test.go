@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/gateway/timeline"
 )
 
@@ -134,10 +135,10 @@ func TestLiveBound(t *testing.T) {
 	liveEvents(t, ctx, f.srv.URL, "")
 	status, m, _ := f.get(t, "/v1/live", "")
 	require.Equal(t, http.StatusServiceUnavailable, status)
-	require.Equal(t, CodeGatewayBusy, code(m))
+	require.Equal(t, string(reason.GatewayBusy), code(m))
 	status, m, _ = f.get(t, "/v1/live", "lbp_nope")
 	require.Equal(t, http.StatusUnauthorized, status)
-	require.Equal(t, CodeTokenMalformed, code(m))
+	require.Equal(t, string(reason.TokenMalformed), code(m))
 }
 
 // TestLiveRecent: with ?recent=N the stream starts with the newest N
@@ -205,5 +206,5 @@ func TestLiveRecent(t *testing.T) {
 	}
 	status, m, _ := f.get(t, "/v1/live?recent=0", "")
 	require.Equal(t, http.StatusBadRequest, status)
-	require.Equal(t, CodeInvalidQuery, code(m))
+	require.Equal(t, string(reason.InvalidQuery), code(m))
 }

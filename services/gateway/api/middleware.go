@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"runtime/debug"
 	"time"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Content security policies: the page loads its script and style from
@@ -51,8 +53,8 @@ func (a *API) harden(next http.Handler) http.Handler {
 					panic(v)
 				}
 				a.o.Log.Error("handler panicked", "request_id", id, "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
-				a.o.Refusals.Add(r.Context(), CodeInternal)
-				writeError(w, http.StatusInternalServerError, errorBody{Code: CodeInternal,
+				a.o.Refusals.Add(r.Context(), reason.InternalError)
+				writeError(w, http.StatusInternalServerError, errorBody{Code: reason.InternalError,
 					Message: "the gateway failed on this request; its operators find the cause in the gateway's log under request id " + id})
 			}
 		}()

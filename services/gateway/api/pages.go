@@ -14,6 +14,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/participant"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 	"github.com/lowbarena/lowbarena/services/gateway/pages"
 	"github.com/lowbarena/lowbarena/services/gateway/rounds"
@@ -70,10 +71,10 @@ func (a *API) render(w http.ResponseWriter, r *http.Request, status int, kind st
 // problem answers an HTML error page, counted under its code like any
 // refusal. live keeps the page following what it was about (a record
 // that a token may reveal, a round that may yet appear).
-func (a *API) problem(w http.ResponseWriter, r *http.Request, status int, code, title, msg, live string) {
+func (a *API) problem(w http.ResponseWriter, r *http.Request, status int, code reason.Code, title, msg, live string) {
 	a.o.Refusals.Add(r.Context(), code)
 	a.render(w, r, status, pages.KindProblem, pages.Page{Title: title, Live: live,
-		Body: pages.Problem{Status: status, Code: code, Title: title, Message: msg}})
+		Body: pages.Problem{Status: status, Code: string(code), Title: title, Message: msg}})
 }
 
 // pageViewer is viewer for the pages: a bad token gets an HTML page.
@@ -94,7 +95,7 @@ func (a *API) pageUnavailable(w http.ResponseWriter, r *http.Request, err error,
 	id := requestID(r.Context())
 	a.o.Log.Warn("store unavailable", "request_id", id, "path", r.URL.Path, "err", err)
 	w.Header().Set("Retry-After", "5")
-	a.problem(w, r, http.StatusServiceUnavailable, CodeUnavailable, "The arena's store does not answer",
+	a.problem(w, r, http.StatusServiceUnavailable, reason.Unavailable, "The arena's store does not answer",
 		"The arena's store does not answer; this page will try again (request id "+id+").", live)
 }
 
@@ -107,7 +108,7 @@ func (a *API) submissionPage(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if !events.ValidID(id) {
-		a.problem(w, r, http.StatusBadRequest, CodeInvalidID, "Not a submission id",
+		a.problem(w, r, http.StatusBadRequest, reason.InvalidID, "Not a submission id",
 			"A submission id is 1 to 128 letters, digits, '-' or '_'; "+quote(id)+" is not one.", "")
 		return
 	}
@@ -119,7 +120,7 @@ func (a *API) submissionPage(w http.ResponseWriter, r *http.Request) {
 		} else {
 			msg += "Is the id right? A submission appears here as soon as the gateway has its first event."
 		}
-		a.problem(w, r, http.StatusNotFound, CodeSubmissionNotFound, "No submission "+id, msg, live)
+		a.problem(w, r, http.StatusNotFound, reason.SubmissionNotFound, "No submission "+id, msg, live)
 	}
 	e, err := a.o.Records.Get(r.Context(), id)
 	switch {
@@ -133,7 +134,7 @@ func (a *API) submissionPage(w http.ResponseWriter, r *http.Request) {
 	var rec record.Submission
 	if json.Unmarshal(e.Value(), &rec) != nil || !v.CanRead(rec.Participant, rec.Split) {
 		if rec.ID != "" {
-			a.o.Refusals.Add(r.Context(), CodeRecordHidden)
+			a.o.Refusals.Add(r.Context(), reason.RecordHidden)
 		}
 		notFound()
 		return
@@ -150,7 +151,7 @@ func (a *API) roundPage(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if !events.ValidID(id) {
-		a.problem(w, r, http.StatusBadRequest, CodeInvalidID, "Not a round id",
+		a.problem(w, r, http.StatusBadRequest, reason.InvalidID, "Not a round id",
 			"A round id is 1 to 128 letters, digits, '-' or '_'; "+quote(id)+" is not one.", "")
 		return
 	}
@@ -162,7 +163,7 @@ func (a *API) roundPage(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		a.problem(w, r, http.StatusNotFound, CodeRoundNotFound, "No round "+id,
+		a.problem(w, r, http.StatusNotFound, reason.RoundNotFound, "No round "+id,
 			"The arena has no round "+id+". `arena round start` prints a round's id; `arena history --rounds` lists them.", live)
 		return
 	case err != nil:
@@ -210,7 +211,7 @@ func (a *API) leaderboardPage(w http.ResponseWriter, r *http.Request) {
 		case "only":
 			*dst = true
 		default:
-			a.problem(w, r, http.StatusBadRequest, CodeInvalidQuery, "Bad filter", name+" is only or all, not "+quote(q.Get(name))+".", "")
+			a.problem(w, r, http.StatusBadRequest, reason.InvalidQuery, "Bad filter", name+" is only or all, not "+quote(q.Get(name))+".", "")
 			return
 		}
 	}
@@ -230,7 +231,7 @@ func (a *API) historyPage(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("name")
 	if !events.ValidID(name) {
-		a.problem(w, r, http.StatusBadRequest, CodeInvalidID, "Not a participant's name",
+		a.problem(w, r, http.StatusBadRequest, reason.InvalidID, "Not a participant's name",
 			"A participant's name is 1 to 128 letters, digits, '-' or '_'; "+quote(name)+" is not one.", "")
 		return
 	}
@@ -245,7 +246,7 @@ func (a *API) historyPage(w http.ResponseWriter, r *http.Request) {
 		if v.Kind == "" {
 			msg += " The public sees scores of the ranked split only; a participant's dev scores are its own and the operators'."
 		}
-		a.problem(w, r, http.StatusNotFound, CodeParticipantNotFound, "No scores of "+name, msg, live)
+		a.problem(w, r, http.StatusNotFound, reason.ParticipantNotFound, "No scores of "+name, msg, live)
 		return
 	}
 	a.render(w, r, http.StatusOK, pages.KindHistory, pages.Page{Title: name, Live: live, Body: pages.NewHistory(name, campaign, rows, a.simulated(r.Context(), rows))})
@@ -258,14 +259,14 @@ func (a *API) scoreRows(w http.ResponseWriter, r *http.Request, v participant.Vi
 	var ce *ctl.Error
 	switch {
 	case errors.Is(err, errScoresUnreachable):
-		a.problem(w, r, http.StatusServiceUnavailable, CodeScoresUnavailable, "Scores unavailable", "This gateway does not reach the score service.", "records")
+		a.problem(w, r, http.StatusServiceUnavailable, reason.ScoresUnavailable, "Scores unavailable", "This gateway does not reach the score service.", "records")
 		return nil, false
 	case errors.Is(err, ctl.ErrNoService):
-		a.problem(w, r, http.StatusServiceUnavailable, CodeScoresUnavailable, "Scores unavailable",
+		a.problem(w, r, http.StatusServiceUnavailable, reason.ScoresUnavailable, "Scores unavailable",
 			"No score service answers; this page will try again when the arena's score stage is up.", "records")
 		return nil, false
 	case errors.As(err, &ce) && ce.Code == ctl.CodeBadRequest:
-		a.problem(w, r, http.StatusBadRequest, CodeInvalidQuery, "Bad query", ce.Message, "")
+		a.problem(w, r, http.StatusBadRequest, reason.InvalidQuery, "Bad query", ce.Message, "")
 		return nil, false
 	case err != nil:
 		a.pageUnavailable(w, r, err, "records")
@@ -332,7 +333,7 @@ func (a *API) simulated(ctx context.Context, rows []ctl.Row) pages.Simulated {
 // unknownPage answers a path under the pages' prefixes that no page
 // serves, as a page.
 func (a *API) unknownPage(w http.ResponseWriter, r *http.Request) {
-	a.problem(w, r, http.StatusNotFound, CodeNotFound, "No such page",
+	a.problem(w, r, http.StatusNotFound, reason.NotFound, "No such page",
 		"The gateway has no page at "+quote(r.URL.Path)+": its pages are /rounds/ID, /submissions/ID, /leaderboard and /participants/NAME.", "")
 }
 

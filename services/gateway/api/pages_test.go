@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/domain/record"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/store"
 	_ "github.com/lowbarena/lowbarena/platform/store/chdb"
 	"github.com/lowbarena/lowbarena/services/gateway/pages"
@@ -65,21 +66,21 @@ func TestPages(t *testing.T) {
 		code              string
 		contains          []string
 	}{
-		{"a dev record, to the public", "/submissions/a-dev", "", 404, CodeSubmissionNotFound,
+		{"a dev record, to the public", "/submissions/a-dev", "", 404, string(reason.SubmissionNotFound),
 			[]string{"No submission a-dev", "with a token (the address&#39;s #token=...), this page reads it", `data-live="record:a-dev"`}},
-		{"a dev record, to another participant", "/submissions/a-dev", f.bob, 404, CodeSubmissionNotFound, []string{"Is the id right?"}},
+		{"a dev record, to another participant", "/submissions/a-dev", f.bob, 404, string(reason.SubmissionNotFound), []string{"Is the id right?"}},
 		{"a dev record, to its participant", "/submissions/a-dev", f.alice, 200, "", []string{"Submission <code>a-dev</code>", `data-live="record:a-dev"`}},
 		{"a dev record, to an operator", "/submissions/a-dev", f.op, 200, "", []string{"Submission <code>a-dev</code>", html(pages.NoStore)}},
-		{"an unknown submission", "/submissions/0000000000000000", f.op, 404, CodeSubmissionNotFound, []string{"The arena has no submission 0000000000000000"}},
-		{"not an id", "/submissions/a.b", "", 400, CodeInvalidID, []string{`&#34;a.b&#34; is not one`}},
+		{"an unknown submission", "/submissions/0000000000000000", f.op, 404, string(reason.SubmissionNotFound), []string{"The arena has no submission 0000000000000000"}},
+		{"not an id", "/submissions/a.b", "", 400, string(reason.InvalidID), []string{`&#34;a.b&#34; is not one`}},
 		{"a running round, to the public", "/rounds/round-a", "", 200, "",
 			[]string{`<span class="st running" id="round-status">running</span>`, "1/2 steps", `data-live="round:round-a"`, "not readable with this token"}},
 		{"a round's entry, to its participant", "/rounds/round-a", f.alice, 200, "", []string{`<a href="/participants/alice">alice</a>`}},
-		{"an unknown round", "/rounds/round-nope", "", 404, CodeRoundNotFound, []string{"The arena has no round round-nope", "arena history --rounds"}},
-		{"no page", "/rounds/", "", 404, CodeNotFound, []string{"its pages are /rounds/ID"}},
-		{"a bad filter", "/leaderboard?qualified=maybe", "", 400, CodeInvalidQuery, []string{"qualified is only or all, not &#34;maybe&#34;"}},
-		{"no score service", "/leaderboard", "", 503, CodeScoresUnavailable, []string{"No score service answers"}},
-		{"a malformed token", "/leaderboard", "lbp_nonsense", 401, CodeTokenMalformed, []string{"Token refused", "the token is not an arena token"}},
+		{"an unknown round", "/rounds/round-nope", "", 404, string(reason.RoundNotFound), []string{"The arena has no round round-nope", "arena history --rounds"}},
+		{"no page", "/rounds/", "", 404, string(reason.NotFound), []string{"its pages are /rounds/ID"}},
+		{"a bad filter", "/leaderboard?qualified=maybe", "", 400, string(reason.InvalidQuery), []string{"qualified is only or all, not &#34;maybe&#34;"}},
+		{"no score service", "/leaderboard", "", 503, string(reason.ScoresUnavailable), []string{"No score service answers"}},
+		{"a malformed token", "/leaderboard", "lbp_nonsense", 401, string(reason.TokenMalformed), []string{"Token refused", "the token is not an arena token"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := f.page(t, tt.path, tt.token, nil)
@@ -109,7 +110,7 @@ func TestPages(t *testing.T) {
 	a = f.page(t, "/submissions/a-dev", "", map[string]string{HeaderFragment: "main"})
 	require.Equal(t, http.StatusOK, a.status)
 	require.Equal(t, "404", a.header.Get(HeaderPageStatus))
-	require.Contains(t, a.body, `data-code="`+CodeSubmissionNotFound+`"`)
+	require.Contains(t, a.body, `data-code="`+string(reason.SubmissionNotFound)+`"`)
 
 	// The leaderboard and a participant's history, from the score
 	// service's rows, each row only to who may read it.
@@ -152,7 +153,7 @@ func TestPages(t *testing.T) {
 	require.Contains(t, h.body, `data-live="participant:alice"`)
 	h = f.page(t, "/participants/carol", "", nil)
 	require.Equal(t, http.StatusNotFound, h.status)
-	require.Contains(t, h.body, `data-code="`+CodeParticipantNotFound+`"`)
+	require.Contains(t, h.body, `data-code="`+string(reason.ParticipantNotFound)+`"`)
 	require.Contains(t, h.body, "The public sees scores of the ranked split only")
 }
 
@@ -277,6 +278,6 @@ func TestLiveFilters(t *testing.T) {
 	for _, bad := range []string{"submission=a.b", "only=everything", "round=" + strings.Repeat("x", 200)} {
 		st, m, _ := f.get(t, "/v1/live?"+bad, "")
 		require.Equal(t, http.StatusBadRequest, st, bad)
-		require.Contains(t, []string{CodeInvalidQuery}, code(m), bad)
+		require.Contains(t, []string{string(reason.InvalidQuery)}, code(m), bad)
 	}
 }

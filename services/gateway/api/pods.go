@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
@@ -22,16 +23,16 @@ func (a *API) pods(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case v.Kind == "":
-		a.refuse(w, r, http.StatusUnauthorized, CodeTokenMissing,
+		a.refuse(w, r, http.StatusUnauthorized, reason.TokenMissing,
 			"the pods take an operator's token: send Authorization: Bearer <token>")
 		return
 	case !v.Operator():
-		a.refuse(w, r, http.StatusForbidden, CodeTokenNotOperator,
+		a.refuse(w, r, http.StatusForbidden, reason.TokenNotOperator,
 			"the pods are for operators: their runners name the submissions they run, a participant's dev ones included")
 		return
 	}
 	if a.o.NC == nil || a.o.Bus == nil {
-		a.refuse(w, r, http.StatusServiceUnavailable, CodeQueryUnavailable, "this gateway does not reach the arena's NATS")
+		a.refuse(w, r, http.StatusServiceUnavailable, reason.QueryUnavailable, "this gateway does not reach the arena's NATS")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/podlease"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 )
@@ -45,8 +46,8 @@ func TestPodsEndpoint(t *testing.T) {
 		status      int
 		code        string
 	}{
-		{"no token", "", http.StatusUnauthorized, CodeTokenMissing},
-		{"a participant's token", f.alice, http.StatusForbidden, CodeTokenNotOperator},
+		{"no token", "", http.StatusUnauthorized, string(reason.TokenMissing)},
+		{"a participant's token", f.alice, http.StatusForbidden, string(reason.TokenNotOperator)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			status, body, _ := f.get(t, "/v1/pods", c.token)

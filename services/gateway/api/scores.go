@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/domain/participant"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 )
 
@@ -66,13 +67,13 @@ func (a *API) scores(kind scoreQuery) http.HandlerFunc {
 		var ce *ctl.Error
 		switch {
 		case errors.Is(err, errScoresUnreachable):
-			a.refuse(w, r, http.StatusServiceUnavailable, CodeScoresUnavailable, err.Error())
+			a.refuse(w, r, http.StatusServiceUnavailable, reason.ScoresUnavailable, err.Error())
 			return
 		case errors.Is(err, ctl.ErrNoService):
-			a.refuse(w, r, http.StatusServiceUnavailable, CodeScoresUnavailable, "no score service answers; try again when the arena's score stage is up")
+			a.refuse(w, r, http.StatusServiceUnavailable, reason.ScoresUnavailable, "no score service answers; try again when the arena's score stage is up")
 			return
 		case errors.As(err, &ce) && ce.Code == ctl.CodeBadRequest:
-			a.refuse(w, r, http.StatusBadRequest, CodeInvalidQuery, ce.Message)
+			a.refuse(w, r, http.StatusBadRequest, reason.InvalidQuery, ce.Message)
 			return
 		case err != nil:
 			a.unavailable(w, r, err)

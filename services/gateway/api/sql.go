@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 	"github.com/lowbarena/lowbarena/platform/store/query"
 )
@@ -49,11 +50,11 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case v.Kind == "":
-		a.refuse(w, r, http.StatusUnauthorized, CodeTokenMissing,
+		a.refuse(w, r, http.StatusUnauthorized, reason.TokenMissing,
 			"SQL on the arena's store takes an operator's token: send Authorization: Bearer <token>")
 		return
 	case !v.Operator():
-		a.refuse(w, r, http.StatusForbidden, CodeTokenNotOperator,
+		a.refuse(w, r, http.StatusForbidden, reason.TokenNotOperator,
 			"SQL on the arena's store is for operators: the store holds every participant's dev scores. Read your own with GET /v1/history?participant="+v.Name)
 		return
 	}
@@ -64,7 +65,7 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 	}
 	ctype, ok := sqlFormats[format]
 	if !ok {
-		a.refuse(w, r, http.StatusBadRequest, CodeInvalidQuery, fmt.Sprintf("format %q: choose json, csv or tsv", format))
+		a.refuse(w, r, http.StatusBadRequest, reason.InvalidQuery, fmt.Sprintf("format %q: choose json, csv or tsv", format))
 		return
 	}
 	req, status, code, msg := readSQLRequest(r)
@@ -73,7 +74,7 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.o.NC == nil {
-		a.refuse(w, r, http.StatusServiceUnavailable, CodeQueryUnavailable, "this gateway does not reach the arena's query service")
+		a.refuse(w, r, http.StatusServiceUnavailable, reason.QueryUnavailable, "this gateway does not reach the arena's query service")
 		return
 	}
 	// The request waits for the statement's own limit (the service's
@@ -89,7 +90,7 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ctl.ErrNoService):
 		w.Header().Set("Retry-After", "5")
-		a.refuse(w, r, http.StatusServiceUnavailable, CodeQueryUnavailable,
+		a.refuse(w, r, http.StatusServiceUnavailable, reason.QueryUnavailable,
 			"no query service answers; the arena's score stage holds it: try again when it is up")
 		return
 	case errors.As(err, &ce) && ce.Reason != "":
@@ -101,7 +102,7 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, r, status, ce.Reason, ce.Message)
 		return
 	case errors.As(err, &ce) && ce.Code == ctl.CodeBadRequest:
-		a.refuse(w, r, http.StatusBadRequest, CodeInvalidQuery, ce.Message)
+		a.refuse(w, r, http.StatusBadRequest, reason.InvalidQuery, ce.Message)
 		return
 	case err != nil:
 		a.unavailable(w, r, err)
@@ -126,13 +127,13 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 
 // readSQLRequest reads POST /v1/sql's statement and limits, or the
 // refusal of a body or parameter that cannot be one (a non-empty code).
-func readSQLRequest(r *http.Request) (req ctl.SQLRequest, status int, code, msg string) {
+func readSQLRequest(r *http.Request) (req ctl.SQLRequest, status int, code reason.Code, msg string) {
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSQLBody+1))
 	if err != nil {
-		return req, http.StatusBadRequest, CodeRequestMalformed, "the body could not be read whole: " + err.Error()
+		return req, http.StatusBadRequest, reason.RequestMalformed, "the body could not be read whole: " + err.Error()
 	}
 	if len(raw) > maxSQLBody {
-		return req, http.StatusRequestEntityTooLarge, query.CodeTooLong,
+		return req, http.StatusRequestEntityTooLarge, reason.SQLTooLong,
 			fmt.Sprintf("the body is over %d bytes; a statement is at most %d", maxSQLBody, query.MaxStatementBytes)
 	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -140,11 +141,11 @@ func readSQLRequest(r *http.Request) (req ctl.SQLRequest, status int, code, msg 
 		dec := json.NewDecoder(strings.NewReader(string(raw)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return req, http.StatusBadRequest, CodeRequestMalformed,
+			return req, http.StatusBadRequest, reason.RequestMalformed,
 				`the JSON body does not decode: ` + err.Error() + `; send {"sql": "SELECT ...", "max_rows": 100, "timeout_seconds": 10}, or the statement as text`
 		}
 		if dec.More() {
-			return req, http.StatusBadRequest, CodeRequestMalformed, "the JSON body holds more than one value; send one object"
+			return req, http.StatusBadRequest, reason.RequestMalformed, "the JSON body holds more than one value; send one object"
 		}
 		return req, 0, "", ""
 	}
@@ -153,7 +154,7 @@ func readSQLRequest(r *http.Request) (req ctl.SQLRequest, status int, code, msg 
 	if s := q.Get("max_rows"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > query.MaxMaxRows {
-			return req, http.StatusBadRequest, query.CodeBadLimits, fmt.Sprintf("max_rows %q: give a whole number from 1 to %d", s, query.MaxMaxRows)
+			return req, http.StatusBadRequest, reason.SQLBadLimits, fmt.Sprintf("max_rows %q: give a whole number from 1 to %d", s, query.MaxMaxRows)
 		}
 		req.MaxRows = n
 	}
@@ -163,7 +164,7 @@ func readSQLRequest(r *http.Request) (req ctl.SQLRequest, status int, code, msg 
 			d, err = time.Duration(n)*time.Second, nil
 		}
 		if err != nil || d < time.Second || d > query.MaxTimeout || d%time.Second != 0 {
-			return req, http.StatusBadRequest, query.CodeBadLimits, fmt.Sprintf("timeout %q: give whole seconds from 1 to %d, for example 10 or 10s", s, int(query.MaxTimeout/time.Second))
+			return req, http.StatusBadRequest, reason.SQLBadLimits, fmt.Sprintf("timeout %q: give whole seconds from 1 to %d, for example 10 or 10s", s, int(query.MaxTimeout/time.Second))
 		}
 		req.TimeoutSeconds = int(d / time.Second)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 	"github.com/lowbarena/lowbarena/platform/store"
 	"github.com/lowbarena/lowbarena/platform/store/query"
@@ -42,7 +43,7 @@ func serveQuery(t *testing.T, f *fixture) {
 			var qe *query.Error
 			if errors.As(err, &qe) {
 				code := ctl.CodeBadRequest
-				if qe.Code == query.CodeBusy || qe.Code == query.CodeNoStore {
+				if qe.Code == reason.SQLBusy || qe.Code == reason.SQLNoStore {
 					code = ctl.CodeUnavailable
 				}
 				return ctl.SQLReply{}, ctl.RefuseWith(code, qe.Code, "%s", qe.Message)
@@ -131,22 +132,22 @@ func TestSQLEndpoint(t *testing.T) {
 		status                          int
 		code, says                      string
 	}{
-		{"no token", "", "", "", "SELECT 1", 401, CodeTokenMissing, "operator's token"},
-		{"a participant's token", "", f.alice, "", "SELECT 1", 403, CodeTokenNotOperator, "for operators"},
-		{"a write", "", f.op, "", "DROP TABLE scores", 400, query.CodeNotReadOnly, "DROP is not read-only"},
-		{"two statements", "", f.op, "", "SELECT 1; DROP TABLE scores", 400, query.CodeManyStatements, "more than one"},
-		{"past its limit", "?timeout=1", f.op, "", "SELECT count() FROM numbers(100000000000)", 400, query.CodeTimeout, "limit of 1s"},
-		{"malformed", "", f.op, "", "SELECT 'abc", 400, query.CodeMalformed, "not closed"},
-		{"a syntax error", "", f.op, "", "SELECT 1 +", 400, query.CodeSyntax, "cannot parse"},
-		{"an unknown table", "", f.op, "", "SELECT * FROM no_such_table", 400, query.CodeUnknown, "SHOW TABLES"},
-		{"empty", "", f.op, "", "  ", 400, query.CodeEmpty, ""},
-		{"a JSON body that does not decode", "", f.op, "application/json", `{"sql": 1}`, 400, CodeRequestMalformed, "does not decode"},
-		{"an unknown JSON field", "", f.op, "application/json", `{"query": "SELECT 1"}`, 400, CodeRequestMalformed, "unknown field"},
-		{"an unknown format", "?format=xml", f.op, "", "SELECT 1", 400, CodeInvalidQuery, "json, csv or tsv"},
-		{"max_rows out of range", "?max_rows=0", f.op, "", "SELECT 1", 400, query.CodeBadLimits, "1 to 10000"},
-		{"a timeout past the largest", "?timeout=61s", f.op, "", "SELECT 1", 400, query.CodeBadLimits, "whole seconds from 1 to 60"},
-		{"a JSON limit out of range", "", f.op, "application/json", `{"sql": "SELECT 1", "max_rows": 20000}`, 400, query.CodeBadLimits, "max rows"},
-		{"a body past the largest", "", f.op, "", "SELECT '" + strings.Repeat("x", maxSQLBody) + "'", 413, query.CodeTooLong, "at most"},
+		{"no token", "", "", "", "SELECT 1", 401, string(reason.TokenMissing), "operator's token"},
+		{"a participant's token", "", f.alice, "", "SELECT 1", 403, string(reason.TokenNotOperator), "for operators"},
+		{"a write", "", f.op, "", "DROP TABLE scores", 400, string(reason.SQLNotReadOnly), "DROP is not read-only"},
+		{"two statements", "", f.op, "", "SELECT 1; DROP TABLE scores", 400, string(reason.SQLManyStatements), "more than one"},
+		{"past its limit", "?timeout=1", f.op, "", "SELECT count() FROM numbers(100000000000)", 400, string(reason.SQLTimeout), "limit of 1s"},
+		{"malformed", "", f.op, "", "SELECT 'abc", 400, string(reason.SQLMalformed), "not closed"},
+		{"a syntax error", "", f.op, "", "SELECT 1 +", 400, string(reason.SQLSyntaxError), "cannot parse"},
+		{"an unknown table", "", f.op, "", "SELECT * FROM no_such_table", 400, string(reason.SQLUnknownName), "SHOW TABLES"},
+		{"empty", "", f.op, "", "  ", 400, string(reason.SQLEmpty), ""},
+		{"a JSON body that does not decode", "", f.op, "application/json", `{"sql": 1}`, 400, string(reason.RequestMalformed), "does not decode"},
+		{"an unknown JSON field", "", f.op, "application/json", `{"query": "SELECT 1"}`, 400, string(reason.RequestMalformed), "unknown field"},
+		{"an unknown format", "?format=xml", f.op, "", "SELECT 1", 400, string(reason.InvalidQuery), "json, csv or tsv"},
+		{"max_rows out of range", "?max_rows=0", f.op, "", "SELECT 1", 400, string(reason.SQLBadLimits), "1 to 10000"},
+		{"a timeout past the largest", "?timeout=61s", f.op, "", "SELECT 1", 400, string(reason.SQLBadLimits), "whole seconds from 1 to 60"},
+		{"a JSON limit out of range", "", f.op, "application/json", `{"sql": "SELECT 1", "max_rows": 20000}`, 400, string(reason.SQLBadLimits), "max rows"},
+		{"a body past the largest", "", f.op, "", "SELECT '" + strings.Repeat("x", maxSQLBody) + "'", 413, string(reason.SQLTooLong), "at most"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/domain/participant"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
@@ -65,11 +66,11 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	switch v.Kind {
 	case "":
-		a.refuse(w, r, http.StatusUnauthorized, CodeTokenMissing,
+		a.refuse(w, r, http.StatusUnauthorized, reason.TokenMissing,
 			"submitting takes a participant's token: send Authorization: Bearer lbp_... (arena submit --api reads it from LOWBARENA_TOKEN)")
 		return
 	case participant.KindOperator:
-		a.refuse(w, r, http.StatusForbidden, CodeTokenNotParticipant,
+		a.refuse(w, r, http.StatusForbidden, reason.TokenNotParticipant,
 			"an operator's token reads everything and submits nothing over HTTP: submit with the token of the participant the bundle is for (operators submit over NATS with arena submit)")
 		return
 	}
@@ -88,7 +89,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	release, ok := a.slots.acquire(v.Name)
 	if !ok {
-		a.refuse(w, r, http.StatusTooManyRequests, CodeUploadsConcurrent, fmt.Sprintf(
+		a.refuse(w, r, http.StatusTooManyRequests, reason.UploadsConcurrent, fmt.Sprintf(
 			"%s has %d uploads in flight, the most at once; send this one when one of them has been answered", v.Name, a.o.UploadsPerParticipant))
 		return
 	}
@@ -98,7 +99,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		defer func() { <-a.uploads }()
 	default:
 		w.Header().Set("Retry-After", "10")
-		a.refuse(w, r, http.StatusServiceUnavailable, CodeGatewayBusy, "the gateway takes as many uploads as it can at once; send this one again in a few seconds")
+		a.refuse(w, r, http.StatusServiceUnavailable, reason.GatewayBusy, "the gateway takes as many uploads as it can at once; send this one again in a few seconds")
 		return
 	}
 	u, err := a.o.Ledger.Get(ctx, v.Name)
@@ -120,7 +121,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		os.Remove(f.Name())
 	}()
 	if want := r.Header.Get(HeaderSHA256); want != "" && want != sum {
-		a.refuse(w, r, http.StatusBadRequest, CodeUploadDigestMismatch, fmt.Sprintf(
+		a.refuse(w, r, http.StatusBadRequest, reason.UploadDigestMismatch, fmt.Sprintf(
 			"the upload's %d bytes have sha256 %s, and its %s header says %s: it changed on the way; upload it again", size, short(sum), HeaderSHA256, short(want)))
 		return
 	}
@@ -141,7 +142,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if in.Declaration.Participant != v.Name {
-		a.refuse(w, r, http.StatusForbidden, CodeParticipantMismatch, fmt.Sprintf(
+		a.refuse(w, r, http.StatusForbidden, reason.ParticipantMismatch, fmt.Sprintf(
 			"submission.json names the participant %q, and this token is %s's: a token submits its own participant's bundles only; set \"participant\": %q in submission.json",
 			in.Declaration.Participant, v.Name, v.Name))
 		return
@@ -193,7 +194,7 @@ func (a *API) tooLarge(w http.ResponseWriter, r *http.Request, name string, lim 
 		return false
 	}
 	if n > a.o.MaxUploadBytes {
-		a.refuse(w, r, http.StatusRequestEntityTooLarge, CodeUploadTooLarge, fmt.Sprintf(
+		a.refuse(w, r, http.StatusRequestEntityTooLarge, reason.BundleUploadTooLarge, fmt.Sprintf(
 			"the upload is %s; the arena takes uploads of at most %s. Submit a checkpoint this large by reference: publish it in a model repository, "+
 				"write checkpoint.json beside submission.json (arena reference), and submit that folder", bundle.HumanSize(n), bundle.HumanSize(a.o.MaxUploadBytes)))
 		return true
@@ -237,13 +238,13 @@ func (a *API) spool(w http.ResponseWriter, r *http.Request, name string, lim par
 	case n > maxBytes:
 		a.tooLarge(w, r, name, lim, n)
 	case errors.Is(readErr, errTooSlow):
-		a.refuse(w, r, http.StatusRequestTimeout, CodeUploadTooSlow, fmt.Sprintf(
+		a.refuse(w, r, http.StatusRequestTimeout, reason.UploadTooSlow, fmt.Sprintf(
 			"the upload stalled or came slower than %s/s after %d bytes; upload it again over a steadier connection", bundle.HumanSize(a.o.UploadMinRate), n))
 	case readErr != nil:
-		a.refuse(w, r, http.StatusBadRequest, CodeUploadIncomplete, fmt.Sprintf(
+		a.refuse(w, r, http.StatusBadRequest, reason.UploadIncomplete, fmt.Sprintf(
 			"the upload ended after %d bytes, before its end (the connection dropped, or the body is shorter than its Content-Length); upload it again", n))
 	case n == 0:
-		a.refuse(w, r, http.StatusBadRequest, CodeUploadIncomplete, "the upload is empty: the body is the packed bundle (arena submit --api packs and sends it)")
+		a.refuse(w, r, http.StatusBadRequest, reason.UploadIncomplete, "the upload is empty: the body is the packed bundle (arena submit --api packs and sends it)")
 	default:
 		ok = true
 		return f, n, hex.EncodeToString(h.Sum(nil)), true

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
@@ -40,9 +41,9 @@ func TestServerSpans(t *testing.T) {
 		{"a record, traced", "/v1/submissions/alice-dev", f.alice, true, http.StatusOK, "GET /v1/submissions/{id}", "", false, nil},
 		// The client is told submission_not_found; the operator's span
 		// says why.
-		{"a record another may not read", "/v1/submissions/alice-dev", f.bob, false, http.StatusNotFound, "GET /v1/submissions/{id}", CodeRecordHidden, false, nil},
-		{"no route", "/v1/nothing/here", "", false, http.StatusNotFound, "GET", CodeNotFound, false, nil},
-		{"the records bucket gone", "/healthz", "", true, http.StatusServiceUnavailable, "GET /healthz", CodeUnavailable, true, func() {
+		{"a record another may not read", "/v1/submissions/alice-dev", f.bob, false, http.StatusNotFound, "GET /v1/submissions/{id}", string(reason.RecordHidden), false, nil},
+		{"no route", "/v1/nothing/here", "", false, http.StatusNotFound, "GET", string(reason.NotFound), false, nil},
+		{"the records bucket gone", "/healthz", "", true, http.StatusServiceUnavailable, "GET /healthz", string(reason.Unavailable), true, func() {
 			require.NoError(t, f.b.JetStream().DeleteKeyValue(context.Background(), bus.BucketSubmissions))
 		}},
 	}

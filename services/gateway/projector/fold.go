@@ -14,6 +14,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // ErrNoRecord is returned by Fold for a stage event whose submission has no
@@ -153,7 +154,7 @@ func Fold(rec *record.Submission, e event.Event) (*record.Submission, bool, erro
 	// An entry that is not qualified keeps its dev_score for display,
 	// and its score stage reads skipped, as in the arena's records.
 	if spec.Type == events.ScoreCompleted && next.Result.DevScore != nil && !next.Result.DevScore.Qualified {
-		st.Status, st.Reason = record.StatusSkipped, "not_qualified"
+		st.Status, st.Reason = record.StatusSkipped, string(reason.NotQualified)
 	}
 	next.Status = overall(next.Stages)
 	next.UpdatedAt = t

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/ce"
 	"github.com/lowbarena/lowbarena/platform/store"
@@ -64,7 +65,7 @@ func (p *Projector) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 	id := e.Subject()
 	if !events.ValidID(id) {
-		return bus.Poison("bad_subject", fmt.Errorf("subject %q is not a submission id", id))
+		return bus.Poison(reason.BadSubject, fmt.Errorf("subject %q is not a submission id", id))
 	}
 	for range maxCAS {
 		var cur *record.Submission
@@ -77,7 +78,7 @@ func (p *Projector) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		default:
 			cur = new(record.Submission)
 			if err := json.Unmarshal(entry.Value(), cur); err != nil {
-				return bus.Poison("record_corrupt", fmt.Errorf("record %s: %w", id, err))
+				return bus.Poison(reason.RecordCorrupt, fmt.Errorf("record %s: %w", id, err))
 			}
 			rev = entry.Revision()
 		}
@@ -97,14 +98,14 @@ func (p *Projector) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 			}
 		}
 		if err != nil {
-			return bus.Poison("fold_failed", err)
+			return bus.Poison(reason.FoldFailed, err)
 		}
 		if !changed {
 			break
 		}
 		body, err := json.Marshal(next)
 		if err != nil {
-			return bus.Poison("fold_failed", err)
+			return bus.Poison(reason.FoldFailed, err)
 		}
 		if cur == nil {
 			_, err = p.kv.Create(ctx, id, body)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
@@ -56,7 +57,7 @@ func (p *Projector) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	e := d.Event
 	id := e.Subject()
 	if !events.ValidID(id) {
-		return bus.Poison("bad_subject", fmt.Errorf("subject %q is not a round id", id))
+		return bus.Poison(reason.BadSubject, fmt.Errorf("subject %q is not a round id", id))
 	}
 	for range maxCAS {
 		var cur *View
@@ -69,20 +70,20 @@ func (p *Projector) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		default:
 			cur = new(View)
 			if err := json.Unmarshal(entry.Value(), cur); err != nil {
-				return bus.Poison("view_corrupt", fmt.Errorf("round view %s: %w", id, err))
+				return bus.Poison(reason.ViewCorrupt, fmt.Errorf("round view %s: %w", id, err))
 			}
 			rev = entry.Revision()
 		}
 		next, changed, err := Fold(cur, e)
 		if err != nil {
-			return bus.Poison("fold_failed", err)
+			return bus.Poison(reason.FoldFailed, err)
 		}
 		if !changed {
 			return bus.Ack()
 		}
 		body, err := json.Marshal(next)
 		if err != nil {
-			return bus.Poison("fold_failed", err)
+			return bus.Poison(reason.FoldFailed, err)
 		}
 		if cur == nil {
 			_, err = p.kv.Create(ctx, id, body)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/participant"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
@@ -173,7 +174,7 @@ func (t *Tally) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		GPUHours     float64 `json:"gpu_hours"`
 	}
 	if err := d.Decode(&out); err != nil {
-		return bus.Poison("bad_outcome", err)
+		return bus.Poison(reason.BadOutcome, err)
 	}
 	if out.SubmissionID == "" || out.GPUHours <= 0 {
 		return bus.Ack()

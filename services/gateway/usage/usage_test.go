@@ -15,6 +15,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/participant"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/services/gateway/usage"
@@ -62,7 +63,7 @@ func TestReserveRace(t *testing.T) {
 			ok++
 		case errors.As(err, &r):
 			refused++
-			require.Equal(t, participant.CodeQuotaSubmissions, r.Code)
+			require.Equal(t, reason.QuotaSubmissionsPerDay, r.Code)
 			require.Equal(t, t0.Add(participant.Day), r.RetryAt)
 		default:
 			t.Fatalf("unexpected error: %v", err)

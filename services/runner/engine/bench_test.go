@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 )
 
@@ -18,7 +19,7 @@ func BenchmarkClassifyRoundPageTail(b *testing.B) {
 	log := string(tmpl)
 	b.SetBytes(int64(len(log)))
 	for b.Loop() {
-		if r, _ := engine.Classify(log); r != engine.ReasonOOM {
+		if r, _ := engine.Classify(log); r != reason.EngineOOM {
 			b.Fatal(r)
 		}
 	}
@@ -31,7 +32,7 @@ func BenchmarkClassify200Lines(b *testing.B) {
 	log := strings.Repeat(line, 200)
 	b.SetBytes(int64(len(log)))
 	for b.Loop() {
-		if r, _ := engine.Classify(log); r != engine.ReasonCrashed {
+		if r, _ := engine.Classify(log); r != reason.EngineCrashed {
 			b.Fatal(r)
 		}
 	}

@@ -3,37 +3,8 @@ package engine
 import (
 	"regexp"
 	"strings"
-)
 
-// Reasons a job fails for its engine. They are stable codes; each has a
-// class of log lines below (see Classify).
-const (
-	// ReasonOOM: CUDA ran out of memory (loading weights, capturing CUDA
-	// graphs, allocating the KV cache or serving; Failure.Phase says
-	// which).
-	ReasonOOM = "engine_oom"
-	// ReasonHealthTimeout: the engine did not answer its health endpoint
-	// with 200 in time.
-	ReasonHealthTimeout = "engine_health_timeout"
-	// ReasonCrashed: the engine exited for a reason of no other class.
-	ReasonCrashed = "engine_crashed"
-	// ReasonBadCheckpoint: the engine could not read the checkpoint
-	// (a broken safetensors header, missing weights).
-	ReasonBadCheckpoint = "engine_bad_checkpoint"
-	// ReasonBadCommand: the command template does not render or start.
-	ReasonBadCommand = "engine_bad_command"
-	// ReasonOverCap: the runner stopped an engine above its hard cap.
-	ReasonOverCap = "engine_over_memory_cap"
-	// ReasonUnsupportedQuantization: the engine, or this GPU, does not
-	// support the checkpoint's quantization method or the KV cache dtype
-	// asked for.
-	ReasonUnsupportedQuantization = "engine_unsupported_quantization"
-	// ReasonPortInUse: a port the engine binds was taken (the runner
-	// starts it again on another port before giving up).
-	ReasonPortInUse = "engine_port_in_use"
-	// ReasonNCCL: NCCL (the collective library between GPUs and ranks)
-	// failed.
-	ReasonNCCL = "engine_nccl_error"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Phases of an engine's start-up, for an OOM: the step it was in when
@@ -52,14 +23,14 @@ const (
 // PyTorch's and CPython's messages), quoted in classify_test.go with where
 // each comes from.
 var classes = []struct {
-	reason string
-	re     *regexp.Regexp
+	code reason.Code
+	re   *regexp.Regexp
 }{
-	{ReasonOOM, regexp.MustCompile(`(?i)out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|No available memory for the cache blocks|KV cache is needed, which is larger than the available KV cache memory|Not enough memory\. Please try to increase --mem-fraction-static`)},
-	{ReasonPortInUse, regexp.MustCompile(`(?i)address already in use|EADDRINUSE`)},
-	{ReasonUnsupportedQuantization, regexp.MustCompile(`(?i)quantization method \S+ is not supported for the current GPU|Unknown quantization method|Quantization scheme is not supported|argument --quantization: invalid choice|argument --kv-cache-dtype: invalid choice`)},
-	{ReasonBadCheckpoint, regexp.MustCompile(`(?i)SafetensorError|safetensors:|Error while deserializing header|invalid checkpoint|Error loading model|HeaderTooLarge|Following weights were not initialized from checkpoint`)},
-	{ReasonNCCL, regexp.MustCompile(`NCCL error|DistBackendError|ncclUnhandledCudaError|ncclSystemError|ncclInternalError`)},
+	{reason.EngineOOM, regexp.MustCompile(`(?i)out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|No available memory for the cache blocks|KV cache is needed, which is larger than the available KV cache memory|Not enough memory\. Please try to increase --mem-fraction-static`)},
+	{reason.EnginePortInUse, regexp.MustCompile(`(?i)address already in use|EADDRINUSE`)},
+	{reason.EngineUnsupportedQuantization, regexp.MustCompile(`(?i)quantization method \S+ is not supported for the current GPU|Unknown quantization method|Quantization scheme is not supported|argument --quantization: invalid choice|argument --kv-cache-dtype: invalid choice`)},
+	{reason.EngineBadCheckpoint, regexp.MustCompile(`(?i)SafetensorError|safetensors:|Error while deserializing header|invalid checkpoint|Error loading model|HeaderTooLarge|Following weights were not initialized from checkpoint`)},
+	{reason.EngineNCCLError, regexp.MustCompile(`NCCL error|DistBackendError|ncclUnhandledCudaError|ncclSystemError|ncclInternalError`)},
 }
 
 // logLevel matches a line a logger wrote below ERROR (vLLM's "INFO 08-19
@@ -82,10 +53,11 @@ var phaseMarks = []struct {
 	{PhaseServing, regexp.MustCompile(`(?i)Application startup complete|"POST /v1/|Decode batch|Avg prompt throughput`)},
 }
 
-// Classify names why an engine failed from its log tail: one of the
-// reasons above (ReasonCrashed when no class matches) and, for an out of
-// memory, the phase it happened in ("" when the log does not show it).
-func Classify(logTail string) (reason, phase string) {
+// Classify names why an engine failed from its log tail: the code of one
+// of the classes above (reason.EngineCrashed when no class matches) and,
+// for an out of memory, the phase it happened in ("" when the log does not
+// show it).
+func Classify(logTail string) (code reason.Code, phase string) {
 	lines := strings.Split(logTail, "\n")
 	for _, c := range classes {
 		at := -1
@@ -97,12 +69,12 @@ func Classify(logTail string) (reason, phase string) {
 		if at < 0 {
 			continue
 		}
-		if c.reason == ReasonOOM {
+		if c.code == reason.EngineOOM {
 			phase = phaseAt(lines, at)
 		}
-		return c.reason, phase
+		return c.code, phase
 	}
-	return ReasonCrashed, ""
+	return reason.EngineCrashed, ""
 }
 
 // phaseAt is the phase of the last marker at or before line at.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 )
 
@@ -17,28 +18,30 @@ import (
 func TestClassifyRealLogTails(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		file, reason, phase string
+		file   string
+		reason reason.Code
+		phase  string
 	}{
-		{"vllm_weights_oom.log", engine.ReasonOOM, engine.PhaseWeights},
-		{"vllm_cuda_graph_oom.log", engine.ReasonOOM, engine.PhaseCUDAGraph},
-		{"vllm_kv_cache_oom.log", engine.ReasonOOM, engine.PhaseKVCache},
-		{"sglang_kv_cache_oom.log", engine.ReasonOOM, engine.PhaseKVCache},
-		{"vllm_bad_checkpoint.log", engine.ReasonBadCheckpoint, ""},
-		{"vllm_unsupported_quantization.log", engine.ReasonUnsupportedQuantization, ""},
-		{"sglang_unsupported_kv_dtype.log", engine.ReasonUnsupportedQuantization, ""},
-		{"vllm_port_in_use.log", engine.ReasonPortInUse, ""},
-		{"vllm_nccl.log", engine.ReasonNCCL, ""},
+		{"vllm_weights_oom.log", reason.EngineOOM, engine.PhaseWeights},
+		{"vllm_cuda_graph_oom.log", reason.EngineOOM, engine.PhaseCUDAGraph},
+		{"vllm_kv_cache_oom.log", reason.EngineOOM, engine.PhaseKVCache},
+		{"sglang_kv_cache_oom.log", reason.EngineOOM, engine.PhaseKVCache},
+		{"vllm_bad_checkpoint.log", reason.EngineBadCheckpoint, ""},
+		{"vllm_unsupported_quantization.log", reason.EngineUnsupportedQuantization, ""},
+		{"sglang_unsupported_kv_dtype.log", reason.EngineUnsupportedQuantization, ""},
+		{"vllm_port_in_use.log", reason.EnginePortInUse, ""},
+		{"vllm_nccl.log", reason.EngineNCCLError, ""},
 		// vLLM's INFO advice mentions running out of memory; the engine
 		// died of something else.
-		{"vllm_advice_then_crash.log", engine.ReasonCrashed, ""},
+		{"vllm_advice_then_crash.log", reason.EngineCrashed, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
 			t.Parallel()
 			b, err := os.ReadFile(filepath.Join("testdata", "logs", tc.file))
 			require.NoError(t, err)
-			reason, phase := engine.Classify(string(b))
-			require.Equal(t, tc.reason, reason)
+			code, phase := engine.Classify(string(b))
+			require.Equal(t, tc.reason, code)
 			require.Equal(t, tc.phase, phase)
 		})
 	}
@@ -85,7 +88,7 @@ func TestGoldenRoundPageSGLangOOM(t *testing.T) {
 		_, err := engine.Start(context.Background(), o)
 		f := engine.AsFailure(err)
 		require.NotNil(t, f, "%v", err)
-		require.Equal(t, engine.ReasonOOM, f.Reason)
+		require.Equal(t, reason.EngineOOM, f.Reason)
 		require.Equal(t, engine.PhaseCUDAGraph, f.Phase)
 		require.Equal(t, "exit status 1", f.Exit)
 		require.True(t, strings.HasPrefix(f.Message, "engine died before becoming healthy (last error: [Errno 111] Connection refused); container log tail: m tokens) File "), f.Message)

@@ -27,6 +27,8 @@ import (
 	"text/template"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Params fill the command template.
@@ -93,22 +95,22 @@ func Render(tmpl string, p Params) ([]string, error) {
 	}
 	t, err := template.New("engine").Option("missingkey=error").Funcs(funcs).Parse(tmpl)
 	if err != nil {
-		return nil, &Failure{Reason: ReasonBadCommand, Message: fmt.Sprintf("the engine command template does not parse: %v", err)}
+		return nil, &Failure{Reason: reason.EngineBadCommand, Message: fmt.Sprintf("the engine command template does not parse: %v", err)}
 	}
 	var b bytes.Buffer
 	if err := t.Execute(&b, p); err != nil {
-		return nil, &Failure{Reason: ReasonBadCommand, Message: fmt.Sprintf("the engine command template names an unknown placeholder: %v", err)}
+		return nil, &Failure{Reason: reason.EngineBadCommand, Message: fmt.Sprintf("the engine command template names an unknown placeholder: %v", err)}
 	}
 	words := strings.Fields(b.String())
 	if len(words) == 0 {
-		return nil, &Failure{Reason: ReasonBadCommand, Message: "the engine command is empty"}
+		return nil, &Failure{Reason: reason.EngineBadCommand, Message: "the engine command is empty"}
 	}
 	return words, nil
 }
 
 // Failure is an engine failure, classified.
 type Failure struct {
-	Reason  string
+	Reason  reason.Code
 	Message string
 	LogTail string
 	// Phase is where an engine_oom happened (PhaseWeights,
@@ -118,7 +120,7 @@ type Failure struct {
 	Exit string
 }
 
-func (f *Failure) Error() string { return f.Reason + ": " + f.Message }
+func (f *Failure) Error() string { return string(f.Reason) + ": " + f.Message }
 
 // AsFailure returns the *Failure in err's chain, or nil.
 func AsFailure(err error) *Failure {
@@ -182,7 +184,7 @@ func Start(ctx context.Context, o Options) (*Engine, error) {
 		o.TailLines = 40
 	}
 	if len(o.Command) == 0 {
-		return nil, &Failure{Reason: ReasonBadCommand, Message: "no engine command"}
+		return nil, &Failure{Reason: reason.EngineBadCommand, Message: "no engine command"}
 	}
 	e := &Engine{opts: o, tail: newTail(o.TailLines), done: make(chan struct{})}
 	e.cmd = exec.Command(o.Command[0], o.Command[1:]...)
@@ -201,7 +203,7 @@ func Start(ctx context.Context, o Options) (*Engine, error) {
 	// the group, children included.
 	e.cmd.WaitDelay = exitDrain
 	if err := e.cmd.Start(); err != nil {
-		return nil, &Failure{Reason: ReasonBadCommand, Message: fmt.Sprintf("the engine did not start: %v", err)}
+		return nil, &Failure{Reason: reason.EngineBadCommand, Message: fmt.Sprintf("the engine did not start: %v", err)}
 	}
 	go func() {
 		e.err = e.cmd.Wait()
@@ -248,7 +250,7 @@ func (e *Engine) waitHealthy(ctx context.Context) error {
 			if last == "" {
 				last = lastError(e.tail.String())
 			}
-			return &Failure{Reason: ReasonHealthTimeout, LogTail: e.tail.String(),
+			return &Failure{Reason: reason.EngineHealthTimeout, LogTail: e.tail.String(),
 				Message: fmt.Sprintf("engine did not become healthy within %s (last error: %s); container log tail: %s", e.opts.HealthTimeout, last, oneLine(e.tail.String(), MessageTail))}
 		case <-tick.C:
 			if probe() {
@@ -283,7 +285,7 @@ func (e *Engine) Exited() <-chan struct{} { return e.done }
 // Failure classifies an engine that exited while it served.
 func (e *Engine) Failure() *Failure {
 	f := e.classify("engine died while serving", lastError(e.tail.String()))
-	if f.Reason == ReasonOOM && f.Phase == "" {
+	if f.Reason == reason.EngineOOM && f.Phase == "" {
 		f.Phase = PhaseServing
 	}
 	return f

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/domain/examples"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 )
 
@@ -140,12 +141,14 @@ func TestStopEndsTheWholeGroup(t *testing.T) {
 func TestStartClassifiesFailures(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		mode, reason, says string
+		mode   string
+		reason reason.Code
+		says   string
 	}{
-		{"oom", engine.ReasonOOM, "engine died before becoming healthy"},
-		{"crash", engine.ReasonCrashed, "last error: [Errno 111] Connection refused); container log tail: INFO starting fake engine, mode crash RuntimeError: engine core initialisation failed"},
-		{"badckpt", engine.ReasonBadCheckpoint, "header_truncated"},
-		{"unhealthy", engine.ReasonHealthTimeout, "did not become healthy within 3s"},
+		{"oom", reason.EngineOOM, "engine died before becoming healthy"},
+		{"crash", reason.EngineCrashed, "last error: [Errno 111] Connection refused); container log tail: INFO starting fake engine, mode crash RuntimeError: engine core initialisation failed"},
+		{"badckpt", reason.EngineBadCheckpoint, "header_truncated"},
+		{"unhealthy", reason.EngineHealthTimeout, "did not become healthy within 3s"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -178,7 +181,7 @@ func TestEngineThatExitsBeforeHealthyFailsAtOnce(t *testing.T) {
 	require.NoError(t, ctx.Err(), "Start waited for the pipes of the engine's child, not for the engine")
 	f := engine.AsFailure(err)
 	require.NotNil(t, f, "%v", err)
-	require.Equal(t, engine.ReasonCrashed, f.Reason, f.Message)
+	require.Equal(t, reason.EngineCrashed, f.Reason, f.Message)
 	require.Equal(t, "exit status 3", f.Exit)
 	require.Contains(t, f.Message, "engine died before becoming healthy")
 	require.Contains(t, f.LogTail, "Engine core initialization failed")
@@ -198,7 +201,7 @@ func TestEngineDiesWhileServing(t *testing.T) {
 		t.Fatal("the engine did not die")
 	}
 	f := e.Failure()
-	require.Equal(t, engine.ReasonCrashed, f.Reason)
+	require.Equal(t, reason.EngineCrashed, f.Reason)
 	require.Contains(t, f.Message, "engine died while serving")
 	require.Contains(t, f.Message, "illegal memory access")
 	e.Stop()
@@ -235,8 +238,8 @@ func TestRender(t *testing.T) {
 	}
 	for _, bad := range []string{"", "vllm {{.Nope}}", "vllm {{.Port"} {
 		_, err := engine.Render(bad, engine.Params{})
-		require.Equal(t, engine.ReasonBadCommand, engine.AsFailure(err).Reason, bad)
+		require.Equal(t, reason.EngineBadCommand, engine.AsFailure(err).Reason, bad)
 	}
 	_, err = engine.Start(context.Background(), engine.Options{Command: []string{"/nonexistent/engine"}, Port: 1})
-	require.Equal(t, engine.ReasonBadCommand, engine.AsFailure(err).Reason)
+	require.Equal(t, reason.EngineBadCommand, engine.AsFailure(err).Reason)
 }

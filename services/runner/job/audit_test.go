@@ -16,6 +16,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
@@ -54,13 +55,13 @@ func TestAuditsCatchEachCheat(t *testing.T) {
 		reason string // "" passes
 	}{
 		{"none", ""},
-		{"fast-path-under-load", audit.ReasonAccuracy},
-		{"answer-cache", audit.ReasonCache},
-		{"pad-tokens", audit.ReasonTokens},
-		{"other-model", audit.ReasonServed},
-		{"error-audit-items", audit.ReasonItemErrors},
-		{"slow-audit-items", audit.ReasonItemsSlower},
-		{"stop-mid-item", audit.ReasonItemIncomplete},
+		{"fast-path-under-load", string(reason.AccuracyDiffersUnderLoad)},
+		{"answer-cache", string(reason.AnswerCacheSuspected)},
+		{"pad-tokens", string(reason.TokenCountDishonest)},
+		{"other-model", string(reason.ServedModelMismatch)},
+		{"error-audit-items", string(reason.AuditItemErrors)},
+		{"slow-audit-items", string(reason.AuditItemsSlower)},
+		{"stop-mid-item", string(reason.AuditItemIncomplete)},
 	}
 	for _, c := range cases {
 		t.Run(c.fault, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
@@ -184,17 +185,17 @@ func TestServeFailuresAreClassified(t *testing.T) {
 	cases := []struct {
 		name, extra string
 		gib, capGiB float64
-		reason      string
+		reason      reason.Code
 	}{
-		{"never healthy", "--fault never-healthy", 0, 0, engine.ReasonHealthTimeout},
-		{"crash on start", "--fault crash-on-start", 0, 0, engine.ReasonCrashed},
-		{"dies mid-workload", "--fault die-after-tokens=40", 0, 0, engine.ReasonCrashed},
-		{"malformed stream", "--fault malformed-sse", 0, 0, loadgen.CodeBadStream},
-		{"zero tokens", "--fault zero-tokens", 0, 0, loadgen.CodeZeroTokens},
-		{"lies about tokens", "--fault lie-tokens", 0, 0, loadgen.CodeTokenMismatch},
-		{"hangs", "--fault hang-after-tokens=20", 0, 0, loadgen.CodeHang},
-		{"out of memory", "", 2.0, 0, engine.ReasonOOM},
-		{"over its cap", "", 0, 3.0, engine.ReasonOverCap},
+		{"never healthy", "--fault never-healthy", 0, 0, reason.EngineHealthTimeout},
+		{"crash on start", "--fault crash-on-start", 0, 0, reason.EngineCrashed},
+		{"dies mid-workload", "--fault die-after-tokens=40", 0, 0, reason.EngineCrashed},
+		{"malformed stream", "--fault malformed-sse", 0, 0, reason.EngineBadStream},
+		{"zero tokens", "--fault zero-tokens", 0, 0, reason.EngineZeroTokens},
+		{"lies about tokens", "--fault lie-tokens", 0, 0, reason.EngineTokenCountMismatch},
+		{"hangs", "--fault hang-after-tokens=20", 0, 0, reason.EngineHang},
+		{"out of memory", "", 2.0, 0, reason.EngineOOM},
+		{"over its cap", "", 0, 3.0, reason.EngineOverMemoryCap},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,7 +207,7 @@ func TestServeFailuresAreClassified(t *testing.T) {
 			_, err := r.Serve(ctx, job.Launch{Run: "candidate", Command: command(tc.extra), Checkpoint: ck, KVCacheDType: "auto",
 				MaxNumSeqs: 64, GPUMemoryGiB: tc.gib, CapGiB: tc.capGiB}, wl)
 			require.Error(t, err)
-			code := ""
+			var code reason.Code
 			if f := engine.AsFailure(err); f != nil {
 				code = f.Reason
 				require.Contains(t, f.Message, "log tail")

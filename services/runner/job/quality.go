@@ -14,6 +14,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
 
@@ -31,10 +32,6 @@ type Graded struct {
 	// Answer is the engine's text.
 	Answer string
 }
-
-// CodeEngineAnswer is the code of an engine whose answers cannot be read
-// (an HTTP error, a body that is not a completion).
-const CodeEngineAnswer = "engine_bad_answer"
 
 // Quality starts the engine on the checkpoint, answers every item of the
 // suite (each sample with seed = its index, the campaign's temperature),
@@ -207,15 +204,15 @@ func (r *Runner) answer(ss *session, hc *http.Client, p events.QualityJobParams,
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := hc.Do(req)
 	if err != nil {
-		return answer{}, &loadgen.Error{Code: loadgen.CodeDisconnected, Message: fmt.Sprintf("item %s: %v", it.ID, err), Err: err}
+		return answer{}, &loadgen.Error{Code: reason.EngineDisconnected, Message: fmt.Sprintf("item %s: %v", it.ID, err), Err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		return answer{}, &loadgen.Error{Code: loadgen.CodeDisconnected, Message: fmt.Sprintf("item %s: %v", it.ID, err), Err: err}
+		return answer{}, &loadgen.Error{Code: reason.EngineDisconnected, Message: fmt.Sprintf("item %s: %v", it.ID, err), Err: err}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return answer{}, &loadgen.Error{Code: loadgen.CodeHTTP, Message: fmt.Sprintf("item %s: HTTP %d: %.300s", it.ID, resp.StatusCode, data)}
+		return answer{}, &loadgen.Error{Code: reason.EngineHTTPError, Message: fmt.Sprintf("item %s: HTTP %d: %.300s", it.ID, resp.StatusCode, data)}
 	}
 	var c struct {
 		Choices []struct {
@@ -232,7 +229,7 @@ func (r *Runner) answer(ss *session, hc *http.Client, p events.QualityJobParams,
 		} `json:"usage"`
 	}
 	if err := json.Unmarshal(data, &c); err != nil || len(c.Choices) == 0 {
-		return answer{}, &loadgen.Error{Code: CodeEngineAnswer, Message: fmt.Sprintf("item %s: the engine's answer is not a completion: %.200s", it.ID, data)}
+		return answer{}, &loadgen.Error{Code: reason.EngineBadAnswer, Message: fmt.Sprintf("item %s: the engine's answer is not a completion: %.200s", it.ID, data)}
 	}
 	a := answer{text: c.Choices[0].Text, tokens: c.Usage.CompletionTokens}
 	if m := c.Choices[0].Message; m != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 )
@@ -80,5 +81,5 @@ func TestQualityFailures(t *testing.T) {
 	// An engine that dies mid-suite fails the job with its reason.
 	_, err = r.Quality(ctx, qualityParams("--fault die-after-tokens=30"), ck, s, nil)
 	require.NotNil(t, engine.AsFailure(err), "%v", err)
-	require.Equal(t, engine.ReasonCrashed, engine.AsFailure(err).Reason)
+	require.Equal(t, reason.EngineCrashed, engine.AsFailure(err).Reason)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/formula"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"
@@ -208,7 +209,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
-		if f := engine.AsFailure(err); f != nil && f.Reason == engine.ReasonPortInUse && attempt < 3 {
+		if f := engine.AsFailure(err); f != nil && f.Reason == reason.EnginePortInUse && attempt < 3 {
 			if r.Log != nil {
 				r.Log.Warn("engine port taken; starting it on another", "run", l.Run, "port", port, "attempt", attempt)
 			}
@@ -258,7 +259,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	if l.CapGiB > 0 {
 		sampler.CapBytes = uint64(l.CapGiB * formula.GiB)
 		sampler.OverCap = func(s telemetry.Sample) {
-			cancel(&engine.Failure{Reason: engine.ReasonOverCap, LogTail: e.Tail(), Message: fmt.Sprintf(
+			cancel(&engine.Failure{Reason: reason.EngineOverMemoryCap, LogTail: e.Tail(), Message: fmt.Sprintf(
 				"engine used %.3f GiB of GPU memory, above its hard cap of %.3f GiB, and was stopped; container log tail: %s",
 				float64(s.MemUsed)/formula.GiB, l.CapGiB, flat(e.Tail(), 600))})
 		}
@@ -358,15 +359,11 @@ func (r *Runner) startup(ctx context.Context, hc *http.Client, base, log string)
 	}
 	s, ok := ParseStartup(log)
 	if !ok {
-		return s, &engine.Failure{Reason: ReasonNoStartup, LogTail: log,
+		return s, &engine.Failure{Reason: reason.EngineNoStartupReport, LogTail: log,
 			Message: "the engine became healthy but reported neither its KV cache size nor its token count (no start-up endpoint, no vLLM or SGLang start-up lines in its log)"}
 	}
 	return s, nil
 }
-
-// ReasonNoStartup is the failure of an engine whose start-up the runner
-// cannot read.
-const ReasonNoStartup = "engine_no_startup_report"
 
 // servedModel is the id the engine serves the checkpoint under (the first
 // of /v1/models), or the checkpoint path, as vLLM names it by default.

@@ -30,26 +30,17 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/stats"
 	"github.com/lowbarena/lowbarena/domain/suite"
-)
-
-// Codes of Error.
-const (
-	CodeBadStream     = "engine_bad_stream"
-	CodeZeroTokens    = "engine_zero_tokens"
-	CodeTokenMismatch = "engine_token_count_mismatch"
-	CodeHang          = "engine_hang"
-	CodeDisconnected  = "engine_disconnected"
-	CodeHTTP          = "engine_http_error"
+	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // Error is a request the engine failed.
 type Error struct {
-	Code    string
+	Code    reason.Code
 	Message string
 	Err     error
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
@@ -286,7 +277,7 @@ func (c *Client) batch(ctx context.Context, hc *http.Client, w Workload, prompts
 				s, err := c.one(ctx, hc, seq, p.Text, w.MaxTokens)
 				s.Item = p.Item
 				if e := AsError(err); e != nil && p.Item != "" && observe != nil && ctx.Err() == nil {
-					s.Err, s.ErrMessage = e.Code, e.Message
+					s.Err, s.ErrMessage = string(e.Code), e.Message
 					observe(s)
 					continue
 				}
@@ -396,17 +387,17 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 	resp, err := hc.Do(req)
 	if err != nil {
 		if hung() {
-			return s, &Error{Code: CodeHang, Message: fmt.Sprintf("no response within %s", idle), Err: err}
+			return s, &Error{Code: reason.EngineHang, Message: fmt.Sprintf("no response within %s", idle), Err: err}
 		}
 		if ctx.Err() != nil {
 			return s, ctx.Err()
 		}
-		return s, &Error{Code: CodeDisconnected, Message: "the engine closed the connection", Err: err}
+		return s, &Error{Code: reason.EngineDisconnected, Message: "the engine closed the connection", Err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return s, &Error{Code: CodeHTTP, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))}
+		return s, &Error{Code: reason.EngineHTTPError, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))}
 	}
 	sr := readers.Get().(*streamReader)
 	rd, cr := sr.rd, &sr.cr
@@ -438,13 +429,13 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 		if err != nil {
 			switch {
 			case hung():
-				return s, &Error{Code: CodeHang, Message: fmt.Sprintf("the stream stalled for %s after %d tokens", idle, s.OutputTokens), Err: err}
+				return s, &Error{Code: reason.EngineHang, Message: fmt.Sprintf("the stream stalled for %s after %d tokens", idle, s.OutputTokens), Err: err}
 			case ctx.Err() != nil:
 				return s, ctx.Err()
 			case errors.Is(err, bufio.ErrBufferFull):
-				return s, &Error{Code: CodeBadStream, Message: fmt.Sprintf("a server-sent event line is longer than %d bytes", rd.Size()), Err: err}
+				return s, &Error{Code: reason.EngineBadStream, Message: fmt.Sprintf("a server-sent event line is longer than %d bytes", rd.Size()), Err: err}
 			default:
-				return s, &Error{Code: CodeDisconnected, Message: fmt.Sprintf("the stream ended after %d tokens without [DONE]", s.OutputTokens), Err: err}
+				return s, &Error{Code: reason.EngineDisconnected, Message: fmt.Sprintf("the stream ended after %d tokens without [DONE]", s.OutputTokens), Err: err}
 			}
 		}
 		line = bytes.TrimRight(line, "\r\n")
@@ -460,7 +451,7 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 			break
 		}
 		if err := cr.read(data); err != nil {
-			return s, &Error{Code: CodeBadStream, Message: fmt.Sprintf("a server-sent event is not JSON: %.80q", data), Err: err}
+			return s, &Error{Code: reason.EngineBadStream, Message: fmt.Sprintf("a server-sent event is not JSON: %.80q", data), Err: err}
 		}
 		for i, t := range ch.texts {
 			if f := ch.finishes[i]; f != "" {
@@ -489,10 +480,10 @@ func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt strin
 	drain(rd, cancel)
 	s.Claimed = reported
 	if s.OutputTokens == 0 {
-		return s, &Error{Code: CodeZeroTokens, Message: "the engine streamed no token"}
+		return s, &Error{Code: reason.EngineZeroTokens, Message: "the engine streamed no token"}
 	}
 	if reported >= 0 && reported != s.OutputTokens {
-		return s, &Error{Code: CodeTokenMismatch, Message: fmt.Sprintf("the engine reported %d completion tokens and streamed %d", reported, s.OutputTokens)}
+		return s, &Error{Code: reason.EngineTokenCountMismatch, Message: fmt.Sprintf("the engine reported %d completion tokens and streamed %d", reported, s.OutputTokens)}
 	}
 	return s, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 )
 
@@ -245,14 +246,15 @@ func TestRunHeldIsWhatTheEngineAdmits(t *testing.T) {
 func TestRunClassifiesBadEngines(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		mode, code string
+		mode string
+		code reason.Code
 	}{
-		{"malformed", loadgen.CodeBadStream},
-		{"zero", loadgen.CodeZeroTokens},
-		{"lie", loadgen.CodeTokenMismatch},
-		{"hang", loadgen.CodeHang},
-		{"disconnect", loadgen.CodeDisconnected},
-		{"http500", loadgen.CodeHTTP},
+		{"malformed", reason.EngineBadStream},
+		{"zero", reason.EngineZeroTokens},
+		{"lie", reason.EngineTokenCountMismatch},
+		{"hang", reason.EngineHang},
+		{"disconnect", reason.EngineDisconnected},
+		{"http500", reason.EngineHTTPError},
 	}
 	for _, tc := range cases {
 		t.Run(tc.mode, func(t *testing.T) {
