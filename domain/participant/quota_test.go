@@ -129,7 +129,7 @@ func TestCheckBytes(t *testing.T) {
 	require.NotNil(t, r)
 	require.Equal(t, reason.QuotaBytesPerSubmission, r.Code)
 	require.True(t, r.RetryAt.IsZero())
-	require.Equal(t, `the upload is 3.0 GiB and team may upload at most 2.0 GiB per submission; a smaller bundle is allowed now, and a larger checkpoint is submitted by reference (checkpoint.json beside submission.json; see the README's "Submitting by reference")`, r.Message)
+	require.Equal(t, `the upload is 3.0 GiB and team may upload at most 2.0 GiB per submission; a smaller bundle is allowed now, and a larger checkpoint is submitted by reference (checkpoint.json beside submission.json; see docs/participants/by-reference.md)`, r.Message)
 }
 
 func TestLimits(t *testing.T) {
