@@ -111,11 +111,14 @@ vet:
 # The lint contract is .golangci.yml at the root (staticcheck, errorlint,
 # gocyclo, depguard's import rules); golangci-lint finds it from every
 # module's folder. tools/arena is linted twice, the light build and the
-# embedded one.
+# embedded one. Every module is linted before it fails, so that one run
+# shows every finding.
 lint: $(GOLANGCI_LINT)
-	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...); done
-	@echo "golangci-lint --build-tags embedded tools/arena"; cd tools/arena && $(GOLANGCI_LINT) run --build-tags embedded ./...
-	@echo "golangci-lint $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off $(GOLANGCI_LINT) run ./...
+	@rc=0; \
+	for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || rc=1; done; \
+	echo "golangci-lint --build-tags embedded tools/arena"; (cd tools/arena && $(GOLANGCI_LINT) run --build-tags embedded ./...) || rc=1; \
+	echo "golangci-lint $(DEPLOY_CHECK)"; (cd $(DEPLOY_CHECK) && GOWORK=off $(GOLANGCI_LINT) run ./...) || rc=1; \
+	exit $$rc
 
 # The clickhouse-go adapter must be tested against a real server, the code
 # sandbox and the pages in a browser for real, on every run:
