@@ -104,7 +104,7 @@ services:
 	@for s in $(SERVICES); do echo "go build services/$$s/cmd/$$s"; (cd services/$$s && go build -o $(BIN)/$$s ./cmd/$$s); done
 
 vet:
-	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go vet $$m"; (cd $$m && go vet ./...); done
+	@for m in $(MODULES); do [ -n "$$(find $$m -name "*.go" -print -quit)" ] || continue; echo "go vet $$m"; (cd $$m && go vet ./...); done
 	@echo "go vet -tags embedded tools/arena"; cd tools/arena && go vet -tags embedded ./...
 	@echo "go vet $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off go vet ./...
 
@@ -115,7 +115,7 @@ vet:
 # shows every finding.
 lint: $(GOLANGCI_LINT)
 	@rc=0; \
-	for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || rc=1; done; \
+	for m in $(MODULES); do [ -n "$$(find $$m -name "*.go" -print -quit)" ] || continue; echo "golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || rc=1; done; \
 	echo "golangci-lint --build-tags embedded tools/arena"; (cd tools/arena && $(GOLANGCI_LINT) run --build-tags embedded ./...) || rc=1; \
 	echo "golangci-lint $(DEPLOY_CHECK)"; (cd $(DEPLOY_CHECK) && GOWORK=off $(GOLANGCI_LINT) run ./...) || rc=1; \
 	exit $$rc
@@ -126,7 +126,7 @@ lint: $(GOLANGCI_LINT)
 # LOWBARENA_REQUIRE_BROWSER=1 turn a missing server, sandbox or Chromium into
 # a failure. The browser test saves its screenshots in .data/screenshots.
 test: deps vet lint
-	@for m in $(MODULES); do find $$m -name "*.go" | grep -q . || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 LOWBARENA_REQUIRE_BROWSER=1 LOWBARENA_SCREENSHOTS=$(CURDIR)/.data/screenshots go test -count=1 -timeout 15m ./...); done
+	@for m in $(MODULES); do [ -n "$$(find $$m -name "*.go" -print -quit)" ] || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 LOWBARENA_REQUIRE_BROWSER=1 LOWBARENA_SCREENSHOTS=$(CURDIR)/.data/screenshots go test -count=1 -timeout 15m ./...); done
 	@echo "go test -tags embedded tools/arena (arena up's own tests)"; cd tools/arena && go test -count=1 -timeout 15m -tags embedded -run '^TestUp' .
 	@echo "go test $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off go test -count=1 ./...
 
