@@ -4,13 +4,18 @@
 # (the contract suite runs the clickhouse-go adapter against a real server on
 # loopback), the chDB engine library from npm (the embedded default),
 # Debian's bubblewrap and python3 (the code grader's sandbox and interpreter),
-# and Debian's chromium-headless-shell (the pages are tested in a real browser).
+# Debian's chromium-headless-shell (the pages are tested in a real browser),
+# and golangci-lint from the Go module proxy (make lint, the lint contract
+# in .golangci.yml).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 CHDB_VERSION ?= 26.7.3-stable.1
 DEPS         := $(CURDIR)/.deps
+# The linter, pinned, built from the Go module proxy into .deps/bin.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT         := $(DEPS)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 CHDB_DIR     := $(DEPS)/chdb
 export CHDB_LIB_PATH ?= $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
 # go-nvml's cgo preamble declares many deprecated NVML calls; keep the build quiet.
@@ -23,7 +28,7 @@ BIN     := $(CURDIR)/bin
 SERVICES := gateway build contract quality efficiency score round runner
 DATA    ?= $(CURDIR)/.data/arena
 
-.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox deps-browser build services vet test chaos bench bench-all run clean
+.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox deps-browser deps-lint build services vet lint test chaos bench bench-all run clean
 
 # deploy/check holds docker-compose.yml and deploy/kubernetes to the
 # binaries with compose-go and the Kubernetes API types. It is outside
@@ -33,7 +38,17 @@ DEPLOY_CHECK := deploy/check
 
 all: build
 
-deps: deps-chdb deps-clickhouse deps-sandbox deps-browser
+deps: deps-chdb deps-clickhouse deps-sandbox deps-browser deps-lint
+
+# golangci-lint at $(GOLANGCI_LINT_VERSION), named for its version so that a
+# new pin installs afresh.
+deps-lint: $(GOLANGCI_LINT)
+
+$(GOLANGCI_LINT):
+	@echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into $(DEPS)/bin"
+	mkdir -p $(DEPS)/bin
+	cd $(DEPS) && GOWORK=off GOFLAGS= GOBIN=$(DEPS)/bin go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(DEPS)/bin/golangci-lint $@
 
 deps-chdb: $(CHDB_LIB_PATH)
 
@@ -93,12 +108,24 @@ vet:
 	@echo "go vet -tags embedded tools/arena"; cd tools/arena && go vet -tags embedded ./...
 	@echo "go vet $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off go vet ./...
 
+# The lint contract is .golangci.yml at the root (staticcheck, errorlint,
+# gocyclo, depguard's import rules); golangci-lint finds it from every
+# module's folder. tools/arena is linted twice, the light build and the
+# embedded one. Every module is linted before it fails, so that one run
+# shows every finding.
+lint: $(GOLANGCI_LINT)
+	@rc=0; \
+	for m in $(MODULES); do [ -n "$$(find $$m -name "*.go" -print -quit)" ] || continue; echo "golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || rc=1; done; \
+	echo "golangci-lint --build-tags embedded tools/arena"; (cd tools/arena && $(GOLANGCI_LINT) run --build-tags embedded ./...) || rc=1; \
+	echo "golangci-lint $(DEPLOY_CHECK)"; (cd $(DEPLOY_CHECK) && GOWORK=off $(GOLANGCI_LINT) run ./...) || rc=1; \
+	exit $$rc
+
 # The clickhouse-go adapter must be tested against a real server, the code
 # sandbox and the pages in a browser for real, on every run:
 # LOWBARENA_REQUIRE_CLICKHOUSE=1, LOWBARENA_REQUIRE_SANDBOX=1 and
 # LOWBARENA_REQUIRE_BROWSER=1 turn a missing server, sandbox or Chromium into
 # a failure. The browser test saves its screenshots in .data/screenshots.
-test: deps vet
+test: deps vet lint
 	@for m in $(MODULES); do [ -n "$$(find $$m -name "*.go" -print -quit)" ] || continue; echo "go test $$m"; (cd $$m && LOWBARENA_REQUIRE_CLICKHOUSE=1 LOWBARENA_REQUIRE_SANDBOX=1 LOWBARENA_REQUIRE_BROWSER=1 LOWBARENA_SCREENSHOTS=$(CURDIR)/.data/screenshots go test -count=1 -timeout 15m ./...); done
 	@echo "go test -tags embedded tools/arena (arena up's own tests)"; cd tools/arena && go test -count=1 -timeout 15m -tags embedded -run '^TestUp' .
 	@echo "go test $(DEPLOY_CHECK)"; cd $(DEPLOY_CHECK) && GOWORK=off go test -count=1 ./...

@@ -139,14 +139,14 @@ func (v *Validator) ValidateRecord(data []byte) error {
 func validate(sch *jsonschema.Schema, data []byte) error {
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
 	if err != nil {
-		return fmt.Errorf("%w: not JSON: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: not JSON: %w", ErrInvalid, err)
 	}
 	if err := sch.Validate(inst); err != nil {
 		var ve *jsonschema.ValidationError
 		if errors.As(err, &ve) {
 			return fmt.Errorf("%w: %s", ErrInvalid, oneLine(ve))
 		}
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

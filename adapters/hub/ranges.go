@@ -66,7 +66,7 @@ func (r *RangeReader) Read(p []byte) (int, error) {
 		r.closeBody()
 		return n, nil
 	}
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		err = io.ErrUnexpectedEOF
 	}
 	if err != nil {

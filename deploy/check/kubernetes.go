@@ -113,7 +113,7 @@ const gpuResource corev1.ResourceName = "nvidia.com/gpu"
 // labels; the runner asks for a GPU; every binary has a container; a
 // service's pod serves its metrics where its containerPort named metrics,
 // its prometheus.io annotations and its probes say (checkPodMetrics).
-func Kubernetes(objs []Object, bins map[string]Binary) Problems {
+func Kubernetes(objs []Object, bins map[string]Binary) Problems { //nolint:gocyclo // a table of checks over the manifests, one per rule listed in the doc comment
 	var ps Problems
 	configMaps := map[string]map[string]string{}
 	for _, o := range objs {

@@ -236,15 +236,6 @@ func (b *build) checkpoint(t testing.TB, sharded bool) *safetensors.Checkpoint {
 // module is a source weight's module.
 func module(name string) string { return strings.TrimSuffix(name, ".weight") }
 
-// jsonMap decodes a JSON document written as a Go raw string, as the tools
-// write their configs.
-func jsonMap(t *testing.T, doc string) map[string]any {
-	t.Helper()
-	var m map[string]any
-	require.NoError(t, json.Unmarshal([]byte(doc), &m))
-	return m
-}
-
 // formatCase is one golden case of a tool's format.
 type formatCase struct {
 	name string

@@ -45,7 +45,7 @@ func Inspect(r io.Reader, maxUnpacked int64) (*Inspection, error) {
 	entries := 0
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

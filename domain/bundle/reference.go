@@ -14,7 +14,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/adapters/hub"
+	"github.com/lowbarena/lowbarena/adapters/hub" //nolint:depguard // hub.Repo, hub.File and the hub's error codes are what a reference is checked against; they belong in the domain, apart from hub's HTTP client (not moved yet)
 	"github.com/lowbarena/lowbarena/events/reason"
 )
 

@@ -71,7 +71,7 @@ func Load(dir string) (*Suite, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s.Meta); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadSuite, filepath.Join(dir, File), err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadSuite, filepath.Join(dir, File), err)
 	}
 	if s.Name == "" || s.Version == "" || (s.Split != SplitDev && s.Split != SplitRanked) || len(s.Domains) == 0 {
 		return nil, fmt.Errorf("%w: %s needs a name, a version, split dev or ranked, and domains", ErrBadSuite, filepath.Join(dir, File))
@@ -91,7 +91,7 @@ func Load(dir string) (*Suite, error) {
 func readDomain(path, domain string, seen map[string]string) ([]Item, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: domain %s: %v", ErrBadSuite, domain, err)
+		return nil, fmt.Errorf("%w: domain %s: %w", ErrBadSuite, domain, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -107,13 +107,13 @@ func readDomain(path, domain string, seen map[string]string) ([]Item, error) {
 		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&it); err != nil {
-			return nil, fmt.Errorf("%w: %s line %d: %v", ErrBadSuite, path, line, err)
+			return nil, fmt.Errorf("%w: %s line %d: %w", ErrBadSuite, path, line, err)
 		}
 		if it.Domain != domain {
 			return nil, fmt.Errorf("%w: %s line %d: item %s says domain %q", ErrBadSuite, path, line, it.ID, it.Domain)
 		}
 		if err := it.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: %s line %d: %v", ErrBadSuite, path, line, err)
+			return nil, fmt.Errorf("%w: %s line %d: %w", ErrBadSuite, path, line, err)
 		}
 		if prev, dup := seen[it.ID]; dup {
 			return nil, fmt.Errorf("%w: %s line %d: duplicate id %s (first in %s)", ErrBadSuite, path, line, it.ID, prev)
@@ -122,7 +122,7 @@ func readDomain(path, domain string, seen map[string]string) ([]Item, error) {
 		out = append(out, it)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadSuite, path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadSuite, path, err)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: %s holds no items", ErrBadSuite, path)

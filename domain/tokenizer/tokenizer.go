@@ -129,7 +129,7 @@ func Load(path string) (*Tokenizer, error) {
 func Parse(data []byte) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if f.Model.Type != "BPE" {
 		return nil, fmt.Errorf("%w: model type %q (only BPE is read)", ErrUnsupported, f.Model.Type)
@@ -152,7 +152,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 			}
 			pair = [2]string{a, b}
 		} else if err := json.Unmarshal(raw, &pair); err != nil {
-			return nil, fmt.Errorf("%w: merge %d: %v", ErrInvalid, i, err)
+			return nil, fmt.Errorf("%w: merge %d: %w", ErrInvalid, i, err)
 		}
 		if _, ok := t.ranks[pair]; !ok {
 			t.ranks[pair] = i
@@ -186,7 +186,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 			Type string `json:"type"`
 		}
 		if err := json.Unmarshal(f.Decoder, &d); err != nil {
-			return nil, fmt.Errorf("%w: decoder: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: decoder: %w", ErrInvalid, err)
 		}
 		if d.Type != "ByteLevel" {
 			return nil, fmt.Errorf("%w: decoder %q (only ByteLevel is read)", ErrUnsupported, d.Type)
@@ -205,7 +205,7 @@ func normalizer(raw json.RawMessage) (bool, error) {
 		Normalizers []json.RawMessage `json:"normalizers"`
 	}
 	if err := json.Unmarshal(raw, &n); err != nil {
-		return false, fmt.Errorf("%w: normalizer: %v", ErrInvalid, err)
+		return false, fmt.Errorf("%w: normalizer: %w", ErrInvalid, err)
 	}
 	switch n.Type {
 	case "NFC":
@@ -241,7 +241,7 @@ func preTokenizer(raw json.RawMessage) ([]preStep, error) {
 		Invert   bool   `json:"invert"`
 	}
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, fmt.Errorf("%w: pre_tokenizer: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: pre_tokenizer: %w", ErrInvalid, err)
 	}
 	switch p.Type {
 	case "Sequence":
@@ -295,7 +295,7 @@ func compile(expr string) (*regexp.Regexp, int, error) {
 	}
 	re, err := regexp.Compile(translated)
 	if err != nil {
-		return nil, -1, fmt.Errorf("%w: expression %q: %v", ErrUnsupported, expr, err)
+		return nil, -1, fmt.Errorf("%w: expression %q: %w", ErrUnsupported, expr, err)
 	}
 	return re, re.SubexpIndex("ws"), nil
 }

@@ -122,7 +122,7 @@ func (m *Metrics) Handler(ready func(context.Context) error) http.Handler {
 func validMetricsAddr(addr string) error {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("metrics address %q is not host:port (e.g. 0.0.0.0:9464 or 127.0.0.1:9464): %v", addr, err)
+		return fmt.Errorf("metrics address %q is not host:port (e.g. 0.0.0.0:9464 or 127.0.0.1:9464): %w", addr, err)
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fmt.Errorf("metrics address %q: port %q is not a number from 0 to 65535", addr, port)
@@ -135,7 +135,7 @@ func validMetricsAddr(addr string) error {
 // (ErrConfig) that names the flag to change.
 func ListenMetrics(addr string) (net.Listener, error) {
 	if err := validMetricsAddr(addr); err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

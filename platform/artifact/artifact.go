@@ -201,7 +201,7 @@ func decodeManifest(data []byte, ref events.BundleRef) (Manifest, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
-		return Manifest{}, fmt.Errorf("%w: manifest %s: %v", ErrCorrupt, ref.Object, err)
+		return Manifest{}, fmt.Errorf("%w: manifest %s: %w", ErrCorrupt, ref.Object, err)
 	}
 	again := NewManifest(m.Files)
 	if again.Digest != m.Digest || again.Bytes != m.Bytes || (ref.SHA256 != "" && ref.SHA256 != m.Digest) {

@@ -32,7 +32,7 @@ func TestEndpointAndCall(t *testing.T) {
 	defer cancel()
 	svc, err := micro.AddService(nc, micro.Config{Name: "echo", Version: "1.0.0"})
 	require.NoError(t, err)
-	defer svc.Stop()
+	defer func() { _ = svc.Stop() }()
 	require.NoError(t, ctl.Endpoint(ctx, svc, "hello", "test.hello", time.Second, func(_ context.Context, r echoReq) (echoRep, error) {
 		switch r.Name {
 		case "":

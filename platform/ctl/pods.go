@@ -99,8 +99,11 @@ func Pods(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, wait time.
 	}
 	for key, value := range entries {
 		var e events.PodEntry
-		if err := json.Unmarshal(value, &e); err != nil || e.Pod == "" {
-			return PodsView{}, fmt.Errorf("pods: the registry's entry %s is not a runner's: %v", key, err)
+		if err := json.Unmarshal(value, &e); err != nil {
+			return PodsView{}, fmt.Errorf("pods: the registry's entry %s is not a runner's: %w", key, err)
+		}
+		if e.Pod == "" {
+			return PodsView{}, fmt.Errorf("pods: the registry's entry %s is not a runner's: it names no pod", key)
 		}
 		p := get(e.Pod)
 		p.Runners = append(p.Runners, e)

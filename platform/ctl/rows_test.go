@@ -41,7 +41,7 @@ func TestRowsInChunks(t *testing.T) {
 	defer cancel()
 	svc, err := micro.AddService(nc, micro.Config{Name: "scores", Version: "1.0.0"})
 	require.NoError(t, err)
-	defer svc.Stop()
+	defer func() { _ = svc.Stop() }()
 	// The query's Campaign is the number of rows to answer.
 	answer := func(_ context.Context, q ctl.Query) ([]ctl.Row, error) {
 		n, err := strconv.Atoi(q.Campaign)
@@ -75,7 +75,7 @@ func TestRowsInChunks(t *testing.T) {
 			inbox := nats.NewInbox()
 			sub, err := nc.SubscribeSync(inbox)
 			require.NoError(t, err)
-			defer sub.Unsubscribe()
+			defer func() { _ = sub.Unsubscribe() }()
 			body, _ := json.Marshal(ctl.Query{Campaign: strconv.Itoa(tc.rows), Chunked: true})
 			require.NoError(t, nc.PublishRequest(tc.subject, inbox, body))
 			total, bytes := 0, 0
@@ -132,7 +132,7 @@ func TestCallRowsAgainstOtherServices(t *testing.T) {
 	defer cancel()
 	svc, err := micro.AddService(nc, micro.Config{Name: "old", Version: "1.0.0"})
 	require.NoError(t, err)
-	defer svc.Stop()
+	defer func() { _ = svc.Stop() }()
 	require.NoError(t, ctl.Endpoint(ctx, svc, "rows", "test.old", time.Second, func(context.Context, ctl.Query) (ctl.Rows, error) {
 		return ctl.Rows{Rows: scoreRows(5)}, nil
 	}))

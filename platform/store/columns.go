@@ -41,7 +41,7 @@ func CheckColumns(c *Columns) error {
 		return fmt.Errorf("%w: %s: %d columns of data for %d named", ErrBadRows, c.Table, len(c.Data), len(c.Names))
 	}
 	for j, d := range c.Data {
-		n := -1
+		var n int
 		switch x := d.(type) {
 		case []uint64:
 			n = len(x)

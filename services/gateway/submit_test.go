@@ -112,7 +112,7 @@ func TestLeaderboardOverHTTP(t *testing.T) {
 		`{"submission_id":"b1","participant":"bob","split":"ranked","score":0.2},{"submission_id":"b2","participant":"bob","split":"dev","score":0.1}]}`
 	sub, err := g.b.Conn().Subscribe("lowbarena.ctl.leaderboard", func(m *nats.Msg) { _ = m.Respond([]byte(rows)) })
 	require.NoError(t, err)
-	defer sub.Unsubscribe()
+	defer func() { _ = sub.Unsubscribe() }()
 	require.NoError(t, g.b.Conn().Flush(), "the responder is known to the server before the gateway asks")
 	ids := func(a answer) []string {
 		var out []string

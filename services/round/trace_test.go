@@ -36,7 +36,7 @@ func TestRoundIsOneTrace(t *testing.T) {
 	attr := func(s sdktrace.ReadOnlySpan, k string) string {
 		for _, kv := range s.Attributes() {
 			if string(kv.Key) == k {
-				return kv.Value.Emit()
+				return kv.Value.String()
 			}
 		}
 		return ""

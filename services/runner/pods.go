@@ -68,13 +68,6 @@ func (p *pod) sharedOpen() bool {
 	return p.entry.HeldBy == ""
 }
 
-// heldBy is the round that holds the pod, or "".
-func (p *pod) heldBy() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.entry.HeldBy
-}
-
 func (p *pod) notify() {
 	select {
 	case p.changed <- struct{}{}:

@@ -69,7 +69,7 @@ func (c *apiClient) do(req *http.Request, out any) error {
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: the gateway at %s does not answer: %v", ErrArenaDown, c.base, err)
+		return fmt.Errorf("%w: the gateway at %s does not answer: %w", ErrArenaDown, c.base, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

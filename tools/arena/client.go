@@ -76,7 +76,7 @@ func dialWith(ctx context.Context, url string, auth app.NATSAuth, tls app.NATSTL
 	nc, err := app.ConnectNATS(app.NATSClient{URLs: url, Name: "arena-cli", User: access.Operator, Auth: auth, TLS: tls}, nil)
 	switch {
 	case errors.Is(err, app.ErrNATSUnreachable):
-		return nil, fmt.Errorf("%w: nothing answers at %s (start it with `arena up`, or point --nats / %s at it): %v", ErrArenaDown, url, app.EnvNATSURL, err)
+		return nil, fmt.Errorf("%w: nothing answers at %s (start it with `arena up`, or point --nats / %s at it): %w", ErrArenaDown, url, app.EnvNATSURL, err)
 	case errors.Is(err, app.ErrNATSAuth) && !auth.Set():
 		return nil, fmt.Errorf("%w (nats_auth_failed): NATS at %s wants credentials and none were found: run this where `arena up` keeps its data (%s=DIR, looked in %s), or set %s to the operator's seed file, or %s and %s", ErrArenaAuth,
 			url, EnvData, dir, app.EnvNATSCreds, app.EnvNATSUser, app.EnvNATSPassword)

@@ -29,7 +29,7 @@ const LogFile = "arena.log"
 
 // logDestination opens where arena up's structured logs go: DATA/arena.log
 // (appended to) for text, standard error for json. close closes the file.
-func logDestination(data, format string, stderr io.Writer) (w io.Writer, where string, close func(), err error) {
+func logDestination(data, format string, stderr io.Writer) (w io.Writer, where string, close func(), err error) { //nolint:unused // used by arena up (-tags embedded)
 	switch strings.ToLower(format) {
 	case "json":
 		return stderr, "standard error (JSON)", func() {}, nil
@@ -86,7 +86,7 @@ func (f *follower) dialer() func(ctx context.Context) (*client, error) {
 
 // run follows the arena until ctx ends. Events and records that were
 // there before it started are not printed.
-func (f *follower) run(ctx context.Context) error {
+func (f *follower) run(ctx context.Context) error { //nolint:unused // used by arena up and demo (-tags embedded)
 	c, err := f.dialer()(ctx)
 	if err != nil {
 		return err

@@ -236,7 +236,7 @@ func TestCLIWithoutArena(t *testing.T) {
 	require.Contains(t, r.stderr, `unknown command "frobnicate"`)
 }
 
-func TestArenaEndToEnd(t *testing.T) {
+func TestArenaEndToEnd(t *testing.T) { //nolint:gocyclo // a scenario: one arena driven through every command in order, read as one script
 	// A checkpoint by reference: the FP8 example's files in a private
 	// model repository on loopback, which the arena reads with its
 	// operator's token.

@@ -182,7 +182,7 @@ func prepare(dir string, maxUpload int64) (*packed, error) {
 }
 
 // submitDir prepares and submits the bundle in dir.
-func submitDir(ctx context.Context, c *client, dir string, progress io.Writer) (string, error) {
+func submitDir(ctx context.Context, c *client, dir string, progress io.Writer) (string, error) { //nolint:unused // used by arena demo (-tags embedded)
 	p, err := prepare(dir, defaultMaxUpload)
 	if err != nil {
 		return "", err

@@ -185,7 +185,7 @@ func (o upOptions) settings(data, campaigns, component string, runnerIndex int) 
 // with its own runtime (its own NATS connection over the loopback
 // listener, as if it ran in its own process) and sharing one store (chDB
 // is one engine per process), and runs them until ctx is cancelled.
-func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaProc, err error) {
+func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaProc, err error) { //nolint:gocyclo // the start-up in order: the server, then each component, each step undone if a later one fails
 	data, err := filepath.Abs(o.data)
 	if err != nil {
 		return nil, fmt.Errorf("up: %w", err)

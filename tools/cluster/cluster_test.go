@@ -109,7 +109,7 @@ func envInt(t *testing.T, key string, def int64) int64 {
 // published twice or dead-lettered, nothing published before a node's
 // death be lost, every row the log calls for be in the store once. Then
 // a round runs on the first pod. It asserts counts, never times.
-func TestCluster(t *testing.T) {
+func TestCluster(t *testing.T) { //nolint:gocyclo // a scenario: the faults in the order they are injected, each with its checks, read as one script
 	if testing.Short() {
 		t.Skip("the cluster takes minutes")
 	}

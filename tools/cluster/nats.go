@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -137,6 +136,7 @@ func (n *Node) WaitHealthy(ctx context.Context, wait time.Duration) error {
 		}
 		select {
 		case <-ctx.Done():
+			//nolint:errorlint // err is nil when the monitor answered but not ok: shown beside its answer, not wrapped
 			return fmt.Errorf("cluster: %s not healthy within %s (%v %s):\n%s", n.Name, wait, err, h.Error, n.LogTail(2000))
 		case <-time.After(200 * time.Millisecond): // polling interval, not an assertion
 		}
@@ -199,9 +199,6 @@ func readEnvFile(path string) ([]string, error) {
 	}
 	return out, nil
 }
-
-// itoa is strconv.Itoa, for flag values.
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // Snapshot copies the node's JetStream folder to dst, as it is on disk
 // now: taken while the node is down, it is what a node restored from an

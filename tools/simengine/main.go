@@ -46,7 +46,7 @@ func main() {
 }
 
 // run is the whole process; it returns the exit status.
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stderr io.Writer) int { //nolint:gocyclo // a main: its flags, then each start-up step with its exit status, read top to bottom
 	logger := log.New(stderr, "", 0)
 	logf := func(level, format string, a ...any) {
 		logger.Printf("%s %s [simengine] %s", level, time.Now().Format("01-02 15:04:05"), fmt.Sprintf(format, a...))

@@ -360,15 +360,7 @@ type Usage struct {
 	TotalTokens      int64 `json:"total_tokens"`
 }
 
-func (s *Server) tokenText(req, i int64) string {
-	v := (s.Seed*1000003 + req*7919 + i*104729) % 50000
-	if v < 0 {
-		v += 50000
-	}
-	return fmt.Sprintf("tok%d ", v)
-}
-
-func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) { //nolint:gocyclo // the simulated engine's request path: each fault it can act out is a case of it, in request order
 	if !s.ready.Load() {
 		writeErr(w, http.StatusServiceUnavailable, "engine is starting")
 		return

@@ -27,7 +27,7 @@ func TestChunkedRepliesUnderPermissions(t *testing.T) {
 			nc := a.connect(t, access.Score)
 			svc, err := micro.AddService(nc, micro.Config{Name: ctl.ServiceScore, Version: "1.0.0"})
 			require.NoError(t, err)
-			defer svc.Stop()
+			defer func() { _ = svc.Stop() }()
 			rows := make([]ctl.Row, 3000)
 			for i := range rows {
 				rows[i] = ctl.Row{SubmissionID: fmt.Sprintf("%016x", i), Policy: "lowb-score/v1", Campaign: "c", Participant: "p", Split: "ranked"}

@@ -165,7 +165,7 @@ func Unpack(r io.Reader, dir string, lim Limits) ([]events.FileDigest, error) {
 	var total int64
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -100,7 +100,7 @@ func parseLive(r *http.Request) (liveFilter, string) {
 // participant's records (the pages follow what they show). A record the
 // viewer may not read is never sent, not even its id. The web page at /
 // draws them.
-func (a *API) liveStream(w http.ResponseWriter, r *http.Request) {
+func (a *API) liveStream(w http.ResponseWriter, r *http.Request) { //nolint:gocyclo // one Server-Sent Events loop: admission, filters and each kind of event it forwards, kept in one place
 	v, ok := a.viewer(w, r)
 	if !ok {
 		return

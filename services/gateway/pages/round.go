@@ -162,7 +162,7 @@ func (p *Round) submissionOf(entry string) string {
 
 // entries lays out one row per entry of the plan, the drift baseline
 // last, with its in-round speeds against the baseline's rates.
-func (p *Round) entries(owners map[string]Owner, now time.Time) {
+func (p *Round) entries(owners map[string]Owner, now time.Time) { //nolint:gocyclo // a view model: one row per plan entry, each field with its own case for a step not yet reported
 	type steps struct{ start, sla *rounds.Step }
 	// The plan's entries, known from round.started before their steps
 	// report: the baseline, the incumbent, each candidate, the drift

@@ -251,7 +251,7 @@ func contractView(rec record.Submission, c record.Contract) *ContractView {
 	return v
 }
 
-func efficiencyView(res record.Result, tel Telemetry) *EfficiencyView {
+func efficiencyView(res record.Result, tel Telemetry) *EfficiencyView { //nolint:gocyclo // a view model: each field with its own case for an absent score, run or measurement
 	v := &EfficiencyView{}
 	ds := res.DevScore
 	if ds != nil {

@@ -226,7 +226,7 @@ func foldResult(r *record.Submission, t events.Type, e event.Event) error {
 
 func decode(e event.Event, v any) error {
 	if err := json.Unmarshal(e.Data(), v); err != nil {
-		return fmt.Errorf("%w: decode %s data: %v", ErrBadEvent, e.Type(), err)
+		return fmt.Errorf("%w: decode %s data: %w", ErrBadEvent, e.Type(), err)
 	}
 	var id struct {
 		SubmissionID string `json:"submission_id"`

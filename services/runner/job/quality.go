@@ -41,6 +41,8 @@ type Graded struct {
 // failure is an *engine.Failure; an unreadable answer a *loadgen.Error.
 // A job that fails leaves no result: its rows are tagged with its run and
 // never read as complete.
+//
+//nolint:gocyclo // one job's steps in order: plan the items, run them against the engine, grade and hand over rows, keep the KL sequences
 func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpoint string, s *suite.Suite,
 	rows func(ctx context.Context, batch []Graded) error) (events.QualityJobResult, error) {
 	out := events.QualityJobResult{Campaign: p.Campaign, Role: p.Role, SuiteKey: p.SuiteKey}

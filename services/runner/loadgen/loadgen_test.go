@@ -21,7 +21,6 @@ import (
 // engine is a small OpenAI-style streaming server with misbehaviours.
 type engine struct {
 	mode     string
-	tokens   int // tokens per response when max_tokens is absent
 	limit    chan struct{}
 	inflight atomic.Int64
 	peak     atomic.Int64

@@ -121,7 +121,7 @@ func start(t testing.TB, bin string) (string, error) {
 		select {
 		case err := <-exited:
 			exited <- err // for the cleanup
-			return "", fmt.Errorf("chtest: %s exited before it was ready (%v):\n%s%s", bin, err, out.String(), logTail(dir))
+			return "", fmt.Errorf("chtest: %s exited before it was ready (%w):\n%s%s", bin, err, out.String(), logTail(dir))
 		default:
 		}
 		if resp, err := client.Get(ping); err == nil {

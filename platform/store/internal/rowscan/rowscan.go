@@ -107,7 +107,7 @@ func Set(f reflect.Value, v any) error {
 	return setValue(f, rv)
 }
 
-func setValue(f, v reflect.Value) error {
+func setValue(f, v reflect.Value) error { //nolint:gocyclo // a table of cases: each column type the engines return against each field kind it may fill
 	if v.Type() == f.Type() {
 		f.Set(v)
 		return nil
