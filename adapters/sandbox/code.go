@@ -163,7 +163,7 @@ func (g *CodeGrader) Grade(ctx context.Context, it suite.Item, answer string) (g
 		if _, err := g.sandbox(ctx); err != nil {
 			return grade.Result{}, err
 		}
-		return grade.Result{}, fmt.Errorf("code grader: item %s: the sandbox did not start (%s; %v)", it.ID, orNothing(lastLine(o.stderr)), o.runErr)
+		return grade.Result{}, fmt.Errorf("code grader: item %s: the sandbox did not start (%s; %w)", it.ID, orNothing(lastLine(o.stderr)), o.runErr)
 	}
 	return g.judge(o), nil
 }

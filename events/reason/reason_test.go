@@ -99,8 +99,6 @@ func TestEveryCodeIsCatalogued(t *testing.T) {
 	for _, info := range reason.All() {
 		known[string(info.Code)] = true
 	}
-	constName := regexp.MustCompile(`^(Reason|Code)[A-Z]`)
-	calls := map[string]bool{"Refuse": true, "Refusef": true, "RefuseWith": true, "Poison": true, "Fail": true}
 	files := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -135,45 +133,59 @@ func TestEveryCodeIsCatalogued(t *testing.T) {
 			}
 			require.True(t, known[s], "%s: %s %q is not in events/reason/reasons.json", fset.Position(lit.Pos()), what, s)
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.GenDecl:
-				if n.Tok != token.CONST {
-					return true
-				}
-				for _, spec := range n.Specs {
-					vs := spec.(*ast.ValueSpec)
-					for i, name := range vs.Names {
-						if constName.MatchString(name.Name) && i < len(vs.Values) && !lax {
-							check(vs.Values[i], "the constant "+name.Name)
-						}
-					}
-				}
-			case *ast.CallExpr:
-				var fn string
-				switch f := n.Fun.(type) {
-				case *ast.Ident:
-					fn = f.Name
-				case *ast.SelectorExpr:
-					fn = f.Sel.Name
-					if x, ok := f.X.(*ast.Ident); ok && x.Name == "reason" && fn == "Code" && len(n.Args) == 1 {
-						check(n.Args[0], "the code")
-					}
-				}
-				if calls[fn] && !lax {
-					for _, a := range n.Args {
-						check(a, "the code given to "+fn)
-					}
-				}
-			case *ast.KeyValueExpr:
-				if k, ok := n.Key.(*ast.Ident); ok && (k.Name == "Code" || k.Name == "Reason") && !lax {
-					check(n.Value, "the "+k.Name)
-				}
-			}
-			return true
-		})
+		inspectCodes(f, lax, check)
 		return nil
 	})
 	require.NoError(t, err)
 	require.Greater(t, files, 100, "the walk found the repository's Go files")
+}
+
+// codeConst is the name of a constant that holds a reason code, and
+// codeCalls the functions whose literal arguments are codes.
+var (
+	codeConst = regexp.MustCompile(`^(Reason|Code)[A-Z]`)
+	codeCalls = map[string]bool{"Refuse": true, "Refusef": true, "RefuseWith": true, "Poison": true, "Fail": true}
+)
+
+// inspectCodes calls check on every expression of f that gives a reason
+// code (see TestEveryCodeIsCatalogued); lax files check only reason.Code
+// conversions.
+func inspectCodes(f *ast.File, lax bool, check func(e ast.Expr, what string)) {
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.GenDecl:
+			if n.Tok != token.CONST {
+				return true
+			}
+			for _, spec := range n.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if codeConst.MatchString(name.Name) && i < len(vs.Values) && !lax {
+						check(vs.Values[i], "the constant "+name.Name)
+					}
+				}
+			}
+		case *ast.CallExpr:
+			var fn string
+			switch f := n.Fun.(type) {
+			case *ast.Ident:
+				fn = f.Name
+			case *ast.SelectorExpr:
+				fn = f.Sel.Name
+				if x, ok := f.X.(*ast.Ident); ok && x.Name == "reason" && fn == "Code" && len(n.Args) == 1 {
+					check(n.Args[0], "the code")
+				}
+			}
+			if codeCalls[fn] && !lax {
+				for _, a := range n.Args {
+					check(a, "the code given to "+fn)
+				}
+			}
+		case *ast.KeyValueExpr:
+			if k, ok := n.Key.(*ast.Ident); ok && (k.Name == "Code" || k.Name == "Reason") && !lax {
+				check(n.Value, "the "+k.Name)
+			}
+		}
+		return true
+	})
 }
