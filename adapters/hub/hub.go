@@ -26,7 +26,7 @@
 // it is added to requests to that host only, by the transport, and never
 // appears in an error, a log line or anything else this package returns.
 // Participants' URLs with credentials in them are refused. A refusal is an
-// *Error with a stable Code and a sentence.
+// *modelrepo.Error with a stable Code and a sentence.
 package hub
 
 import (
@@ -45,6 +45,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/events/reason"
 )
 
@@ -205,9 +206,9 @@ func tokenFor(tokens map[string]string, u *url.URL) string {
 
 // Allowed checks that participants may name r's host, and its scheme for
 // it: the operator's Hosts. Every read checks it first.
-func (c *Client) Allowed(r Repo) error {
+func (c *Client) Allowed(r modelrepo.Repo) error {
 	if r.Base == nil {
-		return refuse(reason.ReferenceURLInvalid, "", "the reference names no repository")
+		return modelrepo.Refuse(reason.ReferenceURLInvalid, "", "the reference names no repository")
 	}
 	host := strings.ToLower(r.Base.Host)
 	rule, ok := c.hosts[host]
@@ -215,10 +216,10 @@ func (c *Client) Allowed(r Repo) error {
 		rule, ok = c.hosts[strings.ToLower(r.Base.Hostname())]
 	}
 	if !ok {
-		return refuse(reason.ReferenceHostNotAllowed, "", "this arena does not read repositories at %s; it reads %s", r.Base.Host, c.hostList())
+		return modelrepo.Refuse(reason.ReferenceHostNotAllowed, "", "this arena does not read repositories at %s; it reads %s", r.Base.Host, c.hostList())
 	}
-	if r.Base.Scheme == "http" && !rule.http && !loopback(r.Base.Hostname()) {
-		return refuse(reason.ReferenceHostNotAllowed, "", "this arena reads %s over https only; give the repository's https address", r.Base.Host)
+	if r.Base.Scheme == "http" && !rule.http && !modelrepo.Loopback(r.Base.Hostname()) {
+		return modelrepo.Refuse(reason.ReferenceHostNotAllowed, "", "this arena reads %s over https only; give the repository's https address", r.Base.Host)
 	}
 	return nil
 }
@@ -252,15 +253,15 @@ type hints struct {
 // information in a target.
 func (c *Client) redirect(req *http.Request, via []*http.Request) error {
 	if len(via) > c.opts.MaxRedirects {
-		return refuse(reason.ReferenceRedirectLoop, "", "the repository redirected %s more than %d times; it must answer within %d redirects", redact(via[0].URL), c.opts.MaxRedirects, c.opts.MaxRedirects)
+		return modelrepo.Refuse(reason.ReferenceRedirectLoop, "", "the repository redirected %s more than %d times; it must answer within %d redirects", modelrepo.Redact(via[0].URL), c.opts.MaxRedirects, c.opts.MaxRedirects)
 	}
 	to := strings.ToLower(req.URL.Scheme)
 	from := strings.ToLower(via[0].URL.Scheme)
 	if to != "https" && !(to == "http" && from == "http") {
-		return refuse(reason.ReferenceRedirectScheme, "", "the repository redirected %s to a %s: address; the arena follows redirects to https only", redact(via[0].URL), req.URL.Scheme)
+		return modelrepo.Refuse(reason.ReferenceRedirectScheme, "", "the repository redirected %s to a %s: address; the arena follows redirects to https only", modelrepo.Redact(via[0].URL), req.URL.Scheme)
 	}
 	if req.URL.User != nil {
-		return refuse(reason.ReferenceRedirectScheme, "", "the repository redirected %s to an address with credentials in it; the arena does not follow it", redact(via[0].URL))
+		return modelrepo.Refuse(reason.ReferenceRedirectScheme, "", "the repository redirected %s to an address with credentials in it; the arena does not follow it", modelrepo.Redact(via[0].URL))
 	}
 	if h, ok := req.Context().Value(hintsKey{}).(*hints); ok && req.Response != nil {
 		h.take(req.Response.Header)
@@ -291,7 +292,7 @@ func (h *hints) take(hd http.Header) {
 }
 
 // check refuses an answer that names another file than f.
-func (h *hints) check(repo Repo, f File) error {
+func (h *hints) check(repo modelrepo.Repo, f modelrepo.File) error {
 	for _, sha := range h.shas {
 		if sha != f.SHA256 {
 			return changed(repo, f, fmt.Sprintf("the repository names its sha256 %s", short(sha)))
@@ -305,8 +306,8 @@ func (h *hints) check(repo Repo, f File) error {
 	return nil
 }
 
-func changed(repo Repo, f File, what string) *Error {
-	return refuse(reason.ReferenceDigestMismatch, f.Path,
+func changed(repo modelrepo.Repo, f modelrepo.File, what string) *modelrepo.Error {
+	return modelrepo.Refuse(reason.ReferenceDigestMismatch, f.Path,
 		"%s at %s is not the file checkpoint.json declares (%d bytes, sha256 %s): %s; the file changed since it was declared: pin the revision to a commit and declare the file's current size and sha256",
 		f.Path, repo, f.Size, short(f.SHA256), what)
 }
@@ -314,8 +315,8 @@ func changed(repo Repo, f File, what string) *Error {
 // request is one GET of f, with Range rng ("" for none), sent up to
 // Attempts times while the failure is transient (429, 5xx, a connection
 // that fails before an answer). The answer's status is mapped to an
-// *Error unless it is one of ok; its body is then the caller's to close.
-func (c *Client) request(ctx context.Context, repo Repo, f File, rng string, ok ...int) (*http.Response, *hints, error) {
+// *modelrepo.Error unless it is one of ok; its body is then the caller's to close.
+func (c *Client) request(ctx context.Context, repo modelrepo.Repo, f modelrepo.File, rng string, ok ...int) (*http.Response, *hints, error) {
 	if err := c.Allowed(repo); err != nil {
 		return nil, nil, err
 	}
@@ -334,7 +335,7 @@ func (c *Client) request(ctx context.Context, repo Repo, f File, rng string, ok 
 		h := &hints{}
 		req, err := http.NewRequestWithContext(context.WithValue(ctx, hintsKey{}, h), http.MethodGet, u.String(), nil)
 		if err != nil {
-			return nil, nil, refuse(reason.ReferenceURLInvalid, f.Path, "%s: %v", f.Path, err)
+			return nil, nil, modelrepo.Refuse(reason.ReferenceURLInvalid, f.Path, "%s: %v", f.Path, err)
 		}
 		if rng != "" {
 			req.Header.Set("Range", rng)
@@ -346,14 +347,14 @@ func (c *Client) request(ctx context.Context, repo Repo, f File, rng string, ok 
 				return nil, nil, c.bodyError(ctx, repo, f, ctx.Err())
 			}
 			last = c.transportError(repo, f, err)
-			c.opts.Log.Debug("hub request failed", "url", redact(u), "range", rng, "attempt", attempt, "err", last)
-			if e := AsError(last); e != nil && e.Code == reason.ReferenceUnavailable {
+			c.opts.Log.Debug("hub request failed", "url", modelrepo.Redact(u), "range", rng, "attempt", attempt, "err", last)
+			if e := modelrepo.AsError(last); e != nil && e.Code == reason.ReferenceUnavailable {
 				continue
 			}
 			return nil, nil, last
 		}
 		h.take(resp.Header)
-		c.opts.Log.Debug("hub request", "url", redact(u), "final", redact(resp.Request.URL), "range", rng, "status", resp.StatusCode, "attempt", attempt)
+		c.opts.Log.Debug("hub request", "url", modelrepo.Redact(u), "final", modelrepo.Redact(resp.Request.URL), "range", rng, "status", resp.StatusCode, "attempt", attempt)
 		for _, s := range ok {
 			if resp.StatusCode == s {
 				return resp, h, nil
@@ -374,10 +375,10 @@ func (c *Client) request(ctx context.Context, repo Repo, f File, rng string, ok 
 // gigabytes nobody asked for costs what is already in flight, no more.
 func closeUnread(resp *http.Response) { _ = resp.Body.Close() }
 
-// transportError maps a failed request to an *Error. Its sentence names
+// transportError maps a failed request to an *modelrepo.Error. Its sentence names
 // the redacted URL and the network's complaint, never a header.
-func (c *Client) transportError(repo Repo, f File, err error) error {
-	if e := AsError(err); e != nil { // the redirect policy's refusal
+func (c *Client) transportError(repo modelrepo.Repo, f modelrepo.File, err error) error {
+	if e := modelrepo.AsError(err); e != nil { // the redirect policy's refusal
 		e.File = f.Path
 		return e
 	}
@@ -388,62 +389,62 @@ func (c *Client) transportError(repo Repo, f File, err error) error {
 	}
 	var ne net.Error
 	if errors.As(cause, &ne) && ne.Timeout() {
-		return &Error{Code: reason.ReferenceTimeout, File: f.Path, Err: cause,
+		return &modelrepo.Error{Code: reason.ReferenceTimeout, File: f.Path, Err: cause,
 			Message: fmt.Sprintf("%s at %s did not answer within %s; try again when the repository answers", f.Path, repo, c.opts.HeaderTimeout)}
 	}
-	return &Error{Code: reason.ReferenceUnavailable, File: f.Path, Err: cause,
+	return &modelrepo.Error{Code: reason.ReferenceUnavailable, File: f.Path, Err: cause,
 		Message: fmt.Sprintf("%s at %s could not be reached (%s); try again when the repository answers", f.Path, repo, oneLine(cause))}
 }
 
-// statusError maps an unwanted status to an *Error.
-func (c *Client) statusError(repo Repo, f File, resp *http.Response) error {
+// statusError maps an unwanted status to an *modelrepo.Error.
+func (c *Client) statusError(repo modelrepo.Repo, f modelrepo.File, resp *http.Response) error {
 	s := resp.StatusCode
 	switch {
 	case s == http.StatusNotFound || s == http.StatusGone:
-		return refuse(reason.ReferenceNotFound, f.Path, "%s is not in %s (HTTP %d); check the repository, the revision and the path in checkpoint.json", f.Path, repo, s)
+		return modelrepo.Refuse(reason.ReferenceNotFound, f.Path, "%s is not in %s (HTTP %d); check the repository, the revision and the path in checkpoint.json", f.Path, repo, s)
 	case s == http.StatusUnauthorized || s == http.StatusForbidden:
 		who := "the arena holds no token for " + repo.Base.Host
 		if tokenFor(c.tokens, repo.Base) != "" {
 			who = "the token the arena's operator configured for " + repo.Base.Host + " may not read it"
 		}
-		return refuse(reason.ReferenceUnauthorized, f.Path, "%s at %s is private or gated (HTTP %d) and %s; make the repository readable to the arena, or ask its operator", f.Path, repo, s, who)
+		return modelrepo.Refuse(reason.ReferenceUnauthorized, f.Path, "%s at %s is private or gated (HTTP %d) and %s; make the repository readable to the arena, or ask its operator", f.Path, repo, s, who)
 	case s == http.StatusRequestedRangeNotSatisfiable:
 		return changed(repo, f, "the repository refuses a range inside the declared size (HTTP 416), so the file is shorter")
 	case s >= 300 && s < 400:
-		return refuse(reason.ReferenceUnavailable, f.Path, "%s at %s answered a redirect (HTTP %d) without a usable Location", f.Path, repo, s)
+		return modelrepo.Refuse(reason.ReferenceUnavailable, f.Path, "%s at %s answered a redirect (HTTP %d) without a usable Location", f.Path, repo, s)
 	case s == http.StatusTooManyRequests || s >= 500:
-		return refuse(reason.ReferenceUnavailable, f.Path, "%s at %s kept answering HTTP %d after %d attempts; try again when the repository answers", f.Path, repo, s, c.opts.Attempts)
+		return modelrepo.Refuse(reason.ReferenceUnavailable, f.Path, "%s at %s kept answering HTTP %d after %d attempts; try again when the repository answers", f.Path, repo, s, c.opts.Attempts)
 	}
-	return refuse(reason.ReferenceUnavailable, f.Path, "%s at %s answered HTTP %d", f.Path, repo, s)
+	return modelrepo.Refuse(reason.ReferenceUnavailable, f.Path, "%s at %s answered HTTP %d", f.Path, repo, s)
 }
 
 // bodyError maps a failure while a request is sent or its body streams.
 // A cancelled context of the caller's own (the service stops) passes
 // through as it is: that is not the repository's doing.
-func (c *Client) bodyError(ctx context.Context, repo Repo, f File, err error) error {
-	if e := AsError(err); e != nil {
+func (c *Client) bodyError(ctx context.Context, repo modelrepo.Repo, f modelrepo.File, err error) error {
+	if e := modelrepo.AsError(err); e != nil {
 		return e
 	}
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errStalled):
-		return &Error{Code: reason.ReferenceTimeout, File: f.Path, Err: err,
+		return &modelrepo.Error{Code: reason.ReferenceTimeout, File: f.Path, Err: err,
 			Message: fmt.Sprintf("%s at %s stopped sending for %s; try again when the repository answers", f.Path, repo, c.opts.IdleTimeout)}
 	case errors.Is(cause, errTooSlow):
-		return &Error{Code: reason.ReferenceTimeout, File: f.Path, Err: err,
+		return &modelrepo.Error{Code: reason.ReferenceTimeout, File: f.Path, Err: err,
 			Message: fmt.Sprintf("%s at %s did not send what was asked within %s; try again when the repository answers", f.Path, repo, c.opts.RequestTimeout)}
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return &Error{Code: reason.ReferenceTimeout, File: f.Path, Err: err,
+		return &modelrepo.Error{Code: reason.ReferenceTimeout, File: f.Path, Err: err,
 			Message: fmt.Sprintf("%s at %s stopped sending; try again when the repository answers", f.Path, repo)}
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return &Error{Code: reason.ReferenceUnavailable, File: f.Path, Err: err,
+		return &modelrepo.Error{Code: reason.ReferenceUnavailable, File: f.Path, Err: err,
 			Message: fmt.Sprintf("%s at %s: the connection ended before the bytes its answer announced", f.Path, repo)}
 	}
-	return &Error{Code: reason.ReferenceUnavailable, File: f.Path, Err: err,
+	return &modelrepo.Error{Code: reason.ReferenceUnavailable, File: f.Path, Err: err,
 		Message: fmt.Sprintf("%s at %s: the transfer broke (%s)", f.Path, repo, oneLine(err))}
 }
 
@@ -496,9 +497,9 @@ func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelCa
 // Fetch reads f whole, refusing a file declared over max bytes before any
 // request, reading at most f.Size+1 bytes, and checking size and sha256.
 // The build stage fetches the small files of a checkpoint this way.
-func (c *Client) Fetch(ctx context.Context, repo Repo, f File, max int64) ([]byte, error) {
+func (c *Client) Fetch(ctx context.Context, repo modelrepo.Repo, f modelrepo.File, max int64) ([]byte, error) {
 	if f.Size > max {
-		return nil, refuse(reason.ReferenceFileTooLarge, f.Path, "%s is declared %d bytes; the arena fetches files other than *.safetensors whole, and each may be at most %d bytes", f.Path, f.Size, max)
+		return nil, modelrepo.Refuse(reason.ReferenceFileTooLarge, f.Path, "%s is declared %d bytes; the arena fetches files other than *.safetensors whole, and each may be at most %d bytes", f.Path, f.Size, max)
 	}
 	rctx, cancel := c.bounded(ctx)
 	resp, h, err := c.request(rctx, repo, f, "", http.StatusOK)
@@ -543,7 +544,7 @@ type Body struct {
 // (Content-Range, Content-Length, X-Linked-Size) must agree with f.Size,
 // and a sha256 it names with f.SHA256; the caller checks the digest of
 // what it wrote.
-func (c *Client) Open(ctx context.Context, repo Repo, f File, offset int64) (*Body, error) {
+func (c *Client) Open(ctx context.Context, repo modelrepo.Repo, f modelrepo.File, offset int64) (*Body, error) {
 	if offset < 0 || offset > f.Size {
 		return nil, fmt.Errorf("hub: offset %d outside %s's %d bytes", offset, f.Path, f.Size)
 	}
@@ -568,11 +569,11 @@ func (c *Client) Open(ctx context.Context, repo Repo, f File, offset int64) (*Bo
 	start := int64(0)
 	if resp.StatusCode == http.StatusPartialContent {
 		if offset == 0 {
-			return fail(refuse(reason.ReferenceRangeIgnored, f.Path, "%s at %s answered a plain request with a part of the file (HTTP 206)", f.Path, repo))
+			return fail(modelrepo.Refuse(reason.ReferenceRangeIgnored, f.Path, "%s at %s answered a plain request with a part of the file (HTTP 206)", f.Path, repo))
 		}
 		cr, err := parseContentRange(resp.Header.Get("Content-Range"))
 		if err != nil || cr.first != offset || cr.last != f.Size-1 {
-			return fail(refuse(reason.ReferenceRangeIgnored, f.Path, "%s at %s answered the range from byte %d with %q", f.Path, repo, offset, clip(resp.Header.Get("Content-Range"), 80)))
+			return fail(modelrepo.Refuse(reason.ReferenceRangeIgnored, f.Path, "%s at %s answered the range from byte %d with %q", f.Path, repo, offset, modelrepo.Clip(resp.Header.Get("Content-Range"), 80)))
 		}
 		if cr.total != f.Size {
 			return fail(changed(repo, f, fmt.Sprintf("the repository says it is %d bytes", cr.total)))
@@ -589,12 +590,12 @@ func (c *Client) Open(ctx context.Context, repo Repo, f File, offset int64) (*Bo
 	}{io.LimitReader(body, f.Size-start), body}, Offset: start}, nil
 }
 
-// errBody maps a streaming body's errors to *Error.
+// errBody maps a streaming body's errors to *modelrepo.Error.
 type errBody struct {
 	c    *Client
 	ctx  context.Context
-	repo Repo
-	f    File
+	repo modelrepo.Repo
+	f    modelrepo.File
 	body io.ReadCloser
 }
 
@@ -613,7 +614,7 @@ func oneLine(err error) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
-	return clip(s, 200)
+	return modelrepo.Clip(s, 200)
 }
 
 func short(sha string) string {

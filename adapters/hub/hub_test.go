@@ -20,7 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
+
 	"github.com/lowbarena/lowbarena/adapters/hub/hubtest"
+	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
 	"github.com/lowbarena/lowbarena/events/reason"
 )
@@ -55,19 +57,19 @@ func checkpoint(t *testing.T, dir string) map[string]string {
 	return files
 }
 
-// declared is the hub.File checkpoint.json would declare for a file on disk.
-func declared(t *testing.T, path, local string) hub.File {
+// declared is the modelrepo.File checkpoint.json would declare for a file on disk.
+func declared(t *testing.T, path, local string) modelrepo.File {
 	t.Helper()
 	st, err := os.Stat(local)
 	require.NoError(t, err)
 	sum, err := hubtest.Digest(local)
 	require.NoError(t, err)
-	return hub.File{Path: path, Size: st.Size(), SHA256: sum}
+	return modelrepo.File{Path: path, Size: st.Size(), SHA256: sum}
 }
 
-func repoOf(t *testing.T, s *hubtest.Server) hub.Repo {
+func repoOf(t *testing.T, s *hubtest.Server) modelrepo.Repo {
 	t.Helper()
-	r, err := hub.ParseRepo(s.Repository(), hubtest.Revision)
+	r, err := modelrepo.Parse(s.Repository(), hubtest.Revision)
 	require.NoError(t, err)
 	return r
 }
@@ -80,7 +82,7 @@ func quick(s *hubtest.Server) hub.Options {
 
 // readHeaders reads the checkpoint's headers as the contract stage does:
 // the index whole, each shard through a HeaderReader.
-func readHeaders(ctx context.Context, c *hub.Client, repo hub.Repo, decl map[string]hub.File) (*safetensors.Checkpoint, error) {
+func readHeaders(ctx context.Context, c *hub.Client, repo modelrepo.Repo, decl map[string]modelrepo.File) (*safetensors.Checkpoint, error) {
 	sizes := map[string]int64{}
 	for p, f := range decl {
 		sizes[p] = f.Size
@@ -108,7 +110,7 @@ func TestHeadersOverRange(t *testing.T) {
 	files := checkpoint(t, dir)
 	srv := hubtest.New(files)
 	defer srv.Close()
-	decl := map[string]hub.File{}
+	decl := map[string]modelrepo.File{}
 	for p, local := range files {
 		decl[p] = declared(t, p, local)
 	}
@@ -204,7 +206,7 @@ func TestBadRepositories(t *testing.T) {
 		// file is the repository path read; its declaration comes
 		// from files unless declare overrides it.
 		file    string
-		declare func(f hub.File) hub.File
+		declare func(f modelrepo.File) modelrepo.File
 		hook    hubtest.Hook
 		setup   func(t *testing.T, srv *hubtest.Server)
 		// read is headers (the contract's reads) or fetch (build's).
@@ -213,7 +215,7 @@ func TestBadRepositories(t *testing.T) {
 		check check
 	}{
 		{name: "a Range request answered with the whole file", file: shard,
-			declare: func(f hub.File) hub.File { f.Size = huge; return f },
+			declare: func(f modelrepo.File) modelrepo.File { f.Size = huge; return f },
 			hook: func(w http.ResponseWriter, r *http.Request, path string) bool {
 				w.Header().Set("Content-Length", fmt.Sprint(huge))
 				w.WriteHeader(http.StatusOK)
@@ -275,8 +277,8 @@ func TestBadRepositories(t *testing.T) {
 			},
 			code: string(reason.ReferenceDigestMismatch)},
 		{name: "a header length past the limit", file: "big.safetensors",
-			declare: func(hub.File) hub.File {
-				return hub.File{Path: "big.safetensors", Size: 1 << 30, SHA256: strings.Repeat("ab", 32)}
+			declare: func(modelrepo.File) modelrepo.File {
+				return modelrepo.File{Path: "big.safetensors", Size: 1 << 30, SHA256: strings.Repeat("ab", 32)}
 			},
 			hook: func(w http.ResponseWriter, r *http.Request, path string) bool {
 				if path != "big.safetensors" {
@@ -339,7 +341,7 @@ func TestBadRepositories(t *testing.T) {
 			},
 			code: string(reason.ReferenceUnavailable)},
 		{name: "a small file over the limit", file: "config.json", fetch: true,
-			declare: func(f hub.File) hub.File { f.Size = 65 << 20; return f },
+			declare: func(f modelrepo.File) modelrepo.File { f.Size = 65 << 20; return f },
 			code:    string(reason.ReferenceFileTooLarge),
 			check: func(t *testing.T, srv *hubtest.Server, err error) {
 				require.Empty(t, srv.Requests(), "refused before any request")
@@ -350,7 +352,7 @@ func TestBadRepositories(t *testing.T) {
 			t.Parallel()
 			srv := hubtest.New(files)
 			t.Cleanup(srv.Close)
-			f := hub.File{Path: tc.file}
+			f := modelrepo.File{Path: tc.file}
 			if local, ok := files[tc.file]; ok {
 				f = declared(t, tc.file, local)
 			}
@@ -371,7 +373,7 @@ func TestBadRepositories(t *testing.T) {
 				_ = r.Close()
 			}
 			require.Error(t, err)
-			got := string(hub.CodeOf(err))
+			got := string(modelrepo.CodeOf(err))
 			if got == "" {
 				got = string(safetensors.CodeOf(err))
 			}
@@ -416,7 +418,7 @@ func TestRedirectPolicy(t *testing.T) {
 				require.Len(t, data, int(f.Size))
 				continue
 			}
-			require.Equal(t, reason.ReferenceDigestMismatch, hub.CodeOf(err), "%v", err)
+			require.Equal(t, reason.ReferenceDigestMismatch, modelrepo.CodeOf(err), "%v", err)
 		}
 	})
 	t.Run("from https to http", func(t *testing.T) {
@@ -433,7 +435,7 @@ func TestRedirectPolicy(t *testing.T) {
 		pool.AddCert(tlsSrv.Server().Certificate())
 		c := hub.New(hub.Options{Hosts: []string{tlsSrv.Host()}, RootCAs: pool})
 		_, err := c.Fetch(context.Background(), repoOf(t, tlsSrv), f, 1<<20)
-		require.Equal(t, reason.ReferenceRedirectScheme, hub.CodeOf(err), "%v", err)
+		require.Equal(t, reason.ReferenceRedirectScheme, modelrepo.CodeOf(err), "%v", err)
 		require.Contains(t, err.Error(), "to a http: address")
 		require.Empty(t, cdn.Asked(), "the http address was never asked")
 	})
@@ -465,49 +467,9 @@ func TestRetriesAServerError(t *testing.T) {
 			require.Len(t, srv.Requests(), fails+1)
 			continue
 		}
-		require.Equal(t, reason.ReferenceUnavailable, hub.CodeOf(err))
+		require.Equal(t, reason.ReferenceUnavailable, modelrepo.CodeOf(err))
 		require.Contains(t, err.Error(), "kept answering HTTP 503 after 3 attempts")
 		require.Len(t, srv.Requests(), 3)
-	}
-}
-
-// TestParseRepo: what a participant may write as a repository and a
-// revision; credentials are refused and never echoed.
-func TestParseRepo(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		base, rev string
-		code      hub.Code
-		url       string // the file URL of "a/b c.json" when kept
-	}{
-		{base: "https://huggingface.co/Org/Model", rev: "main", url: "https://huggingface.co/Org/Model/resolve/main/a/b%20c.json"},
-		{base: "https://HuggingFace.co/org/model/", rev: "refs/pr/1", url: "https://huggingface.co/org/model/resolve/refs%2Fpr%2F1/a/b%20c.json"},
-		{base: "https://user:s3cret-pw@huggingface.co/org/model", rev: "main", code: reason.ReferenceURLCredentials},
-		{base: "https://hf_tok3n@huggingface.co/org/model", rev: "main", code: reason.ReferenceURLCredentials},
-		{base: "https://user:s3cret%zz@huggingface.co/org/model", rev: "main", code: reason.ReferenceURLCredentials},
-		{base: "https://huggingface.co/org/model?token=s3cret-pw", rev: "main", code: reason.ReferenceURLInvalid},
-		{base: "https://huggingface.co/org/model#frag", rev: "main", code: reason.ReferenceURLInvalid},
-		{base: "ftp://huggingface.co/org/model", rev: "main", code: reason.ReferenceURLInvalid},
-		{base: "file:///etc", rev: "main", code: reason.ReferenceURLInvalid},
-		{base: "huggingface.co/org/model", rev: "main", code: reason.ReferenceURLInvalid},
-		{base: "https://huggingface.co", rev: "main", code: reason.ReferenceURLInvalid},
-		{base: "https://huggingface.co/org/../model", rev: "main", code: reason.ReferenceURLInvalid},
-		{base: "", rev: "main", code: reason.ReferenceURLInvalid},
-		{base: "https://huggingface.co/org/model", rev: "", code: reason.ReferenceRevisionInvalid},
-		{base: "https://huggingface.co/org/model", rev: "../../x", code: reason.ReferenceRevisionInvalid},
-		{base: "https://huggingface.co/org/model", rev: "main branch", code: reason.ReferenceRevisionInvalid},
-	}
-	for _, tc := range cases {
-		r, err := hub.ParseRepo(tc.base, tc.rev)
-		if tc.code == "" {
-			require.NoError(t, err, tc.base)
-			require.Equal(t, tc.url, r.FileURL("a/b c.json").String())
-			continue
-		}
-		require.Equal(t, tc.code, hub.CodeOf(err), "%s: %v", tc.base, err)
-		for _, secret := range []string{"s3cret", "hf_tok3n"} {
-			require.NotContains(t, err.Error(), secret, "the sentence never echoes a credential")
-		}
 	}
 }
 
@@ -516,7 +478,7 @@ func TestParseRepo(t *testing.T) {
 func TestAllowedHosts(t *testing.T) {
 	t.Parallel()
 	c := hub.New(hub.Options{Hosts: []string{"huggingface.co", "http://mirror.internal:8080", "127.0.0.1:9"}})
-	for base, code := range map[string]hub.Code{
+	for base, code := range map[string]modelrepo.Code{
 		"https://huggingface.co/o/m":      "",
 		"https://huggingface.co:443/o/m":  "",
 		"http://huggingface.co/o/m":       reason.ReferenceHostNotAllowed,
@@ -525,13 +487,13 @@ func TestAllowedHosts(t *testing.T) {
 		"http://127.0.0.1:9/o/m":          "",
 		"http://127.0.0.1:10/o/m":         reason.ReferenceHostNotAllowed,
 	} {
-		r, err := hub.ParseRepo(base, "main")
+		r, err := modelrepo.Parse(base, "main")
 		require.NoError(t, err)
-		require.Equal(t, code, hub.CodeOf(c.Allowed(r)), base)
+		require.Equal(t, code, modelrepo.CodeOf(c.Allowed(r)), base)
 	}
-	r, err := hub.ParseRepo("https://huggingface.co/o/m", "main")
+	r, err := modelrepo.Parse("https://huggingface.co/o/m", "main")
 	require.NoError(t, err)
-	require.Equal(t, reason.ReferenceHostNotAllowed, hub.CodeOf(hub.New(hub.Options{}).Allowed(r)), "no hosts, no references")
+	require.Equal(t, reason.ReferenceHostNotAllowed, modelrepo.CodeOf(hub.New(hub.Options{}).Allowed(r)), "no hosts, no references")
 }
 
 // TestTokenGoesToItsHostOnly: the operator's token reaches the host it
@@ -628,7 +590,7 @@ func TestTokenNeverSurfaces(t *testing.T) {
 		} {
 			err := read()
 			require.Error(t, err, "hook %d", i)
-			for _, s := range []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", hub.AsError(err))} {
+			for _, s := range []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", modelrepo.AsError(err))} {
 				require.NotContains(t, s, token, "hook %d", i)
 				require.NotContains(t, s, "SignedSecret42", "hook %d", i)
 			}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/events/reason"
 )
 
@@ -23,9 +24,9 @@ import (
 // request of 8 bytes. The reader never asks for a byte it was not asked
 // for, and never reads an answer that is not the range asked for.
 //
-// Its errors are *Error values (wrapped by the safetensors reader when it
+// Its errors are *modelrepo.Error values (wrapped by the safetensors reader when it
 // reads through it). Close it when done.
-func (c *Client) HeaderReader(ctx context.Context, repo Repo, f File) *RangeReader {
+func (c *Client) HeaderReader(ctx context.Context, repo modelrepo.Repo, f modelrepo.File) *RangeReader {
 	return &RangeReader{c: c, ctx: ctx, repo: repo, f: f}
 }
 
@@ -33,8 +34,8 @@ func (c *Client) HeaderReader(ctx context.Context, repo Repo, f File) *RangeRead
 type RangeReader struct {
 	c    *Client
 	ctx  context.Context
-	repo Repo
-	f    File
+	repo modelrepo.Repo
+	f    modelrepo.File
 
 	pos, end int64
 	body     io.ReadCloser
@@ -100,19 +101,19 @@ func (r *RangeReader) open(first, last int64) error {
 		if resp.ContentLength >= 0 {
 			what = fmt.Sprintf("the whole file (%d bytes)", resp.ContentLength)
 		}
-		return fail(refuse(reason.ReferenceRangeIgnored, r.f.Path, "%s at %s answered a request for bytes %d-%d with %s (HTTP %d); the arena reads checkpoints by reference only from repositories that answer Range requests, and did not read the answer",
+		return fail(modelrepo.Refuse(reason.ReferenceRangeIgnored, r.f.Path, "%s at %s answered a request for bytes %d-%d with %s (HTTP %d); the arena reads checkpoints by reference only from repositories that answer Range requests, and did not read the answer",
 			r.f.Path, r.repo, first, last, what, resp.StatusCode))
 	}
 	cr, err := parseContentRange(resp.Header.Get("Content-Range"))
 	if err != nil || cr.first != first || cr.last != last {
-		return fail(refuse(reason.ReferenceRangeIgnored, r.f.Path, "%s at %s answered a request for bytes %d-%d with the range %q; the arena did not read it",
-			r.f.Path, r.repo, first, last, clip(resp.Header.Get("Content-Range"), 80)))
+		return fail(modelrepo.Refuse(reason.ReferenceRangeIgnored, r.f.Path, "%s at %s answered a request for bytes %d-%d with the range %q; the arena did not read it",
+			r.f.Path, r.repo, first, last, modelrepo.Clip(resp.Header.Get("Content-Range"), 80)))
 	}
 	if cr.total != r.f.Size {
 		return fail(changed(r.repo, r.f, fmt.Sprintf("the repository says it is %d bytes", cr.total)))
 	}
 	if resp.ContentLength >= 0 && resp.ContentLength != last-first+1 {
-		return fail(refuse(reason.ReferenceRangeIgnored, r.f.Path, "%s at %s announced %d bytes for the %d of bytes %d-%d; the arena did not read them",
+		return fail(modelrepo.Refuse(reason.ReferenceRangeIgnored, r.f.Path, "%s at %s announced %d bytes for the %d of bytes %d-%d; the arena did not read them",
 			r.f.Path, r.repo, resp.ContentLength, last-first+1, first, last))
 	}
 	r.rctx, r.cancel = rctx, cancel

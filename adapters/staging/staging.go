@@ -61,6 +61,8 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
+
+	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/events/reason"
 )
 
@@ -152,7 +154,7 @@ func flock(f *os.File, how int) error {
 }
 
 func (c *Cache) blob(sha string) string { return filepath.Join(c.opts.Dir, "blobs", sha) }
-func (c *Cache) partial(f hub.File) string {
+func (c *Cache) partial(f modelrepo.File) string {
 	return filepath.Join(c.opts.Dir, "partial", f.SHA256+"."+strconv.FormatInt(f.Size, 10))
 }
 func (c *Cache) checkouts() string { return filepath.Join(c.opts.Dir, "checkouts") }
@@ -184,17 +186,17 @@ func (l *Lease) Release() {
 // write puts there (the small files), and returns it leased. A folder
 // assembled before and still whole is reused as it is.
 //
-// Errors: a *hub.Error for a repository that fails or a file that is not
+// Errors: a *modelrepo.Error for a repository that fails or a file that is not
 // the declared one, an *Error (reason.StagingCacheFull) when the cache cannot hold
 // the checkpoint, anything else for the machine (a full disk).
-func (c *Cache) Checkout(ctx context.Context, name string, repo hub.Repo, remote []hub.File, write func(dir string) error, progress Progress) (_ *Lease, err error) {
+func (c *Cache) Checkout(ctx context.Context, name string, repo modelrepo.Repo, remote []modelrepo.File, write func(dir string) error, progress Progress) (_ *Lease, err error) {
 	if !validName(name) {
 		return nil, fmt.Errorf("staging: checkout name %q is not a plain name", name)
 	}
 	if progress == nil {
 		progress = func(int64, int64) {}
 	}
-	uniq := map[string]hub.File{}
+	uniq := map[string]modelrepo.File{}
 	var total int64
 	for _, f := range remote {
 		if !digestHex.MatchString(f.SHA256) || strings.Contains(f.Path, "/") || !validName(f.Path) {
@@ -246,7 +248,7 @@ func validName(s string) bool {
 }
 
 // pinIfPresent pins f's blob when the cache holds it.
-func (c *Cache) pinIfPresent(lease *Lease, f hub.File) (bool, error) {
+func (c *Cache) pinIfPresent(lease *Lease, f modelrepo.File) (bool, error) {
 	unlock, err := c.lock()
 	if err != nil {
 		return false, err
@@ -258,7 +260,7 @@ func (c *Cache) pinIfPresent(lease *Lease, f hub.File) (bool, error) {
 // pin opens f's blob, holds it shared in lease and marks it used now. The
 // cache lock must be held (eviction takes it too, so the blob cannot go
 // between the open and the flock).
-func (c *Cache) pin(lease *Lease, f hub.File) (bool, error) {
+func (c *Cache) pin(lease *Lease, f modelrepo.File) (bool, error) {
 	b, err := os.Open(c.blob(f.SHA256))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -292,7 +294,7 @@ func (c *Cache) pin(lease *Lease, f hub.File) (bool, error) {
 // it. Only admission and the final rename take the cache lock; the
 // transfer holds the partial file exclusively, so a second runner that
 // wants the same file waits for it instead of downloading it again.
-func (c *Cache) download(ctx context.Context, repo hub.Repo, f hub.File, lease *Lease, progress func(int64)) error {
+func (c *Cache) download(ctx context.Context, repo modelrepo.Repo, f modelrepo.File, lease *Lease, progress func(int64)) error {
 	part, err := c.admit(ctx, f, lease)
 	if err != nil || part == nil {
 		return err // nil part: the blob arrived meanwhile and is pinned
@@ -315,7 +317,7 @@ func (c *Cache) download(ctx context.Context, repo hub.Repo, f hub.File, lease *
 		if err == nil {
 			break
 		}
-		he := hub.AsError(err)
+		he := modelrepo.AsError(err)
 		if he != nil && he.Code == reason.ReferenceDigestMismatch {
 			// The repository serves another file now: what is on disk
 			// is of no use.
@@ -333,7 +335,7 @@ func (c *Cache) download(ctx context.Context, repo hub.Repo, f hub.File, lease *
 	}
 	if sum := hex.EncodeToString(p.sum()); have != f.Size || sum != f.SHA256 {
 		_ = os.Remove(part.Name())
-		return &hub.Error{Code: reason.ReferenceDigestMismatch, File: f.Path, Message: fmt.Sprintf(
+		return &modelrepo.Error{Code: reason.ReferenceDigestMismatch, File: f.Path, Message: fmt.Sprintf(
 			"%s at %s is not the file checkpoint.json declares (%d bytes, sha256 %.12s): the repository served %d bytes with sha256 %.12s; the file changed since it was declared: pin the revision to a commit and declare the file's current size and sha256",
 			f.Path, repo, f.Size, f.SHA256, have, sum)}
 	}
@@ -345,7 +347,7 @@ func (c *Cache) download(ctx context.Context, repo hub.Repo, f hub.File, lease *
 
 // admit makes room for f and returns its partial file held exclusively,
 // or nil when the blob is already in the cache (pinned into lease).
-func (c *Cache) admit(ctx context.Context, f hub.File, lease *Lease) (*os.File, error) {
+func (c *Cache) admit(ctx context.Context, f modelrepo.File, lease *Lease) (*os.File, error) {
 	for {
 		unlock, err := c.lock()
 		if err != nil {
@@ -413,7 +415,7 @@ func same(f *os.File, path string) bool {
 }
 
 // resume hashes the bytes a partial file already holds.
-func (c *Cache) resume(part *os.File, f hub.File) (int64, hash.Hash, error) {
+func (c *Cache) resume(part *os.File, f modelrepo.File) (int64, hash.Hash, error) {
 	h := sha256.New()
 	st, err := part.Stat()
 	if err != nil {
@@ -436,7 +438,7 @@ func (c *Cache) resume(part *os.File, f hub.File) (int64, hash.Hash, error) {
 
 // transfer asks the repository for f from have on and appends what comes
 // to part and p's hash, returning how many bytes part holds.
-func (c *Cache) transfer(ctx context.Context, repo hub.Repo, f hub.File, part *os.File, p *pipe, have int64, progress func(int64)) (int64, error) {
+func (c *Cache) transfer(ctx context.Context, repo modelrepo.Repo, f modelrepo.File, part *os.File, p *pipe, have int64, progress func(int64)) (int64, error) {
 	if have == f.Size {
 		return have, nil
 	}
@@ -458,7 +460,7 @@ func (c *Cache) transfer(ctx context.Context, repo hub.Repo, f hub.File, part *o
 		buf := p.buffer()
 		n, rerr := io.ReadFull(body, buf)
 		if rerr == io.ErrUnexpectedEOF {
-			rerr = io.EOF // the last, short buffer (the hub's own errors are *hub.Error)
+			rerr = io.EOF // the last, short buffer (the hub's own errors are *modelrepo.Error)
 		}
 		if n == 0 {
 			p.release(buf)
@@ -473,7 +475,7 @@ func (c *Cache) transfer(ctx context.Context, repo hub.Repo, f hub.File, part *o
 		}
 		if rerr == io.EOF {
 			if have < f.Size {
-				return have, &hub.Error{Code: reason.ReferenceUnavailable, File: f.Path, Message: fmt.Sprintf("%s at %s: the answer ended at byte %d of %d", f.Path, repo, have, f.Size)}
+				return have, &modelrepo.Error{Code: reason.ReferenceUnavailable, File: f.Path, Message: fmt.Sprintf("%s at %s: the answer ended at byte %d of %d", f.Path, repo, have, f.Size)}
 			}
 			return have, nil
 		}
@@ -524,7 +526,7 @@ func (p *pipe) reset()      { p.wait(); p.h.Reset() }
 func (p *pipe) close()      { close(p.work) }
 
 // finish renames a verified partial file into blobs/ and pins the blob.
-func (c *Cache) finish(part *os.File, f hub.File, lease *Lease) error {
+func (c *Cache) finish(part *os.File, f modelrepo.File, lease *Lease) error {
 	unlock, err := c.lock()
 	if err != nil {
 		return err
@@ -689,7 +691,7 @@ func (c *Cache) unlink(st fs.FileInfo) error {
 // assemble makes checkouts/name hold remote's blobs (hard links) and
 // what write puts there, reusing a checkout that is whole. The blobs are
 // pinned, so no link can be evicted while this runs.
-func (c *Cache) assemble(name string, remote []hub.File, write func(dir string) error) (string, error) {
+func (c *Cache) assemble(name string, remote []modelrepo.File, write func(dir string) error) (string, error) {
 	dir := filepath.Join(c.checkouts(), name)
 	if c.whole(dir, remote) {
 		return dir, nil
@@ -731,7 +733,7 @@ func (c *Cache) assemble(name string, remote []hub.File, write func(dir string) 
 
 // whole reports whether dir is a finished checkout whose shards are the
 // cache's blobs.
-func (c *Cache) whole(dir string, remote []hub.File) bool {
+func (c *Cache) whole(dir string, remote []modelrepo.File) bool {
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err != nil {
 		return false
 	}

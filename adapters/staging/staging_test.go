@@ -14,19 +14,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
+
 	"github.com/lowbarena/lowbarena/adapters/hub/hubtest"
 	"github.com/lowbarena/lowbarena/adapters/staging"
+	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/events/reason"
 )
 
 // shards writes n files of size random bytes named shard-<i>.safetensors
 // and returns them (path in the repository -> file on disk) and their
 // declarations.
-func shards(t testing.TB, n int, size int) (map[string]string, []hub.File) {
+func shards(t testing.TB, n int, size int) (map[string]string, []modelrepo.File) {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{}
-	var decl []hub.File
+	var decl []modelrepo.File
 	for i := range n {
 		name := fmt.Sprintf("shard-%d.safetensors", i)
 		data := make([]byte, size)
@@ -36,17 +38,17 @@ func shards(t testing.TB, n int, size int) (map[string]string, []hub.File) {
 		sum, err := hubtest.Digest(p)
 		require.NoError(t, err)
 		files[name] = p
-		decl = append(decl, hub.File{Path: name, Size: int64(size), SHA256: sum})
+		decl = append(decl, modelrepo.File{Path: name, Size: int64(size), SHA256: sum})
 	}
 	return files, decl
 }
 
-func open(t testing.TB, dir string, srv *hubtest.Server, max int64, attempts int) (*staging.Cache, hub.Repo) {
+func open(t testing.TB, dir string, srv *hubtest.Server, max int64, attempts int) (*staging.Cache, modelrepo.Repo) {
 	t.Helper()
 	c, err := staging.Open(staging.Options{Dir: dir, MaxBytes: max, Attempts: attempts,
 		Hub: hub.New(hub.Options{Hosts: []string{srv.Host()}, Attempts: 1})})
 	require.NoError(t, err)
-	repo, err := hub.ParseRepo(srv.Repository(), hubtest.Revision)
+	repo, err := modelrepo.Parse(srv.Repository(), hubtest.Revision)
 	require.NoError(t, err)
 	return c, repo
 }
@@ -58,7 +60,7 @@ func config(dir string) error {
 
 // requireFiles checks that the checkout holds each file with its digest,
 // as a hard link to the cache's blob.
-func requireFiles(t *testing.T, cacheDir, dir string, decl []hub.File) {
+func requireFiles(t *testing.T, cacheDir, dir string, decl []modelrepo.File) {
 	t.Helper()
 	for _, f := range decl {
 		sum, err := hubtest.Digest(filepath.Join(dir, f.Path))
@@ -155,7 +157,7 @@ func TestResumesABrokenDownload(t *testing.T) {
 			c, repo := open(t, cacheDir, srv, 1<<30, attempts)
 			lease, err := c.Checkout(context.Background(), "b", repo, decl, config, nil)
 			if attempts == 1 {
-				require.Equal(t, reason.ReferenceUnavailable, hub.CodeOf(err), "%v", err)
+				require.Equal(t, reason.ReferenceUnavailable, modelrepo.CodeOf(err), "%v", err)
 				part, serr := os.Stat(filepath.Join(cacheDir, "partial", fmt.Sprintf("%s.%d", decl[0].SHA256, decl[0].Size)))
 				require.NoError(t, serr)
 				require.Equal(t, int64(cut), part.Size(), "the bytes that came stay on disk")
@@ -216,7 +218,7 @@ func TestChangedFileIsRefused(t *testing.T) {
 	cacheDir := t.TempDir()
 	c, repo := open(t, cacheDir, srv, 1<<30, 3)
 	_, err = c.Checkout(context.Background(), "b", repo, decl, config, nil)
-	require.Equal(t, reason.ReferenceDigestMismatch, hub.CodeOf(err), "%v", err)
+	require.Equal(t, reason.ReferenceDigestMismatch, modelrepo.CodeOf(err), "%v", err)
 	require.Contains(t, err.Error(), "pin the revision to a commit")
 	for _, d := range []string{"blobs", "partial", "checkouts"} {
 		entries, err := os.ReadDir(filepath.Join(cacheDir, d))

@@ -14,7 +14,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lowbarena/lowbarena/adapters/hub" //nolint:depguard // hub.Repo, hub.File and the hub's error codes are what a reference is checked against; they belong in the domain, apart from hub's HTTP client (not moved yet)
+	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/events/reason"
 )
 
@@ -85,7 +85,7 @@ func ParseReference(data []byte) (*Reference, error) {
 		return nil, &Error{Code: reason.BundleBadReference, Message: fmt.Sprintf("%s is not valid: %v", CheckpointFile, err), Err: err}
 	}
 	if _, err := r.Repo(); err != nil {
-		he := hub.AsError(err)
+		he := modelrepo.AsError(err)
 		return nil, &Error{Code: he.Code, Message: CheckpointFile + ": " + he.Message, Err: err}
 	}
 	if len(r.Files) == 0 {
@@ -164,7 +164,7 @@ var plainName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$`)
 func Remote(path string) bool { return strings.HasSuffix(strings.ToLower(path), ".safetensors") }
 
 // Repo is the reference's repository and revision, checked.
-func (r *Reference) Repo() (hub.Repo, error) { return hub.ParseRepo(r.Repository, r.Revision) }
+func (r *Reference) Repo() (modelrepo.Repo, error) { return modelrepo.Parse(r.Repository, r.Revision) }
 
 // File returns the listed file at path.
 func (r *Reference) File(p string) (ReferencedFile, bool) {
@@ -185,7 +185,9 @@ func (r *Reference) Bytes() int64 {
 }
 
 // Hub is the file as the repository client reads it.
-func (f ReferencedFile) Hub() hub.File { return hub.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256} }
+func (f ReferencedFile) Hub() modelrepo.File {
+	return modelrepo.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+}
 
 // ReadReference reads and validates dir/checkpoint.json; (nil, nil) when
 // dir has none (the checkpoint is in the bundle itself).

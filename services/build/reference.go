@@ -10,7 +10,9 @@ import (
 	"strings"
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
+
 	"github.com/lowbarena/lowbarena/domain/bundle"
+	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/services/build/unpack"
@@ -145,7 +147,7 @@ var noHosts = hub.New(hub.Options{})
 
 // hubRefusal turns the hub's refusal into the build's.
 func hubRefusal(err error) error {
-	if he := hub.AsError(err); he != nil {
+	if he := modelrepo.AsError(err); he != nil {
 		return &unpack.Error{Code: he.Code, Message: he.Message, Err: err}
 	}
 	return err

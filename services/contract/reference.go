@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
+
 	"github.com/lowbarena/lowbarena/domain/bundle"
+	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/domain/safetensors"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/stage"
@@ -60,7 +62,7 @@ func (c *Checker) opener(ctx context.Context, m artifact.Manifest) (open safeten
 	} else if err != nil {
 		return nil, nil, err
 	}
-	var shards []hub.File
+	var shards []modelrepo.File
 	for _, f := range ref.Files {
 		if bundle.Remote(f.Path) {
 			shards = append(shards, f.Hub())
@@ -101,9 +103,9 @@ type prefetched struct {
 }
 
 // prefetch starts fetching the header of every shard.
-func (c *Checker) prefetch(ctx context.Context, repo hub.Repo, shards []hub.File) *prefetched {
+func (c *Checker) prefetch(ctx context.Context, repo modelrepo.Repo, shards []modelrepo.File) *prefetched {
 	p := &prefetched{done: map[string]chan struct{}{}, got: map[string]io.ReadCloser{}}
-	todo := make(chan hub.File, len(shards))
+	todo := make(chan modelrepo.File, len(shards))
 	for _, f := range shards {
 		p.done[f.Path] = make(chan struct{})
 		todo <- f
@@ -130,7 +132,7 @@ func (c *Checker) prefetch(ctx context.Context, repo hub.Repo, shards []hub.File
 // header it announces, and returns what the safetensors reader will read:
 // the bytes fetched, then (when the header was not fetched) the rest on
 // demand, or the failure at its first read, as reading it in turn would.
-func (c *Checker) header(ctx context.Context, repo hub.Repo, f hub.File, budget *atomic.Int64) io.ReadCloser {
+func (c *Checker) header(ctx context.Context, repo modelrepo.Repo, f modelrepo.File, budget *atomic.Int64) io.ReadCloser {
 	if f.Size < 8 {
 		// The reader refuses it by its size alone, reading nothing.
 		return io.NopCloser(bytes.NewReader(nil))
@@ -211,7 +213,7 @@ var noHosts = hub.New(hub.Options{})
 // error. A cancelled context is never one: the stage stops, and the input
 // is redelivered.
 func hubRefusal(err error) error {
-	if he := hub.AsError(err); he != nil {
+	if he := modelrepo.AsError(err); he != nil {
 		return stage.Refuse(he.Code, he.Message)
 	}
 	return nil

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/adapters/staging"
 	"github.com/lowbarena/lowbarena/domain/bundle"
+	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
@@ -47,7 +47,7 @@ func (s *Service) stage(ctx context.Context, m artifact.Manifest, progress stagi
 	if err != nil {
 		return "", none, err
 	}
-	var remote []hub.File
+	var remote []modelrepo.File
 	var local []events.FileDigest
 	for _, mf := range m.Files {
 		if !bundle.Remote(mf.Path) {
@@ -84,7 +84,7 @@ func (s *Service) stage(ctx context.Context, m artifact.Manifest, progress stagi
 // staged, or nil for an error worth a retry (the store, the disk, a
 // runner told to stop).
 func stagingFailure(what string, err error) *Failure {
-	if he := hub.AsError(err); he != nil {
+	if he := modelrepo.AsError(err); he != nil {
 		return &Failure{Reason: he.Code, Message: what + " by reference: " + he.Message}
 	}
 	var se *staging.Error

@@ -14,8 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/domain/bundle"
+	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
@@ -121,7 +121,7 @@ type packed struct {
 	// ref is checkpoint.json's reference, nil for a checkpoint in the
 	// bundle itself.
 	ref  *bundle.Reference
-	repo hub.Repo
+	repo modelrepo.Repo
 	sum  bundle.Summary
 	tmp  *os.File
 }

@@ -1,4 +1,4 @@
-package hub
+package modelrepo
 
 import (
 	"errors"
@@ -68,6 +68,6 @@ func CodeOf(err error) Code {
 	return ""
 }
 
-func refuse(code Code, file string, format string, args ...any) *Error {
+func Refuse(code Code, file string, format string, args ...any) *Error {
 	return &Error{Code: code, File: file, Message: fmt.Sprintf(format, args...)}
 }

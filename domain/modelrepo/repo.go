@@ -1,4 +1,10 @@
-package hub
+// Package modelrepo is what a checkpoint submitted by reference names: a
+// model repository at one revision (Repo, from Parse), the files of it
+// that checkpoint.json declares with their sizes and digests (File), and
+// the stable codes of a reference the arena could not read (Error). It is
+// pure: adapters/hub reads the files over HTTP, and the build and
+// contract stages and the runner check and fetch what it describes.
+package modelrepo
 
 import (
 	"net"
@@ -21,7 +27,7 @@ const (
 // the file at path is served at <Base>/resolve/<Revision>/<path>.
 type Repo struct {
 	// Base is the repository's URL: http(s), a host, a path, and never a
-	// user, a password, a query or a fragment (ParseRepo refuses them).
+	// user, a password, a query or a fragment (Parse refuses them).
 	Base *url.URL
 	// Revision is a branch, a tag or a commit (a commit pins the files;
 	// the declared sha256 of each file pins them either way).
@@ -41,56 +47,56 @@ type File struct {
 // plain characters model hubs use (refs/pr/1 included).
 var revision = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
 
-// ParseRepo checks a repository URL and a revision as a participant wrote
+// Parse checks a repository URL and a revision as a participant wrote
 // them. A refusal is an *Error; its sentence never repeats what could be a
 // credential (the user information, the query).
-func ParseRepo(base, rev string) (Repo, error) {
+func Parse(base, rev string) (Repo, error) {
 	if base == "" {
-		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL is empty; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
+		return Repo{}, Refuse(reason.ReferenceURLInvalid, "", "the repository URL is empty; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
 	}
 	if len(base) > MaxURLBytes {
-		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL is %d bytes; the limit is %d", len(base), MaxURLBytes)
+		return Repo{}, Refuse(reason.ReferenceURLInvalid, "", "the repository URL is %d bytes; the limit is %d", len(base), MaxURLBytes)
 	}
 	u, err := url.Parse(base)
 	if err != nil {
 		// url.Parse's error quotes the whole URL, credentials included:
 		// it is not passed on.
 		if strings.Contains(base, "@") {
-			return Repo{}, refuse(reason.ReferenceURLCredentials, "", "the repository URL carries a user name or password (user:password@); remove them: the arena reads private repositories with the token its operator configures")
+			return Repo{}, Refuse(reason.ReferenceURLCredentials, "", "the repository URL carries a user name or password (user:password@); remove them: the arena reads private repositories with the token its operator configures")
 		}
-		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL does not parse as a URL; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
+		return Repo{}, Refuse(reason.ReferenceURLInvalid, "", "the repository URL does not parse as a URL; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
 	}
 	if u.User != nil {
-		return Repo{}, refuse(reason.ReferenceURLCredentials, "", "the repository URL carries a user name or password (user:password@); remove them: the arena reads private repositories with the token its operator configures")
+		return Repo{}, Refuse(reason.ReferenceURLCredentials, "", "the repository URL carries a user name or password (user:password@); remove them: the arena reads private repositories with the token its operator configures")
 	}
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "https" && scheme != "http" {
-		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL's scheme is %q; it must be https", u.Scheme)
+		return Repo{}, Refuse(reason.ReferenceURLInvalid, "", "the repository URL's scheme is %q; it must be https", u.Scheme)
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL has no host; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
+		return Repo{}, Refuse(reason.ReferenceURLInvalid, "", "the repository URL has no host; give the repository's https address, e.g. https://huggingface.co/ORG/NAME")
 	}
 	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.ContainsAny(base, "?#") {
-		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL must have no query (?...) or fragment (#...); give the repository's base address only")
+		return Repo{}, Refuse(reason.ReferenceURLInvalid, "", "the repository URL must have no query (?...) or fragment (#...); give the repository's base address only")
 	}
 	path := strings.TrimSuffix(u.Path, "/")
 	for _, seg := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
 		if seg == "." || seg == ".." {
-			return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL's path holds %q; give the repository's plain address", seg)
+			return Repo{}, Refuse(reason.ReferenceURLInvalid, "", "the repository URL's path holds %q; give the repository's plain address", seg)
 		}
 	}
 	if path == "" {
-		return Repo{}, refuse(reason.ReferenceURLInvalid, "", "the repository URL %s has no path; give the repository's address, e.g. https://huggingface.co/ORG/NAME", scheme+"://"+u.Host)
+		return Repo{}, Refuse(reason.ReferenceURLInvalid, "", "the repository URL %s has no path; give the repository's address, e.g. https://huggingface.co/ORG/NAME", scheme+"://"+u.Host)
 	}
 	if rev == "" || len(rev) > MaxRevisionBytes || !revision.MatchString(rev) || strings.Contains(rev, "..") || strings.Contains(rev, "//") || strings.HasSuffix(rev, "/") {
-		return Repo{}, refuse(reason.ReferenceRevisionInvalid, "", "the revision %q is not a branch, tag or commit name (letters, digits and ._/- only); a commit hash pins it", clip(rev, 80))
+		return Repo{}, Refuse(reason.ReferenceRevisionInvalid, "", "the revision %q is not a branch, tag or commit name (letters, digits and ._/- only); a commit hash pins it", Clip(rev, 80))
 	}
 	clean := &url.URL{Scheme: scheme, Host: strings.ToLower(u.Host), Path: path, RawPath: strings.TrimSuffix(u.RawPath, "/")}
 	return Repo{Base: clean, Revision: rev}, nil
 }
 
 // String is the repository and its revision, "<base>@<revision>": safe to
-// log, since ParseRepo keeps no credential in Base.
+// log, since Parse keeps no credential in Base.
 func (r Repo) String() string {
 	if r.Base == nil {
 		return "@" + r.Revision
@@ -119,7 +125,7 @@ func (r Repo) FileURL(path string) *url.URL {
 
 // redact is u without user information, query or fragment: what an error
 // or a log line may show of a URL (a CDN's signed query is a credential).
-func redact(u *url.URL) string {
+func Redact(u *url.URL) string {
 	if u == nil {
 		return ""
 	}
@@ -128,7 +134,7 @@ func redact(u *url.URL) string {
 }
 
 // loopback reports whether host (without port) is this machine.
-func loopback(host string) bool {
+func Loopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}
@@ -136,7 +142,7 @@ func loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func clip(s string, n int) string {
+func Clip(s string, n int) string {
 	if len(s) > n {
 		return s[:n] + "..."
 	}
