@@ -27,7 +27,7 @@ import (
 func TestPublishConsumeRoundTrip(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	rec := newRecorder()
-	consume(t, b, bus.ConsumerConfig{Name: "roundtrip", Subjects: []string{events.FilterFor(events.SubmissionReceived)}},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "roundtrip", Subjects: []string{events.FilterFor(events.SubmissionReceived)}},
 		func(_ context.Context, d *bus.Delivery) bus.Outcome { rec.add(d); return bus.Ack() })
 
 	sample := bustest.Sample(events.SubmissionReceived).(*events.SubmissionReceivedData)
@@ -54,25 +54,25 @@ func TestPublishConsumeRoundTrip(t *testing.T) {
 	require.Equal(t, *sample, got)
 
 	require.Eventually(t, func() bool {
-		return consumerInfo(t, b, events.StreamArena, "roundtrip").AckFloor.Stream == ack.Sequence
+		return bustest.ConsumerInfo(t, b, events.StreamArena, "roundtrip").AckFloor.Stream == ack.Sequence
 	},
 		wait, 20*time.Millisecond, "the message is acked")
-	require.Equal(t, 0, consumerInfo(t, b, events.StreamArena, "roundtrip").NumAckPending)
+	require.Equal(t, 0, bustest.ConsumerInfo(t, b, events.StreamArena, "roundtrip").NumAckPending)
 }
 
 func TestRunnerJobsGoToTheWorkQueue(t *testing.T) {
 	b, _ := bustest.Bus(t)
-	ack := publishSample(t, b, events.RunnerJobRequested, "job-1")
+	ack := bustest.PublishSample(t, b, events.RunnerJobRequested, "job-1")
 	require.Equal(t, events.StreamRunnerJobs, ack.Stream)
-	msgs := streamMsgs(t, b, events.StreamRunnerJobs)
+	msgs := bustest.StreamMsgs(t, b, events.StreamRunnerJobs)
 	require.Len(t, msgs, 1)
 	require.Equal(t, "jobs."+bustest.SampleJobKind+"."+bustest.SampleSubject, msgs[0].Subject)
 
 	rec := newRecorder()
-	consume(t, b, bus.ConsumerConfig{Name: "runner", Stream: events.StreamRunnerJobs, Prefetch: 1},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "runner", Stream: events.StreamRunnerJobs, Prefetch: 1},
 		func(_ context.Context, d *bus.Delivery) bus.Outcome { rec.add(d); return bus.Ack() })
 	require.Equal(t, "job-1", rec.next(t).Event.ID())
-	require.Eventually(t, func() bool { return len(streamMsgs(t, b, events.StreamRunnerJobs)) == 0 },
+	require.Eventually(t, func() bool { return len(bustest.StreamMsgs(t, b, events.StreamRunnerJobs)) == 0 },
 		wait, 20*time.Millisecond, "an acked job leaves the work queue")
 }
 
@@ -104,15 +104,15 @@ func TestPublishRefusesBadEvents(t *testing.T) {
 			require.ErrorContains(t, err, tc.text)
 		})
 	}
-	require.Empty(t, streamMsgs(t, b, events.StreamArena), "nothing refused was stored")
-	require.Empty(t, streamMsgs(t, b, events.StreamRunnerJobs))
+	require.Empty(t, bustest.StreamMsgs(t, b, events.StreamArena), "nothing refused was stored")
+	require.Empty(t, bustest.StreamMsgs(t, b, events.StreamRunnerJobs))
 }
 
 func TestDuplicatePublishIsStoredOnce(t *testing.T) {
 	b, _ := bustest.Bus(t)
-	first := publishSample(t, b, events.BuildStarted, "dup-1")
+	first := bustest.PublishSample(t, b, events.BuildStarted, "dup-1")
 	require.False(t, first.Duplicate)
-	again := publishSample(t, b, events.BuildStarted, "dup-1")
+	again := bustest.PublishSample(t, b, events.BuildStarted, "dup-1")
 	require.True(t, again.Duplicate)
 	require.Equal(t, first.Sequence, again.Sequence)
 	// Dedup is by id: a retry that rebuilt different data is still dropped.
@@ -120,9 +120,9 @@ func TestDuplicatePublishIsStoredOnce(t *testing.T) {
 		&events.StageStartedData{SubmissionID: bustest.SampleSubject, Stage: "build", Attempt: 2})
 	require.NoError(t, err)
 	require.True(t, other.Duplicate)
-	third := publishSample(t, b, events.BuildStarted, "dup-2")
+	third := bustest.PublishSample(t, b, events.BuildStarted, "dup-2")
 	require.False(t, third.Duplicate)
-	require.Len(t, streamMsgs(t, b, events.StreamArena), 2)
+	require.Len(t, bustest.StreamMsgs(t, b, events.StreamArena), 2)
 }
 
 func TestProvisionIsIdempotent(t *testing.T) {
@@ -134,13 +134,13 @@ func TestProvisionIsIdempotent(t *testing.T) {
 
 	require.NoError(t, bus.Provision(ctx, b.JetStream(), bus.Topology{}))
 	require.NoError(t, bus.CheckProvisioned(ctx, b.JetStream()))
-	publishSample(t, b, events.BuildStarted, "keep-me")
+	bustest.PublishSample(t, b, events.BuildStarted, "keep-me")
 	before := streamConfigs(t, b)
 
 	require.NoError(t, bus.Provision(ctx, b.JetStream(), bus.Topology{}))
 	require.NoError(t, bus.Provision(ctx, b.JetStream(), bus.Topology{}))
 	require.Equal(t, before, streamConfigs(t, b), "a second Provision changes nothing")
-	require.Len(t, streamMsgs(t, b, events.StreamArena), 1, "and keeps the messages")
+	require.Len(t, bustest.StreamMsgs(t, b, events.StreamArena), 1, "and keeps the messages")
 	require.Len(t, before, 15, "3 streams, 10 KV buckets, 2 object stores")
 	for _, name := range []string{events.StreamArena, events.StreamRunnerJobs, events.StreamDLQ,
 		"KV_" + bus.BucketSubmissions, "KV_" + bus.BucketRounds, "KV_" + bus.BucketBundles, "KV_" + bus.BucketReferences, "KV_" + bus.BucketScoreInputs, "KV_" + bus.BucketParticipants, "KV_" + bus.BucketUsage, "KV_" + bus.BucketPods, "OBJ_" + bus.ObjectUploads, "OBJ_" + bus.ObjectArtifacts} {
@@ -215,7 +215,7 @@ func TestTraceContextCrossesTwoHops(t *testing.T) {
 
 	// Hop 1: A consumes submission.received and publishes build.started
 	// with the context it was handed.
-	consume(t, b, bus.ConsumerConfig{Name: "a", Subjects: []string{events.FilterFor(events.SubmissionReceived)}},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "a", Subjects: []string{events.FilterFor(events.SubmissionReceived)}},
 		func(ctx context.Context, d *bus.Delivery) bus.Outcome {
 			if _, err := b.PublishNew(ctx, events.DeriveID(d.Event.ID(), string(events.BuildStarted)), events.BuildStarted,
 				events.Source("a"), d.Event.Subject(), bustest.Sample(events.BuildStarted)); err != nil {
@@ -225,7 +225,7 @@ func TestTraceContextCrossesTwoHops(t *testing.T) {
 		})
 	// Hop 2: B consumes build.started.
 	got := make(chan trace.SpanContext, 1)
-	consume(t, b, bus.ConsumerConfig{Name: "b", Subjects: []string{events.FilterFor(events.BuildStarted)}},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "b", Subjects: []string{events.FilterFor(events.BuildStarted)}},
 		func(ctx context.Context, _ *bus.Delivery) bus.Outcome {
 			got <- trace.SpanContextFromContext(ctx)
 			return bus.Ack()
@@ -282,7 +282,7 @@ func TestBadInputIsDeadLetteredAtOnce(t *testing.T) {
 	metrics := sdkmetric.NewManualReader()
 	b, _ := bustest.Bus(t, bus.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))))
 	rec := newRecorder()
-	consume(t, b, bus.ConsumerConfig{Name: "guard", Subjects: []string{"arena.>"}, AckWait: 2 * time.Second},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "guard", Subjects: []string{"arena.>"}, AckWait: 2 * time.Second},
 		func(_ context.Context, d *bus.Delivery) bus.Outcome { rec.add(d); return bus.Ack() })
 
 	goodData := `{"submission_id":"` + bustest.SampleSubject + `","stage":"build","attempt":1}`
@@ -326,7 +326,7 @@ func TestBadInputIsDeadLetteredAtOnce(t *testing.T) {
 			bad, err := b.JetStream().PublishMsg(ctx, msg)
 			require.NoError(t, err)
 			goodID := "good-" + strconv.Itoa(i)
-			publishSample(t, b, events.BuildStarted, goodID)
+			bustest.PublishSample(t, b, events.BuildStarted, goodID)
 
 			d := rec.next(t)
 			require.Equal(t, goodID, d.Event.ID(), "the handler never sees the bad message, and the good one after it is handled")
@@ -334,7 +334,7 @@ func TestBadInputIsDeadLetteredAtOnce(t *testing.T) {
 			var dead []string
 			require.Eventually(t, func() bool {
 				dead = dead[:0]
-				for _, m := range streamMsgs(t, b, events.StreamDLQ) {
+				for _, m := range bustest.StreamMsgs(t, b, events.StreamDLQ) {
 					if m.Header.Get(bus.HeaderDLQSequence) == strconv.FormatUint(bad.Sequence, 10) {
 						dead = append(dead, m.Header.Get(bus.HeaderDLQReason))
 						require.Equal(t, "dlq.guard", m.Subject)
@@ -360,11 +360,11 @@ func TestBadInputIsDeadLetteredAtOnce(t *testing.T) {
 		})
 	}
 
-	info := consumerInfo(t, b, events.StreamArena, "guard")
+	info := bustest.ConsumerInfo(t, b, events.StreamArena, "guard")
 	require.Equal(t, 0, info.NumRedelivered, "nothing was redelivered: bad messages are Termed")
 	require.Equal(t, 0, info.NumAckPending)
 	require.Equal(t, uint64(2*len(cases)), info.Delivered.Consumer, "every message was delivered exactly once")
-	require.Len(t, streamMsgs(t, b, events.StreamDLQ), len(cases))
+	require.Len(t, bustest.StreamMsgs(t, b, events.StreamDLQ), len(cases))
 	require.Equal(t, len(cases), rec.count(), "only the good messages reached the handler")
 	total := int64(0)
 	for _, n := range counterBy(t, metrics, "lowbarena.events.dead_lettered", "reason") {
@@ -378,17 +378,17 @@ func TestRetryUntilMaxDeliverThenDeadLetter(t *testing.T) {
 	metrics := sdkmetric.NewManualReader()
 	b, _ := bustest.Bus(t, bus.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))))
 	rec := newRecorder()
-	consume(t, b, bus.ConsumerConfig{Name: "flaky", MaxDeliver: 3},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "flaky", MaxDeliver: 3},
 		func(_ context.Context, d *bus.Delivery) bus.Outcome {
 			rec.add(d)
 			return bus.Retry(10*time.Millisecond, errors.New("store unreachable (attempt "+strconv.FormatUint(d.NumDelivered, 10)+")"))
 		})
-	ack := publishSample(t, b, events.BuildStarted, "flaky-1")
+	ack := bustest.PublishSample(t, b, events.BuildStarted, "flaky-1")
 	for want := uint64(1); want <= 3; want++ {
 		require.Equal(t, want, rec.next(t).NumDelivered)
 	}
-	require.Eventually(t, func() bool { return len(streamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
-	m := streamMsgs(t, b, events.StreamDLQ)[0]
+	require.Eventually(t, func() bool { return len(bustest.StreamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
+	m := bustest.StreamMsgs(t, b, events.StreamDLQ)[0]
 	require.Equal(t, string(reason.MaxDeliverExceeded), m.Header.Get(bus.HeaderDLQReason))
 	require.Contains(t, m.Header.Get(bus.HeaderDLQError), "store unreachable (attempt 3)", "the last error")
 	require.Equal(t, "3", m.Header.Get(bus.HeaderDLQDeliveries))
@@ -399,7 +399,7 @@ func TestRetryUntilMaxDeliverThenDeadLetter(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return counterBy(t, metrics, "lowbarena.events.dead_lettered", "reason")[string(reason.MaxDeliverExceeded)] == 1
 	}, wait, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return consumerInfo(t, b, events.StreamArena, "flaky").NumAckPending == 0 },
+	require.Eventually(t, func() bool { return bustest.ConsumerInfo(t, b, events.StreamArena, "flaky").NumAckPending == 0 },
 		wait, 20*time.Millisecond, "the message is settled (Termed)")
 	require.Equal(t, 3, rec.count(), "no fourth delivery")
 }
@@ -408,7 +408,7 @@ func TestPoisonIsDeadLetteredWithTheHandlersReason(t *testing.T) {
 	metrics := sdkmetric.NewManualReader()
 	b, _ := bustest.Bus(t, bus.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))))
 	rec := newRecorder()
-	consume(t, b, bus.ConsumerConfig{Name: "builder"},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "builder"},
 		func(_ context.Context, d *bus.Delivery) bus.Outcome {
 			rec.add(d)
 			if d.Event.ID() == "poison-1" {
@@ -416,25 +416,25 @@ func TestPoisonIsDeadLetteredWithTheHandlersReason(t *testing.T) {
 			}
 			return bus.Ack()
 		})
-	publishSample(t, b, events.BuildStarted, "poison-1")
-	publishSample(t, b, events.BuildStarted, "after-1")
+	bustest.PublishSample(t, b, events.BuildStarted, "poison-1")
+	bustest.PublishSample(t, b, events.BuildStarted, "after-1")
 	require.Equal(t, "poison-1", rec.next(t).Event.ID())
 	require.Equal(t, "after-1", rec.next(t).Event.ID())
-	require.Eventually(t, func() bool { return len(streamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
-	m := streamMsgs(t, b, events.StreamDLQ)[0]
+	require.Eventually(t, func() bool { return len(bustest.StreamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
+	m := bustest.StreamMsgs(t, b, events.StreamDLQ)[0]
 	require.Equal(t, "bundle_unreadable", m.Header.Get(bus.HeaderDLQReason))
 	require.Equal(t, "tar: invalid header", m.Header.Get(bus.HeaderDLQError))
 	require.Equal(t, "1", m.Header.Get(bus.HeaderDLQDeliveries))
 	require.Equal(t, int64(1), counterBy(t, metrics, "lowbarena.events.dead_lettered", "reason")["bundle_unreadable"])
-	require.Eventually(t, func() bool { return consumerInfo(t, b, events.StreamArena, "builder").NumAckPending == 0 }, wait, 20*time.Millisecond)
-	require.Equal(t, 0, consumerInfo(t, b, events.StreamArena, "builder").NumRedelivered)
+	require.Eventually(t, func() bool { return bustest.ConsumerInfo(t, b, events.StreamArena, "builder").NumAckPending == 0 }, wait, 20*time.Millisecond)
+	require.Equal(t, 0, bustest.ConsumerInfo(t, b, events.StreamArena, "builder").NumRedelivered)
 	require.Equal(t, 2, rec.count())
 }
 
 func TestPanicIsRetriedNotACrash(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	rec := newRecorder()
-	consume(t, b, bus.ConsumerConfig{Name: "panicky"},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "panicky"},
 		func(_ context.Context, d *bus.Delivery) bus.Outcome {
 			rec.add(d)
 			if d.Event.ID() == "panic-1" && d.NumDelivered == 1 {
@@ -442,15 +442,15 @@ func TestPanicIsRetriedNotACrash(t *testing.T) {
 			}
 			return bus.Ack()
 		})
-	publishSample(t, b, events.BuildStarted, "panic-1")
+	bustest.PublishSample(t, b, events.BuildStarted, "panic-1")
 	require.Equal(t, uint64(1), rec.next(t).NumDelivered)
 	second := rec.next(t)
 	require.Equal(t, uint64(2), second.NumDelivered)
 	require.Equal(t, "panic-1", second.Event.ID())
-	require.Eventually(t, func() bool { return consumerInfo(t, b, events.StreamArena, "panicky").NumAckPending == 0 }, wait, 20*time.Millisecond)
-	require.Empty(t, streamMsgs(t, b, events.StreamDLQ))
+	require.Eventually(t, func() bool { return bustest.ConsumerInfo(t, b, events.StreamArena, "panicky").NumAckPending == 0 }, wait, 20*time.Millisecond)
+	require.Empty(t, bustest.StreamMsgs(t, b, events.StreamDLQ))
 	// The consumer is still alive after the panic.
-	publishSample(t, b, events.BuildStarted, "panic-2")
+	bustest.PublishSample(t, b, events.BuildStarted, "panic-2")
 	require.Equal(t, "panic-2", rec.next(t).Event.ID())
 }
 
@@ -460,7 +460,7 @@ func TestHeartbeatsKeepLongWorkFromRedelivery(t *testing.T) {
 	rec := newRecorder()
 	// Prefetch above 1 keeps a pull open, so that the server would
 	// redeliver into the buffer if the ack timer ran out.
-	consume(t, b, bus.ConsumerConfig{Name: "gpu", AckWait: ackWait, Prefetch: 4},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "gpu", AckWait: ackWait, Prefetch: 4},
 		func(ctx context.Context, d *bus.Delivery) bus.Outcome {
 			rec.add(d)
 			select { // several AckWaits of work
@@ -470,10 +470,10 @@ func TestHeartbeatsKeepLongWorkFromRedelivery(t *testing.T) {
 			}
 			return bus.Ack()
 		})
-	publishSample(t, b, events.BuildStarted, "long-1")
+	bustest.PublishSample(t, b, events.BuildStarted, "long-1")
 	require.Equal(t, uint64(1), rec.next(t).NumDelivered)
-	require.Eventually(t, func() bool { return consumerInfo(t, b, events.StreamArena, "gpu").AckFloor.Stream == 1 }, wait, 20*time.Millisecond)
-	info := consumerInfo(t, b, events.StreamArena, "gpu")
+	require.Eventually(t, func() bool { return bustest.ConsumerInfo(t, b, events.StreamArena, "gpu").AckFloor.Stream == 1 }, wait, 20*time.Millisecond)
+	info := bustest.ConsumerInfo(t, b, events.StreamArena, "gpu")
 	require.Equal(t, 0, info.NumRedelivered, "the ack timer never ran out")
 	require.Equal(t, uint64(1), info.Delivered.Consumer, "delivered once")
 	require.Equal(t, 1, rec.count())
@@ -486,16 +486,16 @@ func TestLongHandlerIsAcked(t *testing.T) {
 	defer bus.SetAckTimeout(300 * time.Millisecond)()
 	b, _ := bustest.Bus(t)
 	rec := newRecorder()
-	consume(t, b, bus.ConsumerConfig{Name: "long", AckWait: 3 * time.Second, Prefetch: 1},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "long", AckWait: 3 * time.Second, Prefetch: 1},
 		func(_ context.Context, d *bus.Delivery) bus.Outcome {
 			rec.add(d)
 			time.Sleep(time.Second)
 			return bus.Ack()
 		})
-	publishSample(t, b, events.BuildStarted, "long-1")
+	bustest.PublishSample(t, b, events.BuildStarted, "long-1")
 	require.Equal(t, uint64(1), rec.next(t).NumDelivered)
 	require.Eventually(t, func() bool {
-		info := consumerInfo(t, b, events.StreamArena, "long")
+		info := bustest.ConsumerInfo(t, b, events.StreamArena, "long")
 		return info.NumAckPending == 0 && info.AckFloor.Consumer == 1
 	}, wait, 20*time.Millisecond, "the ack went through")
 	time.Sleep(3500 * time.Millisecond) // past AckWait: nothing comes back
@@ -516,7 +516,7 @@ func TestAcksAreInWhenConsumeReturns(t *testing.T) {
 	require.NoError(t, err)
 	const n = 200
 	for i := range n {
-		publishSample(t, b, events.BuildStarted, "flush-"+strconv.Itoa(i))
+		bustest.PublishSample(t, b, events.BuildStarted, "flush-"+strconv.Itoa(i))
 	}
 	cfg := bus.ConsumerConfig{Name: "flush", Subjects: []string{events.FilterFor(events.BuildStarted)}, AckWait: time.Second}
 	var handled int
@@ -543,12 +543,12 @@ func TestAcksAreInWhenConsumeReturns(t *testing.T) {
 	// received on its own queue, a moment later.
 	nc.Close()
 	require.Eventually(t, func() bool {
-		info := consumerInfo(t, other, events.StreamArena, "flush")
+		info := bustest.ConsumerInfo(t, other, events.StreamArena, "flush")
 		return info.NumAckPending == 0 && info.AckFloor.Stream == uint64(n)
 	}, wait, 10*time.Millisecond, "every ack reached the server")
 	// Past AckWait nothing is redelivered.
 	rec := newRecorder()
-	consume(t, other, cfg, func(_ context.Context, d *bus.Delivery) bus.Outcome { rec.add(d); return bus.Ack() })
+	bustest.Consume(t, other, cfg, func(_ context.Context, d *bus.Delivery) bus.Outcome { rec.add(d); return bus.Ack() })
 	time.Sleep(2 * cfg.AckWait)
 	require.Equal(t, 0, rec.count())
 }
@@ -561,14 +561,14 @@ func TestNextSettlesBeforeItReturns(t *testing.T) {
 	require.NoError(t, err)
 	cfg := bus.ConsumerConfig{Name: "step", Subjects: []string{events.FilterFor(events.BuildStarted)}}
 	for i := range 20 {
-		ack := publishSample(t, b, events.BuildStarted, "step-"+strconv.Itoa(i))
+		ack := bustest.PublishSample(t, b, events.BuildStarted, "step-"+strconv.Itoa(i))
 		out, err := b.Next(tctx(t), cfg, wait, func(context.Context, *bus.Delivery) bus.Outcome { return bus.Ack() })
 		require.NoError(t, err)
 		require.True(t, out.IsAck())
 		// The server holds the ack; it applies it on its own queue, a
 		// moment later.
 		require.Eventually(t, func() bool {
-			info := consumerInfo(t, other, events.StreamArena, "step")
+			info := bustest.ConsumerInfo(t, other, events.StreamArena, "step")
 			return info.NumAckPending == 0 && info.AckFloor.Stream == ack.Sequence
 		}, wait, 5*time.Millisecond)
 	}

@@ -55,7 +55,7 @@ func TestConsumerKilledMidMessage(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Conn().Flush())
 
-	in := publishSample(t, b, events.SubmissionReceived, "in-crash-1")
+	in := bustest.PublishSample(t, b, events.SubmissionReceived, "in-crash-1")
 
 	child := exec.Command(os.Args[0], "-test.run=^TestConsumerKilledMidMessage$", "-test.count=1")
 	child.Env = append(os.Environ(), crashEnv+"="+srv.ClientURL())
@@ -76,7 +76,7 @@ func TestConsumerKilledMidMessage(t *testing.T) {
 	require.Equal(t, "in-crash-1", string(sig.Data))
 	outputs := streamMsgsOn(t, b, events.FilterFor(events.BuildStarted))
 	require.Len(t, outputs, 1, "the child published its output")
-	require.Equal(t, 1, consumerInfo(t, b, events.StreamArena, crashConsumer.Name).NumAckPending, "and did not ack")
+	require.Equal(t, 1, bustest.ConsumerInfo(t, b, events.StreamArena, crashConsumer.Name).NumAckPending, "and did not ack")
 
 	require.NoError(t, child.Process.Kill()) // SIGKILL: no deferred code, no ack
 	_ = child.Wait()
@@ -88,7 +88,7 @@ func TestConsumerKilledMidMessage(t *testing.T) {
 		id        string
 	}
 	runs := make(chan run, 4)
-	consume(t, b, crashConsumer, stageHandler(b, func(d *bus.Delivery, ack *jetstream.PubAck) {
+	bustest.Consume(t, b, crashConsumer, stageHandler(b, func(d *bus.Delivery, ack *jetstream.PubAck) {
 		runs <- run{d.NumDelivered, ack.Duplicate, d.Event.ID()}
 	}))
 	var r run
@@ -102,15 +102,15 @@ func TestConsumerKilledMidMessage(t *testing.T) {
 	require.True(t, r.duplicate, "the republished output was deduplicated by its derived id")
 
 	require.Eventually(t, func() bool {
-		ci := consumerInfo(t, b, events.StreamArena, crashConsumer.Name)
+		ci := bustest.ConsumerInfo(t, b, events.StreamArena, crashConsumer.Name)
 		return ci.NumAckPending == 0 && ci.AckFloor.Stream == in.Sequence
 	}, wait, 20*time.Millisecond, "the input is acked")
 
 	outputs = streamMsgsOn(t, b, events.FilterFor(events.BuildStarted))
 	require.Len(t, outputs, 1, "exactly one output event")
 	require.Equal(t, events.DeriveID("in-crash-1", string(events.BuildStarted)), outputs[0].Header.Get("ce-id"))
-	require.Len(t, streamMsgs(t, b, events.StreamArena), 2, "the input and one output")
-	require.Empty(t, streamMsgs(t, b, events.StreamDLQ))
+	require.Len(t, bustest.StreamMsgs(t, b, events.StreamArena), 2, "the input and one output")
+	require.Empty(t, bustest.StreamMsgs(t, b, events.StreamDLQ))
 	select {
 	case extra := <-runs:
 		t.Fatalf("an unexpected further run: %+v", extra)
@@ -137,7 +137,7 @@ func crashChild(t *testing.T, url string) {
 func streamMsgsOn(t *testing.T, b *bus.Bus, filter string) []*jetstream.RawStreamMsg {
 	t.Helper()
 	var out []*jetstream.RawStreamMsg
-	for _, m := range streamMsgs(t, b, events.StreamArena) {
+	for _, m := range bustest.StreamMsgs(t, b, events.StreamArena) {
 		if server.SubjectMatchesFilter(m.Subject, filter) {
 			out = append(out, m)
 		}

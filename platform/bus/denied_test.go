@@ -115,7 +115,7 @@ func TestDeniedIsAnErrorNotAWait(t *testing.T) {
 	require.Eventually(t, func() bool { return counterBy(t, metrics, "lowbarena.nats.denied", "op")["publish"] == 3 },
 		wait, 10*time.Millisecond, "three refusals counted")
 	// Nothing refused was stored: the one build.started only.
-	msgs := streamMsgs(t, admin, events.StreamArena)
+	msgs := bustest.StreamMsgs(t, admin, events.StreamArena)
 	require.Len(t, msgs, 1)
 	require.Equal(t, "arena.build.started."+bustest.SampleSubject, msgs[0].Subject)
 }

@@ -46,12 +46,12 @@ func TestConsumerDrift(t *testing.T) {
 			// The code's durable as the bus makes it, then drifted.
 			_, err := b.EnsureConsumer(ctx, code)
 			require.NoError(t, err)
-			made := consumerInfo(t, b, events.StreamArena, "drifted").Config
+			made := bustest.ConsumerInfo(t, b, events.StreamArena, "drifted").Config
 			require.NoError(t, b.JetStream().DeleteConsumer(ctx, events.StreamArena, "drifted"))
 			tc.drift(&made)
 			_, err = b.JetStream().CreateConsumer(ctx, events.StreamArena, made)
 			require.NoError(t, err)
-			before := consumerInfo(t, b, events.StreamArena, "drifted").Config
+			before := bustest.ConsumerInfo(t, b, events.StreamArena, "drifted").Config
 			drift := bus.ConsumerDrift(before, mustConfig(t, b, code))
 			if tc.field == "" {
 				require.Empty(t, drift)
@@ -60,7 +60,7 @@ func TestConsumerDrift(t *testing.T) {
 			}
 
 			_, err = b.EnsureConsumer(ctx, code)
-			after := consumerInfo(t, b, events.StreamArena, "drifted").Config
+			after := bustest.ConsumerInfo(t, b, events.StreamArena, "drifted").Config
 			if !tc.refused {
 				require.NoError(t, err)
 				require.Empty(t, bus.ConsumerDrift(after, mustConfig(t, b, code)), "updated in place to the code's")
@@ -88,7 +88,7 @@ func mustConfig(t *testing.T, b *bus.Bus, cfg bus.ConsumerConfig) jetstream.Cons
 	cfg.Name += "-scratch"
 	_, err := b.EnsureConsumer(tctx(t), cfg)
 	require.NoError(t, err)
-	c := consumerInfo(t, b, events.StreamArena, cfg.Name).Config
+	c := bustest.ConsumerInfo(t, b, events.StreamArena, cfg.Name).Config
 	require.NoError(t, b.JetStream().DeleteConsumer(tctx(t), events.StreamArena, cfg.Name))
 	return c
 }

@@ -33,7 +33,7 @@ func TestEmitIDs(t *testing.T) {
 			ack, err := bus.Emit(ctx, b, events.Source("test"), events.Build.Started, bustest.SampleSubject, started(1), tc.id)
 			require.NoError(t, err)
 			require.False(t, ack.Duplicate)
-			msgs := streamMsgs(t, b, events.StreamArena)
+			msgs := bustest.StreamMsgs(t, b, events.StreamArena)
 			require.Equal(t, tc.want, msgs[len(msgs)-1].Header.Get("Nats-Msg-Id"))
 
 			again, err := bus.Emit(ctx, b, events.Source("test"), events.Build.Started, bustest.SampleSubject, started(2), tc.id)
@@ -41,8 +41,8 @@ func TestEmitIDs(t *testing.T) {
 			require.True(t, again.Duplicate, "the same id is stored once")
 		})
 	}
-	before := len(streamMsgs(t, b, events.StreamArena))
+	before := len(bustest.StreamMsgs(t, b, events.StreamArena))
 	_, err := bus.Emit(ctx, b, events.Source("test"), events.Build.Started, bustest.SampleSubject, started(1), bus.ID{})
 	require.ErrorContains(t, err, "without an id")
-	require.Len(t, streamMsgs(t, b, events.StreamArena), before, "nothing published")
+	require.Len(t, bustest.StreamMsgs(t, b, events.StreamArena), before, "nothing published")
 }

@@ -28,8 +28,8 @@ func TestPublishWaitsForItsStream(t *testing.T) {
 		_, err := js.CreateStream(ctx, cfg)
 		back <- err
 	}()
-	ack := publishSample(t, b, events.BuildStarted, "while-leaderless")
+	ack := bustest.PublishSample(t, b, events.BuildStarted, "while-leaderless")
 	require.NoError(t, <-back)
 	require.Equal(t, uint64(1), ack.Sequence, "stored in the stream made again, once")
-	require.Len(t, streamMsgs(t, b, events.StreamArena), 1)
+	require.Len(t, bustest.StreamMsgs(t, b, events.StreamArena), 1)
 }

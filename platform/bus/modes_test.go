@@ -26,7 +26,7 @@ import (
 func TestOutsideClientsModes(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	rec := newRecorder()
-	consume(t, b, bus.ConsumerConfig{Name: "modes", Subjects: []string{events.FilterFor(events.SubmissionReceived)}},
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "modes", Subjects: []string{events.FilterFor(events.SubmissionReceived)}},
 		func(ctx context.Context, d *bus.Delivery) bus.Outcome {
 			rec.add(d)
 			_, err := b.PublishNew(ctx, events.DeriveID(d.Event.ID(), "started"), events.BuildStarted, events.Source("test"), d.Event.Subject(),
@@ -94,7 +94,7 @@ func TestOutsideClientsModes(t *testing.T) {
 			var out []*nats.Header
 			require.Eventually(t, func() bool {
 				out = out[:0]
-				for _, m := range streamMsgs(t, b, events.StreamArena) {
+				for _, m := range bustest.StreamMsgs(t, b, events.StreamArena) {
 					if m.Subject == "arena.build.started."+tc.id {
 						out = append(out, &m.Header)
 						require.Equal(t, tc.want, ce.Detect(m.Header, m.Data), "the answer is in the mode of the input")

@@ -50,8 +50,8 @@ func TestProcessSpans(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	b, _ := bustest.Bus(t, bus.WithTracerProvider(tp))
 	ack := func(context.Context, *bus.Delivery) bus.Outcome { return bus.Ack() }
-	consume(t, b, bus.ConsumerConfig{Name: "one", Subjects: []string{"arena.build.started.>"}, AckWait: 2 * time.Second}, ack)
-	consume(t, b, bus.ConsumerConfig{Name: "two", Subjects: []string{"arena.build.started.>"}, AckWait: 2 * time.Second}, ack)
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "one", Subjects: []string{"arena.build.started.>"}, AckWait: 2 * time.Second}, ack)
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "two", Subjects: []string{"arena.build.started.>"}, AckWait: 2 * time.Second}, ack)
 	good := `{"submission_id":"` + bustest.SampleSubject + `","stage":"build","attempt":1}`
 
 	ctx, root := tp.Tracer("test").Start(tctx(t), "root")

@@ -55,11 +55,11 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 			var seen []bus.DeadLetter
 			dlqAtCall := []int{}
 			handled := 0
-			consume(t, b, bus.ConsumerConfig{Name: "hooked", MaxDeliver: 2, AckWait: 3 * time.Second, DeadLetterPolicy: workqueue.OnDeadLetter(func(_ context.Context, dl bus.DeadLetter) error {
+			bustest.Consume(t, b, bus.ConsumerConfig{Name: "hooked", MaxDeliver: 2, AckWait: 3 * time.Second, DeadLetterPolicy: workqueue.OnDeadLetter(func(_ context.Context, dl bus.DeadLetter) error {
 				mu.Lock()
 				defer mu.Unlock()
 				seen = append(seen, dl)
-				dlqAtCall = append(dlqAtCall, len(streamMsgs(t, b, events.StreamDLQ)))
+				dlqAtCall = append(dlqAtCall, len(bustest.StreamMsgs(t, b, events.StreamDLQ)))
 				if len(seen) <= tc.failures {
 					if tc.stillHeld {
 						return fmt.Errorf("%w: on another runner", workqueue.ErrStillHeld)
@@ -73,8 +73,8 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 				mu.Unlock()
 				return bus.Retry(10*time.Millisecond, errors.New("store unreachable"))
 			})
-			publishSample(t, b, events.BuildStarted, "given-up-1")
-			require.Eventually(t, func() bool { return len(streamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
+			bustest.PublishSample(t, b, events.BuildStarted, "given-up-1")
+			require.Eventually(t, func() bool { return len(bustest.StreamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
 			mu.Lock()
 			defer mu.Unlock()
 			require.Len(t, seen, tc.calls)
@@ -97,13 +97,13 @@ func TestDeadLetterHookSeesGivenUpWork(t *testing.T) {
 func TestDeadLetterHookIsNotToldOfUndecodableMessages(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	called := make(chan bus.DeadLetter, 4)
-	consume(t, b, bus.ConsumerConfig{Name: "hooked-raw", DeadLetterPolicy: workqueue.OnDeadLetter(func(_ context.Context, dl bus.DeadLetter) error {
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "hooked-raw", DeadLetterPolicy: workqueue.OnDeadLetter(func(_ context.Context, dl bus.DeadLetter) error {
 		called <- dl
 		return nil
 	})}, func(context.Context, *bus.Delivery) bus.Outcome { return bus.Ack() })
 	_, err := b.JetStream().Publish(tctx(t), "arena.build.started.x", []byte("not an event"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(streamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(bustest.StreamMsgs(t, b, events.StreamDLQ)) == 1 }, wait, 20*time.Millisecond)
 	require.Empty(t, called)
 }
 
@@ -115,7 +115,7 @@ func TestDeadLetterHookSettlesEndedWork(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	var mu sync.Mutex
 	calls, handled := 0, 0
-	consume(t, b, bus.ConsumerConfig{Name: "settled", MaxDeliver: 2, AckWait: 3 * time.Second, DeadLetterPolicy: workqueue.OnDeadLetter(func(_ context.Context, dl bus.DeadLetter) error {
+	bustest.Consume(t, b, bus.ConsumerConfig{Name: "settled", MaxDeliver: 2, AckWait: 3 * time.Second, DeadLetterPolicy: workqueue.OnDeadLetter(func(_ context.Context, dl bus.DeadLetter) error {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
@@ -126,13 +126,15 @@ func TestDeadLetterHookSettlesEndedWork(t *testing.T) {
 		mu.Unlock()
 		return bus.Retry(10*time.Millisecond, errors.New("ack lost"))
 	})
-	ack := publishSample(t, b, events.BuildStarted, "ended-1")
-	require.Eventually(t, func() bool { return consumerInfo(t, b, events.StreamArena, "settled").AckFloor.Stream == ack.Sequence },
+	ack := bustest.PublishSample(t, b, events.BuildStarted, "ended-1")
+	require.Eventually(t, func() bool {
+		return bustest.ConsumerInfo(t, b, events.StreamArena, "settled").AckFloor.Stream == ack.Sequence
+	},
 		wait, 20*time.Millisecond)
-	info := consumerInfo(t, b, events.StreamArena, "settled")
+	info := bustest.ConsumerInfo(t, b, events.StreamArena, "settled")
 	require.Zero(t, info.NumAckPending)
 	require.Zero(t, info.NumPending)
-	require.Empty(t, streamMsgs(t, b, events.StreamDLQ), "nothing dead-lettered")
+	require.Empty(t, bustest.StreamMsgs(t, b, events.StreamDLQ), "nothing dead-lettered")
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, 1, calls)

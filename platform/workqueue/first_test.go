@@ -25,8 +25,8 @@ func TestConsumeFirstPrefersEarlierDurables(t *testing.T) {
 	first := bus.ConsumerConfig{Name: "first", Subjects: []string{events.FilterFor(events.BuildStarted)}, Prefetch: 1}
 	second := bus.ConsumerConfig{Name: "second", Subjects: []string{events.FilterFor(events.ContractStarted)}, Prefetch: 1}
 	for i := range 3 {
-		publishSample(t, b, events.ContractStarted, "c-"+strconv.Itoa(i))
-		publishSample(t, b, events.BuildStarted, "b-"+strconv.Itoa(i))
+		bustest.PublishSample(t, b, events.ContractStarted, "c-"+strconv.Itoa(i))
+		bustest.PublishSample(t, b, events.BuildStarted, "b-"+strconv.Itoa(i))
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -67,7 +67,7 @@ func TestConsumeFirstPrefersEarlierDurables(t *testing.T) {
 	// it reads it: a bounded wait, not a speed assertion).
 	for _, name := range []string{"first", "second"} {
 		require.Eventually(t, func() bool {
-			info := consumerInfo(t, other, events.StreamArena, name)
+			info := bustest.ConsumerInfo(t, other, events.StreamArena, name)
 			return info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Consumer == 3
 		}, wait, 50*time.Millisecond, name)
 	}
