@@ -17,11 +17,10 @@ import (
 // Job is one runner job a job stage asks for.
 type Job struct {
 	// Request is the job; its Kind is the stage's (filled in when empty).
+	// The request event's id derives from its JobID (bus.CausedBy), and a
+	// job's id derives from what it measures, so however often its cause
+	// arrives one job is queued.
 	Request events.RunnerJobRequestedData
-	// ID is the request event's id; default events.DeriveID(job id,
-	// runner.job.requested). A job's id derives from what it measures, so
-	// however often its cause arrives one job is queued.
-	ID string
 }
 
 // Outcome is the runner's outcome of one job: exactly one of Completed
@@ -175,11 +174,7 @@ func handleRequest[In, Out any](ctx context.Context, k *kit, s JobStage[In, Out]
 			// outcome: a programming error, never a retry loop.
 			return bus.Poison(reason.JobKindMismatch, fmt.Errorf("stage %s (kind %s) built a %s job", s.Output.Name, s.Kind, req.Kind))
 		}
-		eid := bus.CausedBy(req.JobID)
-		if j.ID != "" {
-			eid = bus.WithID(j.ID)
-		}
-		if _, err := bus.Emit(ctx, k.bus, k.source, events.Job.Requested, req.JobID, req, eid); err != nil {
+		if _, err := bus.Emit(ctx, k.bus, k.source, events.Job.Requested, req.JobID, req, bus.CausedBy(req.JobID)); err != nil {
 			return bus.Retry(0, err)
 		}
 		k.log.Info("job requested", "submission", id, "job", req.JobID, "kind", req.Kind)

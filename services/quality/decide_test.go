@@ -215,7 +215,6 @@ func TestJobs(t *testing.T) {
 				require.NoError(t, json.Unmarshal(j.Request.Params, &p))
 				require.Equal(t, tc.roles[i], p.Role)
 				require.Equal(t, events.JobQuality, j.Request.Kind)
-				require.Empty(t, j.ID, "the kit's default request id")
 				require.Equal(t, st.Key(), p.SuiteKey)
 				require.Equal(t, suiteRef, p.Suite)
 				require.Equal(t, examples.TaskID, p.Campaign)
