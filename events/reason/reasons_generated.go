@@ -213,6 +213,12 @@ const (
 	// until an operator removes or fixes the consumer. Given by bus.
 	ConsumerConfigMismatch Code = "consumer_config_mismatch"
 
+	// DeviceNotAtBaseline is device_not_at_baseline. The GPU's used memory
+	// did not return to its idle baseline within the bounded wait after the
+	// previous engine stopped: the job is handed back rather than measured
+	// on a device something else still holds. Given by runner.
+	DeviceNotAtBaseline Code = "device_not_at_baseline"
+
 	// DTypeUnknown is dtype_unknown. A tensor has a dtype that safetensors
 	// does not define. Given by contract.
 	DTypeUnknown Code = "dtype_unknown"
@@ -236,9 +242,22 @@ const (
 	// render or start. Given by runner.
 	EngineBadCommand Code = "engine_bad_command"
 
+	// EngineBadFlags is engine_bad_flags. The engine refused its command
+	// line in its own argument parser's words (an unrecognized flag, an
+	// invalid value): the campaign's engine template does not fit the engine
+	// installed on the runner. Given by runner.
+	EngineBadFlags Code = "engine_bad_flags"
+
 	// EngineBadStream is engine_bad_stream. The engine's streamed reply is
 	// not a valid server-sent event stream of JSON chunks. Given by runner.
 	EngineBadStream Code = "engine_bad_stream"
+
+	// EngineContextTooLong is engine_context_too_long. The context the job
+	// needs (the campaign's max_model_len, or a workload's longest prompt
+	// plus its max tokens) is longer than the model's own
+	// (max_position_embeddings in config.json): refused before the engine
+	// starts, or by the engine in its own words. Given by runner.
+	EngineContextTooLong Code = "engine_context_too_long"
 
 	// EngineCrashed is engine_crashed. The engine exited for a reason of no
 	// other class. Given by runner.
@@ -268,6 +287,13 @@ const (
 	// EngineKVDTypeMismatch is engine_kv_dtype_mismatch. The engine ran with
 	// another KV cache dtype than the bundle declares. Given by efficiency.
 	EngineKVDTypeMismatch Code = "engine_kv_dtype_mismatch"
+
+	// EngineKVDTypeUnsupportedOnGPU is engine_kv_dtype_unsupported_on_gpu.
+	// The declared KV cache dtype needs a GPU this runner does not have (FP4
+	// KV caches need compute capability 10.0, Blackwell; Hopper is 9.0):
+	// refused before the engine starts, or by the engine in its own words.
+	// Given by runner.
+	EngineKVDTypeUnsupportedOnGPU Code = "engine_kv_dtype_unsupported_on_gpu"
 
 	// EngineNCCLError is engine_nccl_error. NCCL (the collective library
 	// between GPUs and ranks) failed. Given by runner.
@@ -445,6 +471,12 @@ const (
 	// refused for its credentials (none, an unknown key, a wrong password).
 	// Given by every client, arena NATS server.
 	NATSAuthFailed Code = "nats_auth_failed"
+
+	// NoGPUTelemetry is no_gpu_telemetry. The campaign's engine is a real
+	// one (vLLM, SGLang) and this runner has no NVML (no GPU, or the
+	// container runtime did not inject libnvidia-ml.so.1): the job is handed
+	// back rather than measured on a simulated device. Given by runner.
+	NoGPUTelemetry Code = "no_gpu_telemetry"
 
 	// NoSafetensors is no_safetensors. The checkpoint holds no .safetensors
 	// file. Given by contract.
@@ -891,12 +923,15 @@ var catalogue = []Info{
 	{Code: CheckpointMissing, Name: "CheckpointMissing", Description: "The contract was given no safetensors headers to check.", GivenBy: []string{"contract"}},
 	{Code: ConfigInvalid, Name: "ConfigInvalid", Description: "The checkpoint's config.json is not a JSON object or is too large.", GivenBy: []string{"contract"}},
 	{Code: ConsumerConfigMismatch, Name: "ConsumerConfigMismatch", Description: "A durable consumer the server holds whose configuration differs from the service's in a way the server cannot change in place; the service does not start until an operator removes or fixes the consumer.", GivenBy: []string{"bus"}},
+	{Code: DeviceNotAtBaseline, Name: "DeviceNotAtBaseline", Description: "The GPU's used memory did not return to its idle baseline within the bounded wait after the previous engine stopped: the job is handed back rather than measured on a device something else still holds.", GivenBy: []string{"runner"}},
 	{Code: DTypeUnknown, Name: "DTypeUnknown", Description: "A tensor has a dtype that safetensors does not define.", GivenBy: []string{"contract"}},
 	{Code: EfficiencyBadMeasurement, Name: "EfficiencyBadMeasurement", Description: "The efficiency result does not decode or does not hold together (a workload missing, a figure out of range).", GivenBy: []string{"efficiency"}},
 	{Code: EngineBadAnswer, Name: "EngineBadAnswer", Description: "The engine's answers cannot be read (an HTTP error, a body that is not a completion).", GivenBy: []string{"runner"}},
 	{Code: EngineBadCheckpoint, Name: "EngineBadCheckpoint", Description: "The engine could not read the checkpoint (a broken safetensors header, missing weights).", GivenBy: []string{"runner"}},
 	{Code: EngineBadCommand, Name: "EngineBadCommand", Description: "The command template does not render or start.", GivenBy: []string{"runner"}},
+	{Code: EngineBadFlags, Name: "EngineBadFlags", Description: "The engine refused its command line in its own argument parser's words (an unrecognized flag, an invalid value): the campaign's engine template does not fit the engine installed on the runner.", GivenBy: []string{"runner"}},
 	{Code: EngineBadStream, Name: "EngineBadStream", Description: "The engine's streamed reply is not a valid server-sent event stream of JSON chunks.", GivenBy: []string{"runner"}},
+	{Code: EngineContextTooLong, Name: "EngineContextTooLong", Description: "The context the job needs (the campaign's max_model_len, or a workload's longest prompt plus its max tokens) is longer than the model's own (max_position_embeddings in config.json): refused before the engine starts, or by the engine in its own words.", GivenBy: []string{"runner"}},
 	{Code: EngineCrashed, Name: "EngineCrashed", Description: "The engine exited for a reason of no other class.", GivenBy: []string{"runner"}},
 	{Code: EngineDisconnected, Name: "EngineDisconnected", Description: "The engine closed the connection, or its stream ended without [DONE].", GivenBy: []string{"runner"}},
 	{Code: EngineEmptyAnswers, Name: "EngineEmptyAnswers", Description: "The engine gave no gradeable answer (an empty reply) to some generations, so a quality figure from the rest would mislead.", GivenBy: []string{"quality"}},
@@ -904,6 +939,7 @@ var catalogue = []Info{
 	{Code: EngineHealthTimeout, Name: "EngineHealthTimeout", Description: "The engine did not answer its health endpoint with 200 in time.", GivenBy: []string{"runner"}},
 	{Code: EngineHTTPError, Name: "EngineHTTPError", Description: "The engine answered a request with an HTTP error status.", GivenBy: []string{"runner"}},
 	{Code: EngineKVDTypeMismatch, Name: "EngineKVDTypeMismatch", Description: "The engine ran with another KV cache dtype than the bundle declares.", GivenBy: []string{"efficiency"}},
+	{Code: EngineKVDTypeUnsupportedOnGPU, Name: "EngineKVDTypeUnsupportedOnGPU", Description: "The declared KV cache dtype needs a GPU this runner does not have (FP4 KV caches need compute capability 10.0, Blackwell; Hopper is 9.0): refused before the engine starts, or by the engine in its own words.", GivenBy: []string{"runner"}},
 	{Code: EngineNCCLError, Name: "EngineNCCLError", Description: "NCCL (the collective library between GPUs and ranks) failed.", GivenBy: []string{"runner"}},
 	{Code: EngineNoStartupReport, Name: "EngineNoStartupReport", Description: "The engine started but the runner cannot read its start-up report.", GivenBy: []string{"runner"}},
 	{Code: EngineOOM, Name: "EngineOOM", Description: "CUDA ran out of memory (loading weights, capturing CUDA graphs, allocating the KV cache or serving; Failure.Phase says which).", GivenBy: []string{"runner"}},
@@ -942,6 +978,7 @@ var catalogue = []Info{
 	{Code: MetadataInvalid, Name: "MetadataInvalid", Description: "The safetensors __metadata__ entry must map names to strings.", GivenBy: []string{"contract"}},
 	{Code: MissingAttribute, Name: "MissingAttribute", Description: "A required attribute (id, source, type) is missing or empty.", GivenBy: []string{"bus"}},
 	{Code: NATSAuthFailed, Name: "NATSAuthFailed", Description: "A connection the NATS server refused for its credentials (none, an unknown key, a wrong password).", GivenBy: []string{"every client", "arena NATS server"}},
+	{Code: NoGPUTelemetry, Name: "NoGPUTelemetry", Description: "The campaign's engine is a real one (vLLM, SGLang) and this runner has no NVML (no GPU, or the container runtime did not inject libnvidia-ml.so.1): the job is handed back rather than measured on a simulated device.", GivenBy: []string{"runner"}},
 	{Code: NoSafetensors, Name: "NoSafetensors", Description: "The checkpoint holds no .safetensors file.", GivenBy: []string{"contract"}},
 	{Code: NotFound, Name: "NotFound", Description: "A path no endpoint of the gateway serves.", GivenBy: []string{"gateway"}, HTTPStatus: 404},
 	{Code: NotQualified, Name: "NotQualified", Description: "A stage the record shows as skipped because the submission did not qualify for it.", GivenBy: []string{"gateway"}},

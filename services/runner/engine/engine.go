@@ -49,6 +49,21 @@ type Params struct {
 	GPUMemoryBytes int64
 	// GPUTotalGiB is the GPU's memory, what the fraction is of.
 	GPUTotalGiB float64
+	// MaxModelLen is the context the engine must serve (vLLM's
+	// --max-model-len, SGLang's --context-length): the campaign's
+	// max_model_len for a measured run, a workload's longest prompt plus
+	// its max tokens for a budget replay; 0 leaves the engine its model's
+	// own (templates write {{if .MaxModelLen}}).
+	MaxModelLen int
+	// KVCacheBytes is the KV cache pool a budget replay allows, in bytes
+	// (vLLM's --kv-cache-memory-bytes, which then ignores
+	// --gpu-memory-utilization); 0 outside the replay.
+	KVCacheBytes int64
+	// MemFractionStatic is SGLang's --mem-fraction-static for a budget
+	// replay: the weights and the allowed KV pool over the memory free
+	// on the device before the engine loads (SGLang sizes its pool as
+	// free × fraction − weights); 0 outside the replay.
+	MemFractionStatic float64
 }
 
 // funcs are the template's functions: each engine's name for the arena's
@@ -82,7 +97,8 @@ var funcs = template.FuncMap{
 
 // Render fills a command template ({{.Checkpoint}} {{.Port}}
 // {{.KVCacheDType}} {{.MaxNumSeqs}} {{.GPUMemoryGiB}}
-// {{.GPUMemoryFraction}} {{.GPUMemoryBytes}}, the functions vllmKV and
+// {{.GPUMemoryFraction}} {{.GPUMemoryBytes}} {{.MaxModelLen}}
+// {{.KVCacheBytes}} {{.MemFractionStatic}}, the functions vllmKV and
 // sglangKV) and splits it into words. Words are split on spaces after
 // filling; values are the runner's, not the participant's, so they hold no
 // spaces.
