@@ -83,6 +83,10 @@ type WorkloadRun struct {
 	Tokens  int     `json:"output_tokens"`
 	// Peak is the memory breakdown at the workload's peak.
 	Peak record.PeakMemory `json:"peak"`
+	// ContextTokens is the longest request the workload made: its
+	// longest prompt (as the engine counted it) plus its max tokens, the
+	// context a budget replay of it needs.
+	ContextTokens int `json:"context_tokens,omitempty"`
 	// Audit items mixed into the workload (they count in its figures:
 	// the engine cannot tell them apart).
 	AuditItems int `json:"audit_items,omitempty"`
@@ -92,10 +96,22 @@ type WorkloadRun struct {
 type EngineRun struct {
 	Startup   record.Startup         `json:"startup"`
 	Workloads map[string]WorkloadRun `json:"workloads"`
-	// DevicePeakGiB is the most device memory NVML saw.
+	// DevicePeakGiB is the engine's most memory by the device's count
+	// while it served: NVML's used memory (v2) over the baseline read
+	// before it started.
 	DevicePeakGiB float64 `json:"device_peak_gib"`
-	GPU           string  `json:"gpu"`
-	Simulated     bool    `json:"simulated"`
+	// StartupPeakGiB is the same from the engine's start to its health
+	// (weights, profiling, the KV pool, CUDA graphs), sampled and capped
+	// like the serving.
+	StartupPeakGiB float64 `json:"startup_peak_gib,omitempty"`
+	// BaselineGiB is the device's used memory before the engine started;
+	// DeviceTotalGiB the device's size.
+	BaselineGiB    float64 `json:"baseline_gib,omitempty"`
+	DeviceTotalGiB float64 `json:"device_total_gib,omitempty"`
+	// Samples is how many NVML readings the run took, over Seconds.
+	Samples   int    `json:"samples,omitempty"`
+	GPU       string `json:"gpu"`
+	Simulated bool   `json:"simulated"`
 	// Seconds is the engine's wall time, start to stop.
 	Seconds float64 `json:"seconds"`
 	// Audit is the audits' evidence of the candidate's run; nil for a

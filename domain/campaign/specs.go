@@ -2,10 +2,18 @@ package campaign
 
 // EngineSpec is how a campaign serves its checkpoints: the command
 // template (placeholders {{.Checkpoint}} {{.Port}} {{.KVCacheDType}}
-// {{.MaxNumSeqs}} {{.GPUMemoryGiB}}) and its settings.
+// {{.MaxNumSeqs}} {{.MaxModelLen}} {{.GPUMemoryGiB}} {{.KVCacheBytes}}
+// {{.MemFractionStatic}}; see the runner's engine.Params) and its
+// settings.
 type EngineSpec struct {
 	Command    string `json:"command"`
 	MaxNumSeqs int    `json:"max_num_seqs,omitempty"`
+	// MaxModelLen is the context the engine serves in the measured runs
+	// (vLLM's --max-model-len, SGLang's --context-length): at least the
+	// longest workload request, at most the model's own; 0 leaves the
+	// engine the model's own. A budget replay serves its workload's own
+	// longest request instead.
+	MaxModelLen int `json:"max_model_len,omitempty"`
 }
 
 // WorkloadSpec sizes the three workloads of an efficiency job.

@@ -333,25 +333,40 @@ const EngineCommand = "simengine --checkpoint {{.Checkpoint}} --port {{.Port}} -
 // config.json (quantization_config: compressed-tensors, modelopt, fp8,
 // gptq, awq), so no --quantization forces one method on every
 // submission; --kv-cache-dtype takes the declared KV dtype in vLLM's
-// names (auto, fp8, nvfp4, ...); prefix caching is off so repeated
-// prompts are measured, not served from cache; the budget replay limits
-// the engine with --gpu-memory-utilization, its budget as a fraction of
-// the GPU (the whole instance: weights, activations, CUDA graphs, KV).
+// names (auto, fp8, nvfp4, ...); --max-model-len is the campaign's
+// context (the budget replay's: its workload's longest request); prefix
+// caching is off so repeated prompts are measured, not served from cache.
+// The budget replay bounds the KV pool in bytes with
+// --kv-cache-memory-bytes (which makes vLLM ignore
+// --gpu-memory-utilization): the budget less the weights and the other
+// memory the candidate's run measured (formula.SizeReplay). A fraction of
+// the device cannot say the budget: vLLM takes activations and its
+// CUDA-graph estimate out of that fraction and then refuses to start
+// unless the rest holds one request of max_model_len.
 const VLLMEngineCommand = "vllm serve {{.Checkpoint}} --host 127.0.0.1 --port {{.Port}} --dtype auto " +
-	"--kv-cache-dtype {{vllmKV .KVCacheDType}} --max-num-seqs {{.MaxNumSeqs}} --max-model-len 32768 --no-enable-prefix-caching" +
-	"{{if .GPUMemoryGiB}} --gpu-memory-utilization {{.GPUMemoryFraction}}{{end}}"
+	"--kv-cache-dtype {{vllmKV .KVCacheDType}} --max-num-seqs {{.MaxNumSeqs}}{{if .MaxModelLen}} --max-model-len {{.MaxModelLen}}{{end}} --no-enable-prefix-caching" +
+	"{{if .KVCacheBytes}} --kv-cache-memory-bytes {{.KVCacheBytes}}{{end}}"
 
 // SGLangEngineCommand is the campaign engine to serve the checkpoints with
 // SGLang (flags as python/sglang/srt/server_args.py defines them): it too
 // reads the quantization from config.json; --kv-cache-dtype in SGLang's
-// names (fp8_e4m3 for fp8; it has no nvfp4 KV cache, and says so); the
-// radix (prefix) cache off; --enable-metrics for /metrics, which the
-// runner reads the KV cache in use from; the budget as
-// --mem-fraction-static, which covers weights and the KV pool only (the
-// CUDA graphs and activations come on top, inside the cap's 4 GiB).
+// names (fp8_e4m3 for fp8); --context-length the campaign's context (the
+// budget replay's: its workload's longest request); the radix (prefix)
+// cache off; --enable-metrics for /metrics, which the runner reads the KV
+// cache in use from, with --decode-log-interval 1 so SGLang sets those
+// gauges at every decode step (by default every 40th). The budget replay
+// sets --mem-fraction-static to the weights and the allowed pool over the
+// memory free before loading, as SGLang sizes its pool (free × fraction −
+// weights); the CUDA graphs and activations come out of the rest, inside
+// the cap's 4 GiB.
 const SGLangEngineCommand = "python3 -m sglang.launch_server --model-path {{.Checkpoint}} --host 127.0.0.1 --port {{.Port}} " +
-	"--kv-cache-dtype {{sglangKV .KVCacheDType}} --max-running-requests {{.MaxNumSeqs}} --context-length 32768 " +
-	"--disable-radix-cache --enable-metrics{{if .GPUMemoryGiB}} --mem-fraction-static {{.GPUMemoryFraction}}{{end}}"
+	"--kv-cache-dtype {{sglangKV .KVCacheDType}} --max-running-requests {{.MaxNumSeqs}}{{if .MaxModelLen}} --context-length {{.MaxModelLen}}{{end}} " +
+	"--disable-radix-cache --enable-metrics --decode-log-interval 1{{if .MemFractionStatic}} --mem-fraction-static {{.MemFractionStatic}}{{end}}"
+
+// EngineMaxModelLen is the context the example's real-engine blocks
+// serve: the example's longest request (a 1,024-word long_context prompt
+// and 64 tokens out) with room to spare, well inside Qwen3-8B's 40,960.
+const EngineMaxModelLen = 4096
 
 // EnginesDir is the folder of a campaign, beside campaign.json, holding
 // the engine blocks an operator can switch the campaign to.
@@ -368,18 +383,28 @@ one of these (each file is {"engine": {...}}):
     jq -s '.[0] * .[1]' campaign.json engines/sglang.json > c && mv c campaign.json
 
 - vllm.json: vllm serve; health at /health, KV cache in use from its
-  /metrics (vllm:kv_cache_usage_perc), start-up from its log.
-- sglang.json: python3 -m sglang.launch_server with --enable-metrics;
-  health at /health_generate (a one-token generation), KV cache in use
-  from sglang:token_usage, start-up from its log.
+  /metrics (vllm:kv_cache_usage_perc), start-up from its log; the budget
+  replay bounds its KV pool with --kv-cache-memory-bytes.
+- sglang.json: python3 -m sglang.launch_server with --enable-metrics and
+  --decode-log-interval 1; health at /health_generate (a one-token
+  generation), KV cache in use from sglang:token_usage, start-up from its
+  log; the budget replay bounds its pool with --mem-fraction-static.
+
+max_model_len is the context both serve (--max-model-len,
+--context-length): at least the campaign's longest request, at most the
+model's own (the runner refuses a longer one with engine_context_too_long).
 
 Placeholders: {{.Checkpoint}} {{.Port}} {{.KVCacheDType}} {{.MaxNumSeqs}}
-{{.GPUMemoryGiB}} {{.GPUMemoryFraction}} (the budget over the GPU's
-memory; 0 outside the budget replay, hence the {{if .GPUMemoryGiB}}),
-{{.GPUMemoryBytes}}, and vllmKV and sglangKV, which name the declared KV
-dtype as each engine does. The runner measures the engine's memory from
-NVML's view of its processes and its /metrics, and the record says so
-(peak_memory.source).
+{{.MaxModelLen}} (the campaign's, or the replayed workload's longest
+request), {{.KVCacheBytes}} and {{.MemFractionStatic}} (the budget
+replay's pool in bytes and as SGLang's fraction; 0 outside the replay,
+hence the {{if}}), {{.GPUMemoryGiB}} {{.GPUMemoryFraction}}
+{{.GPUMemoryBytes}} (the whole budget), and vllmKV and sglangKV, which
+name the declared KV dtype as each engine does. The runner counts the
+engine's memory as the device does (NVML's used memory over the baseline
+before the engine started) and reads its KV cache in use from /metrics,
+and the record says so (peak_memory.source). A runner without NVML
+refuses these engines (no_gpu_telemetry).
 `
 
 // writeReference writes the campaign's BF16 reference checkpoint: the
@@ -471,7 +496,7 @@ func writeEngines(dir string) error {
 	}
 	files := map[string][]byte{"README.md": []byte(enginesReadme)}
 	for name, cmd := range map[string]string{"vllm.json": VLLMEngineCommand, "sglang.json": SGLangEngineCommand} {
-		b, err := jsonBytes(map[string]any{"engine": map[string]any{"command": cmd, "max_num_seqs": 256}})
+		b, err := jsonBytes(map[string]any{"engine": map[string]any{"command": cmd, "max_num_seqs": 256, "max_model_len": EngineMaxModelLen}})
 		if err != nil {
 			return err
 		}

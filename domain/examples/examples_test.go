@@ -376,6 +376,7 @@ func TestEngineAlternatives(t *testing.T) {
 		require.NoError(t, err, name)
 		require.Equal(t, want, c.Engine.Command, name)
 		require.Equal(t, 256, c.Engine.MaxNumSeqs, name)
+		require.Equal(t, examples.EngineMaxModelLen, c.Engine.MaxModelLen, name, "the context comes from the campaign")
 	}
 	readme, err := os.ReadFile(filepath.Join(camp, examples.EnginesDir, "README.md"))
 	require.NoError(t, err)

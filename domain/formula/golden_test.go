@@ -151,3 +151,42 @@ func TestReasonForms(t *testing.T) {
 	_, err := formula.Speeds(map[string]float64{"serve": 1}, map[string]float64{"serve": 1})
 	require.ErrorIs(t, err, formula.ErrMissing)
 }
+
+// TestReplayTerms: the budget in the engines' own terms. Qwen3-8B's
+// shapes in BF16 (144 KiB of KV a token): a serve peak of 15.26 GiB of
+// weights, 1.7 GiB of KV in use and 1.5 GiB other gets a pool of the
+// budget less weights and other (≥ 1.02 × the KV in use), and SGLang's
+// fraction of a 79.1 GiB free H100 that holds weights and that pool; an
+// interactive peak whose pool would not hold one request of its context
+// is raised to one.
+func TestReplayTerms(t *testing.T) {
+	const kvTok = 147456.0 // 36 layers × 8 heads × 128 × 2 (K, V) × 2 bytes
+	for _, tc := range []struct {
+		name    string
+		in      formula.ReplayInput
+		pool    float64 // GiB
+		mfs     float64
+		floored bool
+	}{
+		{"serve", formula.ReplayInput{BudgetGiB: formula.BudgetFor(15.26+1.7+1.5, 1.02).BudgetGiB, WeightsGiB: 15.26, OtherGiB: 1.5,
+			KVBytesPerToken: kvTok, ContextTokens: 404, FreeGiB: 79.1}, 2.069, 0.2191, false},
+		{"interactive", formula.ReplayInput{BudgetGiB: formula.BudgetFor(15.26+0.01+1.5, 1.02).BudgetGiB, WeightsGiB: 15.26, OtherGiB: 1.5,
+			KVBytesPerToken: kvTok, ContextTokens: 8192, FreeGiB: 79.1}, 8192 * kvTok / formula.GiB, 0.2072, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := formula.SizeReplay(tc.in)
+			require.Equal(t, tc.in.ContextTokens, got.MaxModelLen)
+			require.InDelta(t, tc.pool, float64(got.KVCacheBytes)/formula.GiB, 1e-4)
+			require.Equal(t, tc.floored, got.Floored)
+			require.InDelta(t, tc.mfs, got.MemFractionStatic, 1e-9)
+			if !tc.floored {
+				kvPeak := (tc.in.BudgetGiB/1.02 - tc.in.WeightsGiB - tc.in.OtherGiB) * formula.GiB
+				require.GreaterOrEqual(t, float64(got.KVCacheBytes), 1.02*kvPeak, "at least the KV in use plus 2%")
+			}
+			// SGLang's own arithmetic gives back the pool.
+			sgPool := got.MemFractionStatic*tc.in.FreeGiB - tc.in.WeightsGiB
+			require.GreaterOrEqual(t, sgPool*formula.GiB, float64(got.KVCacheBytes)-1)
+		})
+	}
+	require.Zero(t, formula.SizeReplay(formula.ReplayInput{BudgetGiB: 10, WeightsGiB: 12}).KVCacheBytes, "no pool when nothing is left and no context to floor it")
+}

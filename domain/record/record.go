@@ -365,14 +365,16 @@ const (
 	MemoryFromEngineReport = "engine_report"
 	// MemoryFromMetricsNVML: the KV cache in use from the engine's
 	// Prometheus /metrics times its KV pool, weights and the pool from its
-	// start-up lines, other = the memory NVML saw its processes hold less
+	// start-up lines, other = the engine's memory by the device's count
+	// (NVML's used memory over the baseline before it started) less
 	// weights and pool.
 	MemoryFromMetricsNVML = "metrics+nvml"
-	// MemoryFromMetrics: as MemoryFromMetricsNVML without NVML (no GPU):
-	// other is the CUDA graph memory of its start-up lines, a lower bound.
+	// MemoryFromMetrics: as MemoryFromMetricsNVML with nothing counting
+	// the device: other is the CUDA graph memory of its start-up lines, a
+	// lower bound.
 	MemoryFromMetrics = "metrics"
-	// MemoryFromNVML: no report and no metrics: the peak is what NVML saw
-	// the engine's processes hold, kv_gib the whole KV pool it reserved.
+	// MemoryFromNVML: no report and no metrics: the peak is the engine's
+	// memory by the device's count, kv_gib the whole KV pool it reserved.
 	MemoryFromNVML = "nvml"
 )
 

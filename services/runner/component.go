@@ -73,7 +73,7 @@ func Component() app.Component {
 			src, err := telemetry.Open(*gpu)
 			switch {
 			case errors.Is(err, telemetry.ErrNoNVML):
-				rt.Log.Warn("no NVML: engines are watched through a simulated GPU and every figure says simulated", "err", err, "gpu_index", *gpu)
+				rt.Log.Warn("no NVML: simengine is watched through its simulated GPU and every figure says simulated; jobs of a real engine (vLLM, SGLang) are refused with no_gpu_telemetry", "err", err, "gpu_index", *gpu)
 			case err != nil:
 				return nil, fmt.Errorf("runner: GPU telemetry (--gpu %d): %w", *gpu, err)
 			default:

@@ -102,6 +102,6 @@ func (s *Service) sla(ctx context.Context, env Env, p events.SLAJobParams) (Resu
 		kv = "auto"
 	}
 	sr, err := env.Job.Serve(ctx, job.Launch{Run: p.Entry, Command: p.Engine.Command, Checkpoint: env.Checkpoint, KVCacheDType: kv,
-		MaxNumSeqs: p.Engine.MaxNumSeqs}, job.Workloads(p.Workload))
+		MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, job.Workloads(p.Workload))
 	return Result[events.EngineRun]{Value: sr, Seconds: sr.Seconds}, err
 }

@@ -29,8 +29,11 @@ func (s *Service) samples(ctx context.Context, req events.RunnerJobRequestedData
 		if x.Simulated {
 			gpu = s.opts.GPU // one simulated device per engine; the runner's index names it
 		}
+		// proc_mem holds the engine's memory by the device's count (used
+		// over the baseline before it started), the only per-engine
+		// figure a runner in a container can have.
 		rows[i] = store.GPUSample{TsMs: uint64(x.At.UnixMilli()), Pod: s.opts.Pod, GPU: uint32(gpu), GPUUUID: x.UUID,
-			RunID: run, JobID: req.JobID, Seq: seq.Add(1), MemUsed: x.MemUsed, MemTotal: x.MemTotal, ProcMem: x.ProcMem,
+			RunID: run, JobID: req.JobID, Seq: seq.Add(1), MemUsed: x.MemUsed, MemTotal: x.MemTotal, ProcMem: x.EngineMem,
 			Util: x.Util, Power: x.PowerW, Simulated: sim}
 	}
 	return store.Insert(ctx, s.opts.Store, rows)

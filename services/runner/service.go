@@ -521,6 +521,16 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		// the job goes back to the queue for another runner.
 		s.log.Info("runner stopping; job handed back", "job", req.JobID)
 		return bus.Retry(0, ctx.Err())
+	case job.AsRefusal(err) != nil:
+		// The pod's doing, not the submission's: handed back, a while
+		// later, for this or another runner; failed with its reason once
+		// the tries are spent, so a misconfigured arena says why.
+		rf := job.AsRefusal(err)
+		if d.NumDelivered < refusalTries {
+			s.log.Warn("job refused by this runner; handed back", "job", req.JobID, "reason", rf.Reason, "message", rf.Message, "delivery", d.NumDelivered)
+			return bus.Retry(refusalDelay, err)
+		}
+		return fail(rf.Reason, rf.Message, "", res.Seconds)
 	case asFailure(err) != nil:
 		f := asFailure(err)
 		return fail(f.Reason, f.Message, "", res.Seconds)
@@ -547,6 +557,14 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	s.log.Info("job completed", append([]any{"job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "gpu_hours", done.GPUHours}, res.Attrs...)...)
 	return bus.Ack()
 }
+
+// refusalTries is how many deliveries a job refused by its runner (see
+// job.Refusal) gets before it fails with the refusal's reason;
+// refusalDelay is the pause before each redelivery.
+const (
+	refusalTries = 3
+	refusalDelay = 20 * time.Second
+)
 
 // flushRows waits until the job's rows are written: up to
 // Options.RowsWait, or a few seconds for a runner that is stopping.

@@ -84,7 +84,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		out.Reference, out.Cached = *ref, true
 	} else {
 		s, err := r.Serve(ctx, Launch{Run: "reference", Command: p.Engine.Command, Checkpoint: reference,
-			KVCacheDType: "auto", MaxNumSeqs: p.Engine.MaxNumSeqs}, mix(1000))
+			KVCacheDType: "auto", MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, mix(1000))
 		out.Seconds += s.Seconds
 		if err != nil {
 			return out, fmt.Errorf("the BF16 reference: %w", err)
@@ -99,7 +99,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		kv = "auto"
 	}
 	cand, err := r.Serve(ctx, Launch{Run: "candidate", Command: p.Engine.Command, Checkpoint: candidate,
-		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, Audit: audit}, wls)
+		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen, Audit: audit}, wls)
 	out.Seconds += cand.Seconds
 	if err != nil {
 		return out, err
@@ -116,9 +116,15 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		wr := cand.Workloads[w.Name]
 		b := formula.BudgetFor(wr.Peak.PeakGiB, p.BudgetFactor)
 		key := fmt.Sprintf("%s@%g", w.Name, p.BudgetFactor)
+		terms := replayTerms(b, wr, cand, p.Engine.MaxModelLen)
+		if r.Log != nil {
+			r.Log.Info("budget replay", "workload", w.Name, "budget_gib", b.BudgetGiB, "cap_gib", b.CapGiB, "max_model_len", terms.MaxModelLen,
+				"kv_cache_bytes", terms.KVCacheBytes, "mem_fraction_static", terms.MemFractionStatic, "pool_raised_to_one_request", terms.Floored)
+		}
 		replay := func() (record.Budget, error) {
 			rs, err := r.Serve(ctx, Launch{Run: key, Command: p.Engine.Command, Checkpoint: candidate,
-				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: b.BudgetGiB, CapGiB: b.CapGiB}, []loadgen.Workload{w})
+				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: b.BudgetGiB, CapGiB: b.CapGiB,
+				MaxModelLen: terms.MaxModelLen, KVCacheBytes: terms.KVCacheBytes, MemFractionStatic: terms.MemFractionStatic}, []loadgen.Workload{w})
 			out.Seconds += rs.Seconds
 			v := record.Budget{BudgetGiB: b.BudgetGiB, CapGiB: b.CapGiB, Factor: b.Factor, FullRunning: float64(w.Concurrency)}
 			switch {
@@ -146,6 +152,23 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		out.Budget[key] = v
 	}
 	return out, nil
+}
+
+// replayTerms sizes a workload's budget replay in the engines' own terms
+// (formula.SizeReplay) from the candidate's run of it: its peak's
+// weights and other memory, its KV bytes per token, its longest request
+// (else the campaign's context), and the memory its device had free.
+func replayTerms(b formula.Budget, wr WorkloadResult, cand Served, campaignLen int) formula.ReplayTerms {
+	perToken := wr.Peak.KVBytesPerToken
+	if perToken <= 0 {
+		perToken = cand.Startup.KVBytesPerToken
+	}
+	ctxTokens := wr.ContextTokens
+	if ctxTokens <= 0 {
+		ctxTokens = campaignLen
+	}
+	return formula.SizeReplay(formula.ReplayInput{BudgetGiB: b.BudgetGiB, WeightsGiB: wr.Peak.WeightsGiB, OtherGiB: wr.Peak.OtherGiB,
+		KVBytesPerToken: perToken, ContextTokens: ctxTokens, FreeGiB: cand.DeviceTotalGiB - cand.BaselineGiB})
 }
 
 // replayBudget runs a workload's budget replay, and runs it once more

@@ -190,14 +190,17 @@ func (p *metricsProbe) run(ctx context.Context, every time.Duration) {
 // peakWithoutReport is the peak breakdown of an engine that gave no
 // memory report, from what the runner saw itself: the KV cache in use
 // from its metrics (usage times the pool of its start-up), weights and
-// pool from its start-up lines, and the memory NVML saw its processes
-// hold (procBytes, 0 without NVML). ok is false when there is neither
-// metrics nor NVML: then nothing measured the engine's memory. The
-// record's source says which of them the figures come from.
-func (p *metricsProbe) peakWithoutReport(st record.Startup, procBytes uint64) (record.PeakMemory, int, bool) {
+// pool from its start-up lines, and its memory by the device's count
+// (deviceBytes: NVML's used memory over the baseline before it started;
+// 0 when nothing counted it). vLLM and SGLang allocate their pool whole
+// at start, so the device holds weights + pool + other, and other is
+// what is left of the device's count. ok is false when there is neither
+// metrics nor a device count: then nothing measured the engine's memory.
+// The record's source says which of them the figures come from.
+func (p *metricsProbe) peakWithoutReport(st record.Startup, deviceBytes uint64) (record.PeakMemory, int, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	procGiB := float64(procBytes) / formula.GiB
+	deviceGiB := float64(deviceBytes) / formula.GiB
 	pk := formula.Peak{WeightsGiB: st.WeightsGiB, PoolGiB: st.KVCacheGiB}
 	var source string
 	switch {
@@ -207,14 +210,14 @@ func (p *metricsProbe) peakWithoutReport(st record.Startup, procBytes uint64) (r
 		if p.tokens < 0 {
 			pk.ResidentTokens = p.usage * st.KVCacheTokens
 		}
-		if procBytes > 0 {
-			pk.OtherGiB, source = max(0, procGiB-st.WeightsGiB-st.KVCacheGiB), record.MemoryFromMetricsNVML
+		if deviceBytes > 0 {
+			pk.OtherGiB, source = max(0, deviceGiB-st.WeightsGiB-st.KVCacheGiB), record.MemoryFromMetricsNVML
 		} else {
 			pk.OtherGiB, source = st.CUDAGraphGiB, record.MemoryFromMetrics
 		}
-	case procBytes > 0:
+	case deviceBytes > 0:
 		pk.KVGiB = st.KVCacheGiB
-		pk.OtherGiB, source = max(0, procGiB-st.WeightsGiB-st.KVCacheGiB), record.MemoryFromNVML
+		pk.OtherGiB, source = max(0, deviceGiB-st.WeightsGiB-st.KVCacheGiB), record.MemoryFromNVML
 	default:
 		return record.PeakMemory{}, 0, false
 	}

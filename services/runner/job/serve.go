@@ -51,6 +51,10 @@ type Runner struct {
 	// Env is added to each engine's environment (the runner's
 	// CUDA_VISIBLE_DEVICES: the one GPU it drives).
 	Env []string
+	// BaselineWait bounds the wait, before each engine, for the device to
+	// return to its idle baseline (the last engine's memory takes a
+	// moment to go); default 60 s.
+	BaselineWait time.Duration
 	// Log is the runner's logger.
 	Log *slog.Logger
 }
@@ -70,8 +74,14 @@ type Launch struct {
 	// whole GPU).
 	GPUMemoryGiB float64
 	// CapGiB is the hard cap the runner enforces from NVML: an engine
-	// whose device memory goes above it is stopped (0: no cap).
+	// whose memory by the device's count goes above it is stopped, from
+	// its start on (0: no cap).
 	CapGiB float64
+	// MaxModelLen, KVCacheBytes and MemFractionStatic fill the template's
+	// placeholders of the same names (see engine.Params).
+	MaxModelLen       int
+	KVCacheBytes      int64
+	MemFractionStatic float64
 	// Audit, when set, gathers the audits' evidence on this run: the
 	// probe set first, the items mixed into the workloads (see Mix), the
 	// tokens counted, and the cache-defeating run last.
@@ -145,11 +155,12 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 				ITLP50: res.ITLP50, ITLP90: res.ITLP90, ITLP99: res.ITLP99, Tokens: res.OutputTokens}
 			devicePeak := formula.Round(float64(sampler.Peak())/formula.GiB, 3)
 			out.DevicePeakGiB = max(out.DevicePeakGiB, devicePeak)
+			wr.ContextTokens = contextTokens(res, w)
 			// The engine's own report where it serves one; else its
-			// metrics and NVML's view of its processes.
+			// metrics and the device's count of its memory.
 			pk, running, ok := pr.result(out.Startup.KVCacheGiB)
 			if !ok {
-				pk, running, ok = mp.peakWithoutReport(out.Startup, sampler.ProcPeak())
+				pk, running, ok = mp.peakWithoutReport(out.Startup, sampler.Peak())
 			}
 			if ok {
 				wr.Peak = pk
@@ -178,78 +189,47 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 }
 
 // session starts the engine of l, reads its start-up, watches it with
-// telemetry (and its hard cap), runs body on it and stops it on every
-// path. steps is the count of body's phases, for progress.
+// telemetry (and its hard cap) from its start, runs body on it and stops
+// it on every path. steps is the count of body's phases, for progress.
 func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss *session, out *Served) error) (out Served, err error) {
 	t0 := time.Now()
 	r.progress("starting_engine "+l.Run, 0, steps)
-	var (
-		e      *engine.Engine
-		port   int
-		family engine.Family
-	)
-	// A port taken between freePort and the engine's bind is the
-	// runner's race, not the engine's failure: start again on another
-	// port, up to three times.
-	for attempt := 1; ; attempt++ {
-		if port, err = freePort(); err != nil {
-			return out, err
-		}
-		argv, err := engine.Render(l.Command, engine.Params{Checkpoint: l.Checkpoint, Port: port,
-			KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs, GPUMemoryGiB: l.GPUMemoryGiB, GPUTotalGiB: r.gpuTotalGiB()})
-		if err != nil {
-			return out, err
-		}
-		family = engine.Detect(argv)
-		e, err = engine.Start(ctx, engine.Options{Command: argv, Port: port, HealthPath: family.HealthPath,
-			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200, Env: r.Env})
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return out, ctx.Err()
-		}
-		if f := engine.AsFailure(err); f != nil && f.Reason == reason.EnginePortInUse && attempt < 3 {
-			if r.Log != nil {
-				r.Log.Warn("engine port taken; starting it on another", "run", l.Run, "port", port, "attempt", attempt)
-			}
-			continue
-		}
-		return out, err
-	}
-	defer e.Stop()
-	defer func() { out.Seconds = time.Since(t0).Seconds() }()
-	base := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	hc := &http.Client{Timeout: 5 * time.Second}
-
-	// Start-up: the engine's own report where it serves one, else its log.
-	out.Startup, err = r.startup(ctx, hc, base, e.Tail())
+	params := engine.Params{Checkpoint: l.Checkpoint, KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs,
+		GPUMemoryGiB: l.GPUMemoryGiB, GPUTotalGiB: r.gpuTotalGiB(), MaxModelLen: l.MaxModelLen,
+		KVCacheBytes: l.KVCacheBytes, MemFractionStatic: l.MemFractionStatic}
+	argv, err := engine.Render(l.Command, params)
 	if err != nil {
 		return out, err
 	}
-	out.Startup.EngineInitSeconds = formula.Round(time.Since(t0).Seconds(), 2)
-
-	src := r.NVML
-	if src == nil {
-		if src, err = telemetry.Simulated(base, e.PID); err != nil {
-			return out, fmt.Errorf("job: simulated telemetry: %w", err)
-		}
-		defer src.Close()
+	family := engine.Detect(argv)
+	if err := r.preflight(l, argv, family); err != nil {
+		return out, err
 	}
-	out.GPU, out.Simulated = src.GPU(), src.Simulated()
-
-	// The job's context ends when the engine dies or goes over its cap, so
-	// a workload in flight stops at once.
+	// The device's memory before the engine: the last engine's must
+	// have gone (a bounded wait), and what is left is this one's
+	// baseline.
+	var baseline uint64
+	if r.NVML != nil {
+		baseline, err = r.NVML.WaitIdle(ctx, r.baselineWait(), 200*time.Millisecond, baselineSlack)
+		switch {
+		case errors.Is(err, telemetry.ErrNotAtBaseline):
+			return out, &Refusal{Reason: reason.DeviceNotAtBaseline, Message: fmt.Sprintf(
+				"the GPU did not return to its idle baseline before the %s engine could start (%v); nothing was measured", l.Run, err)}
+		case err != nil:
+			return out, fmt.Errorf("job: the device's baseline: %w", err)
+		}
+	}
+	// The job's context ends when the engine dies or goes over its cap,
+	// so a start-up or a workload in flight stops at once.
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go func() {
-		select {
-		case <-e.Exited():
-			cancel(e.Failure())
-		case <-jctx.Done():
-		}
-	}()
-	sampler := &telemetry.Sampler{Source: src, Interval: r.SampleInterval, PID: e.PID,
+	var (
+		e      *engine.Engine
+		port   int
+		src    *telemetry.Source
+		tailOf = func() string { return "" }
+	)
+	sampler := &telemetry.Sampler{Interval: r.SampleInterval, Baseline: baseline,
 		Sink: func(ctx context.Context, b []telemetry.Sample) error {
 			if r.Samples == nil {
 				return nil
@@ -259,23 +239,98 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	if l.CapGiB > 0 {
 		sampler.CapBytes = uint64(l.CapGiB * formula.GiB)
 		sampler.OverCap = func(s telemetry.Sample) {
-			cancel(&engine.Failure{Reason: reason.EngineOverMemoryCap, LogTail: e.Tail(), Message: fmt.Sprintf(
-				"engine used %.3f GiB of GPU memory, above its hard cap of %.3f GiB, and was stopped; container log tail: %s",
-				float64(s.MemUsed)/formula.GiB, l.CapGiB, flat(e.Tail(), 600))})
+			cancel(&engine.Failure{Reason: reason.EngineOverMemoryCap, LogTail: tailOf(), Message: fmt.Sprintf(
+				"engine used %.3f GiB of GPU memory (the device's count over its %.3f GiB baseline), above its hard cap of %.3f GiB, and was stopped; container log tail: %s",
+				float64(s.EngineMem)/formula.GiB, float64(baseline)/formula.GiB, l.CapGiB, flat(tailOf(), 600))})
 		}
 	}
 	var wg sync.WaitGroup
-	sctx, stopSampler := context.WithCancel(context.Background())
-	wg.Go(func() {
-		if err := sampler.Run(sctx); err != nil && r.Log != nil {
-			r.Log.Warn("telemetry rows not written", "run", l.Run, "err", err)
-		}
-	})
+	stopSampler := func() {}
 	defer func() {
 		stopSampler()
 		wg.Wait()
 	}()
+	// A port taken between freePort and the engine's bind is the
+	// runner's race, not the engine's failure: start again on another
+	// port, up to three times.
+	for attempt := 1; ; attempt++ {
+		if port, err = freePort(); err != nil {
+			return out, err
+		}
+		params.Port = port
+		if argv, err = engine.Render(l.Command, params); err != nil {
+			return out, err
+		}
+		src = r.NVML
+		if src == nil {
+			// No GPU: simengine's simulated device (preflight refused
+			// every real engine).
+			if src, err = telemetry.Simulated("http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
+				return out, fmt.Errorf("job: simulated telemetry: %w", err)
+			}
+		}
+		sampler.Source = src
+		sctx, stop := context.WithCancel(context.Background())
+		wg.Go(func() {
+			if err := sampler.Run(sctx); err != nil && r.Log != nil {
+				r.Log.Warn("telemetry rows not written", "run", l.Run, "err", err)
+			}
+		})
+		stopSampler = func() {
+			stop()
+			wg.Wait()
+			if src != r.NVML {
+				src.Close()
+			}
+		}
+		e, err = engine.Start(jctx, engine.Options{Command: argv, Port: port, HealthPath: family.HealthPath,
+			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200, Env: r.Env})
+		if err == nil {
+			break
+		}
+		stopSampler()
+		stopSampler = func() {}
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		if cause := context.Cause(jctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return out, cause // over its cap while it started
+		}
+		if f := engine.AsFailure(err); f != nil && f.Reason == reason.EnginePortInUse && attempt < 3 {
+			if r.Log != nil {
+				r.Log.Warn("engine port taken; starting it on another", "run", l.Run, "port", port, "attempt", attempt)
+			}
+			continue
+		}
+		return out, err
+	}
+	tailOf = e.Tail
+	defer e.Stop()
+	defer func() {
+		out.Seconds = time.Since(t0).Seconds()
+		out.Samples = sampler.Count()
+	}()
+	base := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	hc := &http.Client{Timeout: 5 * time.Second}
+	out.StartupPeakGiB = formula.Round(float64(sampler.ResetPeak())/formula.GiB, 3)
+	out.BaselineGiB = formula.Round(float64(baseline)/formula.GiB, 3)
+	out.DeviceTotalGiB = formula.Round(float64(src.TotalBytes())/formula.GiB, 3)
 
+	// Start-up: the engine's own report where it serves one, else its
+	// whole start-up log.
+	out.Startup, err = r.startup(ctx, hc, base, startupLog(e))
+	if err != nil {
+		return out, err
+	}
+	out.Startup.EngineInitSeconds = formula.Round(time.Since(t0).Seconds(), 2)
+	out.GPU, out.Simulated = src.GPU(), src.Simulated()
+	go func() {
+		select {
+		case <-e.Exited():
+			cancel(e.Failure())
+		case <-jctx.Done():
+		}
+	}()
 	ss := &session{ctx: ctx, jctx: jctx, e: e, base: base, hc: hc, sampler: sampler, family: family,
 		model: servedModel(ctx, hc, base, l.Checkpoint)}
 	if err := body(ss, &out); err != nil {
@@ -283,6 +338,18 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	}
 	r.progress("done "+l.Run, steps, steps)
 	return out, nil
+}
+
+// baselineSlack is how far above its idle baseline a device still counts
+// as idle: the CUDA context of a process that is going, the driver's
+// bookkeeping.
+const baselineSlack = 256 << 20
+
+func (r *Runner) baselineWait() time.Duration {
+	if r.BaselineWait > 0 {
+		return r.BaselineWait
+	}
+	return time.Minute
 }
 
 // session is a running engine, for a job's body.
@@ -298,6 +365,9 @@ type session struct {
 	// endpoints.
 	family engine.Family
 }
+
+// startupLog is what the runner reads an engine's start-up report from.
+func startupLog(e *engine.Engine) string { return e.Tail() }
 
 // why turns a workload's error into the job's: the engine's own failure
 // when it died or went over its cap (that is the cause, the broken stream

@@ -4,10 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"strconv"
-	"strings"
-	"syscall"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,73 +128,45 @@ func TestScrapeMetrics(t *testing.T) {
 	require.NotErrorIs(t, err, telemetry.ErrNoEngineMetrics)
 }
 
-// TestNVMLGroupMemory reads the engine's memory through go-nvml's mock of
-// the NVML interface: the device lists a real process group (a leader and
-// its child, as vLLM's server and its engine core) and a process of
-// another group; only the group's memory is the engine's.
-func TestNVMLGroupMemory(t *testing.T) {
-	t.Parallel()
-	cmd := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	buf := make([]byte, 32)
-	n, err := out.Read(buf)
-	require.NoError(t, err)
-	child, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
-	require.NoError(t, err)
-	leader := cmd.Process.Pid
-	other := exec.Command("sleep", "30") // a process of another group
-	require.NoError(t, other.Start())
-	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
-
+// TestSamplerReadsActivityOncePerSecond: memory is read at every tick,
+// utilisation and power (which NVML averages over about a second) once
+// per ActivityInterval and carried in the samples between; the engine's
+// memory is the device's over the baseline, and the peak is that.
+func TestSamplerReadsActivityOncePerSecond(t *testing.T) {
+	var memCalls, utilCalls, powerCalls atomic.Int64
 	dev := &mock.Device{
-		GetNameFunc: func() (string, nvml.Return) { return "NVIDIA H200", nvml.SUCCESS },
-		GetUUIDFunc: func() (string, nvml.Return) { return "GPU-0", nvml.SUCCESS },
-		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
-			return nvml.Memory{Total: 141 << 30, Used: 100 << 30, Free: 41 << 30}, nvml.SUCCESS
+		GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
+			memCalls.Add(1)
+			return nvml.Memory_v2{Total: 141 << 30, Used: 100 << 30, Reserved: 300 << 20}, nvml.SUCCESS
 		},
-		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: 87}, nvml.SUCCESS },
-		GetPowerUsageFunc:       func() (uint32, nvml.Return) { return 612000, nvml.SUCCESS },
-		GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
-			return []nvml.ProcessInfo{
-				{Pid: uint32(leader), UsedGpuMemory: 512 << 20},
-				{Pid: uint32(child), UsedGpuMemory: 80 << 30},
-				{Pid: uint32(other.Process.Pid), UsedGpuMemory: 19 << 30},
-			}, nvml.SUCCESS
+		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) {
+			utilCalls.Add(1)
+			return nvml.Utilization{Gpu: 87}, nvml.SUCCESS
 		},
+		GetPowerUsageFunc: func() (uint32, nvml.Return) { powerCalls.Add(1); return 612000, nvml.SUCCESS },
 	}
-	lib := &mock.Interface{
-		InitFunc:                   func() nvml.Return { return nvml.SUCCESS },
-		ShutdownFunc:               func() nvml.Return { return nvml.SUCCESS },
-		DeviceGetCountFunc:         func() (int, nvml.Return) { return 1, nvml.SUCCESS },
-		DeviceGetHandleByIndexFunc: func(int) (nvml.Device, nvml.Return) { return dev, nvml.SUCCESS },
-	}
-	src, err := telemetry.FromNVML(lib, false, 0)
+	src, err := telemetry.FromNVML(oneDevice(dev), false, 0)
 	require.NoError(t, err)
 	defer src.Close()
-	require.Equal(t, uint64(141<<30), src.TotalBytes())
-	smps, err := src.Read(leader)
-	require.NoError(t, err)
-	require.Len(t, smps, 1)
-	require.Equal(t, uint64(80<<30+512<<20), smps[0].ProcMem, "the leader and its child, not the other group")
-	require.Equal(t, uint64(100<<30), smps[0].MemUsed)
-	require.InDelta(t, 612.0, smps[0].PowerW, 1e-9)
-	require.False(t, smps[0].Simulated)
-
-	sm := &telemetry.Sampler{Source: src, Interval: 5 * time.Millisecond, PID: func() int { return leader }}
+	var mu sync.Mutex
+	var got []telemetry.Sample
+	sm := &telemetry.Sampler{Source: src, Interval: 2 * time.Millisecond, ActivityInterval: time.Hour, Baseline: 4 << 30, BatchSize: 1,
+		Sink: func(_ context.Context, b []telemetry.Sample) error { mu.Lock(); defer mu.Unlock(); got = append(got, b...); return nil }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sm.Run(ctx) }()
-	require.Eventually(t, func() bool { return sm.ProcPeak() > 0 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return sm.Count() >= 20 }, 10*time.Second, 2*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
-	require.Equal(t, uint64(80<<30+512<<20), sm.ProcPeak())
-	sm.ResetPeak()
-	require.Zero(t, sm.ProcPeak())
+	require.Equal(t, int64(1), utilCalls.Load(), "utilisation read once in the interval")
+	require.Equal(t, int64(1), powerCalls.Load())
+	require.GreaterOrEqual(t, memCalls.Load(), int64(20), "memory at every tick")
+	require.Equal(t, uint64(96<<30), sm.Peak())
+	mu.Lock()
+	defer mu.Unlock()
+	for _, smp := range got {
+		require.InDelta(t, 0.87, smp.Util, 1e-9, "carried between readings")
+		require.InDelta(t, 612.0, smp.PowerW, 1e-9)
+		require.Equal(t, uint64(96<<30), smp.EngineMem)
+	}
 }
