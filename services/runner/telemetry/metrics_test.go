@@ -151,7 +151,12 @@ func TestSamplerReadsActivityOncePerSecond(t *testing.T) {
 	var mu sync.Mutex
 	var got []telemetry.Sample
 	sm := &telemetry.Sampler{Source: src, Interval: 2 * time.Millisecond, ActivityInterval: time.Hour, Baseline: 4 << 30, BatchSize: 1,
-		Sink: func(_ context.Context, b []telemetry.Sample) error { mu.Lock(); defer mu.Unlock(); got = append(got, b...); return nil }}
+		Sink: func(_ context.Context, b []telemetry.Sample) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, b...)
+			return nil
+		}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sm.Run(ctx) }()

@@ -24,7 +24,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-		"time"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"

@@ -79,7 +79,7 @@ func gpuOf(name string, used, total uint64) *mock.Device {
 		GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
 			return nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED // an older driver: v1 it is
 		},
-		GetUUIDFunc:       func() (string, nvml.Return) { return "GPU-" + name, nvml.SUCCESS },
+		GetUUIDFunc: func() (string, nvml.Return) { return "GPU-" + name, nvml.SUCCESS },
 		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) {
 			return nvml.Utilization{Gpu: 50}, nvml.SUCCESS
 		},
