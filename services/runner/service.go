@@ -71,6 +71,9 @@ type Options struct {
 	// and request rows to be written (the store may be out of reach);
 	// default 10 min. The job's message is kept meanwhile (heartbeats).
 	RowsWait time.Duration
+	// RefusalDelay is the pause before a job this runner refused (see
+	// job.Refusal) is delivered again; default 20 s.
+	RefusalDelay time.Duration
 	// CacheBytes caps the pod's cache of checkpoints by reference in
 	// WorkDir/cache (default DefaultCacheBytes), shared by every runner
 	// whose WorkDir is the same folder.
@@ -131,6 +134,9 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	}
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.RefusalDelay <= 0 {
+		o.RefusalDelay = 20 * time.Second
 	}
 	if o.RowsWait <= 0 {
 		o.RowsWait = 10 * time.Minute
@@ -528,7 +534,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		rf := job.AsRefusal(err)
 		if d.NumDelivered < refusalTries {
 			s.log.Warn("job refused by this runner; handed back", "job", req.JobID, "reason", rf.Reason, "message", rf.Message, "delivery", d.NumDelivered)
-			return bus.Retry(refusalDelay, err)
+			return bus.Retry(s.opts.RefusalDelay, err)
 		}
 		return fail(rf.Reason, rf.Message, "", res.Seconds)
 	case asFailure(err) != nil:
@@ -559,12 +565,8 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 }
 
 // refusalTries is how many deliveries a job refused by its runner (see
-// job.Refusal) gets before it fails with the refusal's reason;
-// refusalDelay is the pause before each redelivery.
-const (
-	refusalTries = 3
-	refusalDelay = 20 * time.Second
-)
+// job.Refusal) gets before it fails with the refusal's reason.
+const refusalTries = 3
 
 // flushRows waits until the job's rows are written: up to
 // Options.RowsWait, or a few seconds for a runner that is stopping.

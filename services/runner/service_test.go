@@ -99,7 +99,7 @@ func small() events.WorkloadSpec {
 
 func startRunner(t *testing.T, ctx context.Context, b *bus.Bus, st store.Store, pod string) {
 	t.Helper()
-	s, err := runner.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), runner.Options{Pod: pod, WorkDir: t.TempDir(), AckWait: 3 * time.Second, Store: st,
+	s, err := runner.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), runner.Options{Pod: pod, WorkDir: t.TempDir(), AckWait: 3 * time.Second, Store: st, RefusalDelay: 50 * time.Millisecond,
 		Job: job.Runner{SampleInterval: 20 * time.Millisecond, HealthTimeout: 20 * time.Second, IdleTimeout: 5 * time.Second, StopGrace: 2 * time.Second}})
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
@@ -199,6 +199,16 @@ func TestRunnerRunsJobsAndCachesTheReference(t *testing.T) {
 	require.Equal(t, string(reason.EngineCrashed), f.Reason)
 	require.Contains(t, f.Message, "container log tail")
 	require.Contains(t, f.LogTail, "crash-on-start")
+
+	// A real engine on this runner, which has no NVML: refused, handed
+	// back, and failed with the refusal's reason once the tries are
+	// spent, never measured on a simulated device.
+	request(t, ctx, b, "j5", cand, ref, "vllm serve {{.Checkpoint}} --port {{.Port}}", small())
+	e = bustest.Await(t, b, outcomes(events.JobEfficiency, "j5"), events.RunnerJobCompleted, events.RunnerJobFailed)
+	require.NoError(t, json.Unmarshal(e.Data(), &f))
+	require.Equal(t, string(reason.NoGPUTelemetry), f.Reason, f.Message)
+	require.Contains(t, f.Message, "not measured on a simulated device")
+	require.Len(t, bustest.Stored(t, b, "arena.runner.job.started.j5"), 3, "three deliveries, each refused")
 
 	request(t, ctx, b, "j4", events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/x.json", SHA256: strings.Repeat("0", 64)}, ref, command(""), small())
 	e = bustest.Await(t, b, outcomes(events.JobEfficiency, "j4"), events.RunnerJobCompleted, events.RunnerJobFailed)
