@@ -17,18 +17,25 @@ const (
 )
 
 // The classes, in order: the first whose pattern a log line matches names
-// the failure. Out of memory comes first because NCCL and CUDA errors are
-// often its symptom ("NCCL error ... Cuda failure 'out of memory'"). Every
-// pattern is the wording the engines print (vLLM's and SGLang's sources,
-// PyTorch's and CPython's messages), quoted in classify_test.go with where
-// each comes from.
+// the failure, so the more specific come first. Out of memory comes first
+// because NCCL and CUDA errors are often its symptom ("NCCL error ... Cuda
+// failure 'out of memory'"); an engine that refused its flags, its context
+// length or its KV dtype dies with a traceback too, and that line, not the
+// traceback (engine_crashed), names the failure. An argparse refusal of
+// --quantization or --kv-cache-dtype stays engine_unsupported_quantization
+// (that class comes before engine_bad_flags). Every pattern is the wording
+// the engines print (vLLM's and SGLang's sources, PyTorch's and CPython's
+// messages), quoted in classify_test.go with where each comes from.
 var classes = []struct {
 	code reason.Code
 	re   *regexp.Regexp
 }{
-	{reason.EngineOOM, regexp.MustCompile(`(?i)out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|No available memory for the cache blocks|KV cache is needed, which is larger than the available KV cache memory|Not enough memory\. Please try to increase --mem-fraction-static`)},
+	{reason.EngineOOM, regexp.MustCompile(`(?i)out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|No available memory for the cache blocks|KV cache is needed, which is larger than the available KV cache memory|Not enough memory\. Please try to increase --mem-fraction-static|Free memory on device \S*\s*\([0-9.]+/[0-9.]+ GiB\) on startup is less than desired GPU memory utilization`)},
 	{reason.EnginePortInUse, regexp.MustCompile(`(?i)address already in use|EADDRINUSE`)},
 	{reason.EngineUnsupportedQuantization, regexp.MustCompile(`(?i)quantization method \S+ is not supported for the current GPU|Unknown quantization method|Quantization scheme is not supported|argument --quantization: invalid choice|argument --kv-cache-dtype: invalid choice`)},
+	{reason.EngineBadFlags, regexp.MustCompile(`error: unrecognized arguments: |error: argument \S+: invalid choice: |error: argument \S+: invalid \S+ value: |error: argument \S+: expected (?:one|at least one|\d+) argument|error: the following arguments are required: `)},
+	{reason.EngineContextTooLong, regexp.MustCompile(`User-specified max_model_len \(\d+\) is greater than the derived max_model_len|User-specified context_length \(\d+\) is greater than the derived context_length \(\d+\)\..*SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`)},
+	{reason.EngineKVDTypeUnsupportedOnGPU, regexp.MustCompile(`No valid attention backend found for \S+ with .*\bkv_cache_dtype[=:] ?\w*fp4`)},
 	{reason.EngineBadCheckpoint, regexp.MustCompile(`(?i)SafetensorError|safetensors:|Error while deserializing header|invalid checkpoint|Error loading model|HeaderTooLarge|Following weights were not initialized from checkpoint`)},
 	{reason.EngineNCCLError, regexp.MustCompile(`NCCL error|DistBackendError|ncclUnhandledCudaError|ncclSystemError|ncclInternalError`)},
 }
@@ -48,7 +55,7 @@ var phaseMarks = []struct {
 	re    *regexp.Regexp
 }{
 	{PhaseWeights, regexp.MustCompile(`(?i)load_weights|load_model|Loading safetensors checkpoint shards|Load weight begin|create_weights|weight_loader|Loading weights`)},
-	{PhaseKVCache, regexp.MustCompile(`(?i)No available memory for the cache blocks|KV cache is needed|determine_available_memory|_initialize_kv_caches|initialize_kv_cache|profile_max_num_token|init_memory_pool|Not enough memory\. Please try to increase --mem-fraction-static|KV Cache is allocated`)},
+	{PhaseKVCache, regexp.MustCompile(`(?i)No available memory for the cache blocks|KV cache is needed|determine_available_memory|_initialize_kv_caches|initialize_kv_cache|profile_max_num_token|init_memory_pool|Not enough memory\. Please try to increase --mem-fraction-static|KV Cache is allocated|on startup is less than desired GPU memory utilization`)},
 	{PhaseCUDAGraph, regexp.MustCompile(`(?i)cuda_graph|capture_one|capture_model|capture_end|Capturing (?:batches|CUDA graph|cudagraphs)|Capture cuda graph|Capturing the model for CUDA graphs`)},
 	{PhaseServing, regexp.MustCompile(`(?i)Application startup complete|"POST /v1/|Decode batch|Avg prompt throughput`)},
 }

@@ -1,7 +1,8 @@
 // Package engine starts and stops an inference engine (vLLM, SGLang,
 // simengine or any OpenAI-compatible server) as a real process from a
-// command template, waits for it to become healthy, keeps the tail of its
-// log, and classifies how it failed.
+// command template and an allow-listed environment, waits for it to become
+// healthy, keeps its whole start-up log and the tail of its log, classifies
+// how it failed, and reaps what it leaves behind.
 //
 // The engine runs in its own process group, so stopping it stops whatever
 // it spawned (vLLM's workers); Stop always ends the group, with SIGTERM and
@@ -151,8 +152,15 @@ func AsFailure(err error) *Failure {
 type Options struct {
 	// Command is the argv (Render's output).
 	Command []string
-	// Env is added to the runner's environment.
+	// Env is the runner's own additions to the engine's environment
+	// (CUDA_VISIBLE_DEVICES): they replace an inherited value of the same
+	// name. The engine inherits of the runner's environment only what
+	// DefaultEnvAllow and EnvAllow name, and never a denied name, Env's
+	// included (see Environ).
 	Env []string
+	// EnvAllow is the operator's additions to DefaultEnvAllow: names, or
+	// prefixes written "PREFIX_*" (a bare "*" allows nothing).
+	EnvAllow []string
 	// Port is where it serves; HealthPath is polled there (default: the
 	// family's of Detect(Command)).
 	Port       int
@@ -160,9 +168,15 @@ type Options struct {
 	// HealthTimeout bounds the wait for health; default 10 minutes (vLLM
 	// loading a large checkpoint and capturing CUDA graphs).
 	HealthTimeout time.Duration
+	// ProbeTimeout bounds one health probe; default the family's
+	// (Family.ProbeTimeout: 5 s for SGLang, whose /health_generate runs a
+	// generation, 2 s otherwise).
+	ProbeTimeout time.Duration
 	// StopGrace is how long SIGTERM has before SIGKILL; default 10 s.
 	StopGrace time.Duration
-	// TailLines is how many log lines are kept; default 40.
+	// TailLines is how many of the last log lines Tail keeps; default 40.
+	// The whole start-up log (every line until the engine is healthy) is
+	// kept besides, within MaxStartupLogBytes (StartupLog).
 	TailLines int
 }
 
@@ -172,11 +186,14 @@ type Engine struct {
 	// probeErr is the last health probe's error, in the records' form.
 	probeErr string
 	cmd      *exec.Cmd
-	tail     *tail
+	log      *engineLog
 	done     chan struct{}
 	err      error // the process's exit, once done is closed
 	stopMu   sync.Mutex
 	stopped  bool
+	// reaped is closed once Stop has reaped what was left of the
+	// engine's process group (see reap.go).
+	reaped chan struct{}
 }
 
 // exitDrain is how long the log of an exited engine is still read from
@@ -187,8 +204,12 @@ const exitDrain = time.Second
 // health deadline passes or ctx ends. On any failure the process group is
 // stopped before Start returns.
 func Start(ctx context.Context, o Options) (*Engine, error) {
+	family := Detect(o.Command)
 	if o.HealthPath == "" {
-		o.HealthPath = Detect(o.Command).HealthPath
+		o.HealthPath = family.HealthPath
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = family.ProbeTimeout
 	}
 	if o.HealthTimeout <= 0 {
 		o.HealthTimeout = 10 * time.Minute
@@ -202,10 +223,10 @@ func Start(ctx context.Context, o Options) (*Engine, error) {
 	if len(o.Command) == 0 {
 		return nil, &Failure{Reason: reason.EngineBadCommand, Message: "no engine command"}
 	}
-	e := &Engine{opts: o, tail: newTail(o.TailLines), done: make(chan struct{})}
+	e := &Engine{opts: o, log: newEngineLog(o.TailLines), done: make(chan struct{}), reaped: make(chan struct{})}
 	e.cmd = exec.Command(o.Command[0], o.Command[1:]...)
-	e.cmd.Env = append(os.Environ(), o.Env...)
-	e.cmd.Stdout, e.cmd.Stderr = e.tail, e.tail
+	e.cmd.Env = Environ(os.Environ(), o.EnvAllow, o.Env)
+	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
 	// Its own process group, so Stop reaches its children; and the
 	// kernel kills it if the runner dies (Pdeathsig), so no engine
 	// outlives a killed runner.
@@ -229,12 +250,13 @@ func Start(ctx context.Context, o Options) (*Engine, error) {
 		e.Stop()
 		return nil, err
 	}
+	e.log.markHealthy()
 	return e, nil
 }
 
 func (e *Engine) waitHealthy(ctx context.Context) error {
 	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(e.opts.Port)) + e.opts.HealthPath
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := &http.Client{Timeout: e.opts.ProbeTimeout}
 	deadline := time.NewTimer(e.opts.HealthTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -264,10 +286,10 @@ func (e *Engine) waitHealthy(ctx context.Context) error {
 		case <-deadline.C:
 			last := e.probeErr
 			if last == "" {
-				last = lastError(e.tail.String())
+				last = lastError(e.log.String())
 			}
-			return &Failure{Reason: reason.EngineHealthTimeout, LogTail: e.tail.String(),
-				Message: fmt.Sprintf("engine did not become healthy within %s (last error: %s); container log tail: %s", e.opts.HealthTimeout, last, oneLine(e.tail.String(), MessageTail))}
+			return &Failure{Reason: reason.EngineHealthTimeout, LogTail: e.log.String(),
+				Message: fmt.Sprintf("engine did not become healthy within %s (last error: %s); container log tail: %s", e.opts.HealthTimeout, last, oneLine(e.log.String(), MessageTail))}
 		case <-tick.C:
 			if probe() {
 				return nil
@@ -300,22 +322,31 @@ func (e *Engine) Exited() <-chan struct{} { return e.done }
 
 // Failure classifies an engine that exited while it served.
 func (e *Engine) Failure() *Failure {
-	f := e.classify("engine died while serving", lastError(e.tail.String()))
+	f := e.classify("engine died while serving", lastError(e.log.String()))
 	if f.Reason == reason.EngineOOM && f.Phase == "" {
 		f.Phase = PhaseServing
 	}
 	return f
 }
 
-// Tail returns the kept log lines.
-func (e *Engine) Tail() string { return e.tail.String() }
+// Tail returns the last TailLines log lines.
+func (e *Engine) Tail() string { return e.log.String() }
+
+// StartupLog returns the engine's log from its first line until it became
+// healthy (all of it while it is starting; the lines that reach the runner
+// within half a second of the engine's healthy answer count), within
+// MaxStartupLogBytes: the lines a start-up report is read from, the first
+// ones included (vLLM's configuration line), however many followed them.
+func (e *Engine) StartupLog() string { return e.log.Startup() }
 
 // PID returns the engine's process id (its process group id too).
 func (e *Engine) PID() int { return e.cmd.Process.Pid }
 
 // Stop ends the engine's process group: SIGTERM, then SIGKILL after the
-// grace period. It is safe to call more than once and after the engine
-// exited.
+// grace period, and reaps the group's members that the runner inherited
+// (orphans of the engine, when the runner is their subreaper: see
+// BecomeSubreaper). It is safe to call more than once and after the
+// engine exited.
 func (e *Engine) Stop() {
 	e.stopMu.Lock()
 	defer e.stopMu.Unlock()
@@ -333,7 +364,23 @@ func (e *Engine) Stop() {
 	}
 	// Children that ignored SIGTERM while the leader exited go too.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	// The leader has been waited for (done is closed): what is left of
+	// its group is reaped now and, for the members not dead yet, by a
+	// bounded sweep (reap.go).
+	if reapGroup(pgid) {
+		close(e.reaped)
+		return
+	}
+	go func() {
+		defer close(e.reaped)
+		sweepGroup(pgid, reapSweep)
+	}()
 }
+
+// Reaped is closed once Stop has reaped the engine's process group: at
+// once when nothing of it is left, else when its last member is reaped or
+// the sweep gives up (reapSweep after Stop).
+func (e *Engine) Reaped() <-chan struct{} { return e.reaped }
 
 var errPattern = regexp.MustCompile(`(?i)error|exception|fatal`)
 
@@ -346,7 +393,7 @@ const MessageTail = 4000
 // the records' sentence form: "engine died before becoming healthy (last
 // error: [Errno 111] Connection refused); container log tail: ...".
 func (e *Engine) classify(what, last string) *Failure {
-	logTail := e.tail.String()
+	logTail := e.log.String()
 	reason, phase := Classify(logTail)
 	exit := "exited"
 	if e.err != nil {
@@ -389,50 +436,4 @@ func oneLine(s string, n int) string {
 		s = s[i:]
 	}
 	return s
-}
-
-// tail keeps the last lines written to it.
-type tail struct {
-	mu      sync.Mutex
-	lines   []string
-	max     int
-	partial []byte
-}
-
-func newTail(n int) *tail { return &tail{max: n} }
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.partial = append(t.partial, p...)
-	for {
-		i := bytes.IndexByte(t.partial, '\n')
-		if i < 0 {
-			break
-		}
-		t.push(string(t.partial[:i]))
-		t.partial = t.partial[i+1:]
-	}
-	if len(t.partial) > 4096 { // a very long line is kept in pieces
-		t.push(string(t.partial))
-		t.partial = t.partial[:0]
-	}
-	return len(p), nil
-}
-
-func (t *tail) push(line string) {
-	t.lines = append(t.lines, line)
-	if len(t.lines) > t.max {
-		t.lines = t.lines[len(t.lines)-t.max:]
-	}
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := strings.Join(t.lines, "\n")
-	if len(t.partial) > 0 {
-		out += "\n" + string(t.partial)
-	}
-	return strings.TrimSpace(out)
 }

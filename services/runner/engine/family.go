@@ -3,6 +3,7 @@ package engine
 import (
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Family is a kind of engine the runner knows: where it answers health
@@ -19,6 +20,9 @@ type Family struct {
 	// MetricsPath serves Prometheus text exposition ("" when the
 	// family serves none).
 	MetricsPath string
+	// ProbeTimeout bounds one health probe (Options.ProbeTimeout's
+	// default).
+	ProbeTimeout time.Duration
 }
 
 // The families. vLLM's /health answers 200 once its engine core is up (its
@@ -27,11 +31,14 @@ type Family struct {
 // /health_generate then runs a one-token generation, so a 200 from it
 // means the engine has generated (python/sglang/srt/entrypoints/
 // http_server.py). SGLang serves /metrics only with --enable-metrics.
+// Its health handler polls for that generation's end once a second
+// (asyncio.sleep(1), http_server.py@0025436), so one probe takes a second
+// or more: SGLang's probes get 5 s, the others' 2 s.
 var (
-	FamilyVLLM      = Family{Name: "vllm", HealthPath: "/health", MetricsPath: "/metrics"}
-	FamilySGLang    = Family{Name: "sglang", HealthPath: "/health_generate", MetricsPath: "/metrics"}
-	FamilySimengine = Family{Name: "simengine", HealthPath: "/health", MetricsPath: "/metrics"}
-	FamilyOpenAI    = Family{Name: "openai", HealthPath: "/health", MetricsPath: "/metrics"}
+	FamilyVLLM      = Family{Name: "vllm", HealthPath: "/health", MetricsPath: "/metrics", ProbeTimeout: 2 * time.Second}
+	FamilySGLang    = Family{Name: "sglang", HealthPath: "/health_generate", MetricsPath: "/metrics", ProbeTimeout: 5 * time.Second}
+	FamilySimengine = Family{Name: "simengine", HealthPath: "/health", MetricsPath: "/metrics", ProbeTimeout: 2 * time.Second}
+	FamilyOpenAI    = Family{Name: "openai", HealthPath: "/health", MetricsPath: "/metrics", ProbeTimeout: 2 * time.Second}
 )
 
 // Detect names the family of a rendered command: `vllm serve ...` or

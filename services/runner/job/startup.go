@@ -11,12 +11,24 @@ import (
 
 // The start-up lines vLLM writes (and simengine imitates). Each figure is
 // optional: an engine that does not print one leaves it zero.
+//   - "Model loading took %s GiB memory and %.6f seconds"
+//     (vllm/v1/worker/gpu_model_runner.py, current), "Model loading took
+//     15.0500 GiB and 13.1 seconds" (earlier), "Model loading took 0.2389 GB
+//     and 0.977005 seconds" (0.7 and 0.8, whose "GB" is GiB: the figure is
+//     bytes over 2^30).
+//   - "GPU KV cache size: %s tokens" and "Maximum concurrency for %s tokens
+//     per request: %.2fx", two lines or, in current vLLM, one
+//     ("GPU KV cache size: %s tokens, Maximum concurrency for ...",
+//     vllm/v1/core/kv_cache_utils.py), with thousands separators.
+//   - "Graph capturing finished in %.0f secs, took %.2f GiB": the GiB are
+//     free memory before less after, negative when the capture freed more
+//     than it took ("took -0.74 GiB"), read as such.
 var (
-	reWeights  = regexp.MustCompile(`Model loading took ([0-9.]+) ?GiB|Loading model weights took ([0-9.]+) ?GB`)
+	reWeights  = regexp.MustCompile(`Model loading took (-?[0-9.]+) ?G(?:i)?B|Loading model weights took ([0-9.]+) ?GB`)
 	reKVTokens = regexp.MustCompile(`GPU KV cache size: ([0-9,]+) tokens`)
 	reKVGiB    = regexp.MustCompile(`Available KV cache memory: ([0-9.]+) ?GiB`)
 	reMaxConc  = regexp.MustCompile(`Maximum concurrency for ([0-9,]+) tokens per request: ([0-9.]+)x`)
-	reGraph    = regexp.MustCompile(`Graph capturing finished in [0-9.]+ secs?, took ([0-9.]+) GiB`)
+	reGraph    = regexp.MustCompile(`Graph capturing finished in [0-9.]+ secs?, took (-?[0-9.]+) GiB`)
 	reLoad     = regexp.MustCompile(`Loading weights took ([0-9.]+) seconds`)
 	reVersion  = regexp.MustCompile(`vLLM API server version ([^\s]+)`)
 	reKVDType  = regexp.MustCompile(`kv_cache_dtype=([A-Za-z0-9_]+)`)
@@ -28,17 +40,27 @@ var (
 // e.g. "Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16,
 // avail mem=21.73 GB, mem usage=166.59 GB.", "KV Cache is allocated.
 // #tokens: 2243474, K size: 59.91 GB, V size: 59.91 GB" (newer: "KV Cache
-// is allocated. dtype: torch.bfloat16, #tokens: ..."), "Capture cuda graph
-// end. Time elapsed: 5.37 s. mem usage=1.44 GB. avail mem=38.05 GB." and
-// the scheduler's "max_total_num_tokens=..., ..., context_len=...". SGLang's
-// "GB" are GiB (it divides by 1 << 30).
+// is allocated. dtype: torch.bfloat16, #tokens: ..."; the MLA and hybrid
+// pools of python/sglang/srt/mem_cache/memory_pool.py: "KV Cache is
+// allocated. #tokens: {size}, KV size: {kv_size / GB:.2f} GB"), the CUDA
+// graphs' "Capture cuda graph end. Time elapsed: 5.37 s. mem usage=1.44 GB.
+// avail mem=38.05 GB." (newer: one line per captured phase, "Capture
+// target decode CUDA graph end. elapsed=4.81 s, mem usage=0.27 GB, avail
+// mem=5.34 GB.", target prefill, target verify, draft decode, draft
+// extend, summed) and the scheduler's "max_total_num_tokens=..., ...,
+// context_len=...". SGLang's "GB" are GiB (it divides by 1 << 30).
 var (
 	reSGWeights = regexp.MustCompile(`Load weight end\..*?mem usage=([0-9.]+) GB`)
 	reSGKV      = regexp.MustCompile(`KV Cache is allocated\. (?:dtype: torch\.([A-Za-z0-9_]+), )?#tokens: ([0-9]+), K size: ([0-9.]+) GB, V size: ([0-9.]+) GB`)
-	reSGGraph   = regexp.MustCompile(`Capture cuda graph end\. Time elapsed: [0-9.]+ s\. mem usage=([0-9.]+) GB`)
-	reSGContext = regexp.MustCompile(`max_total_num_tokens=[0-9]+,.*?context_len=([0-9]+)`)
-	reSGKVUsing = regexp.MustCompile(`Using KV cache dtype: torch\.([A-Za-z0-9_]+)`)
-	reSGKVArg   = regexp.MustCompile(`kv_cache_dtype='([A-Za-z0-9_]+)'`)
+	reSGKVOne   = regexp.MustCompile(`KV Cache is allocated\. (?:dtype: torch\.([A-Za-z0-9_]+), )?#tokens: ([0-9]+), KV size: ([0-9.]+) GB`)
+	reSGGraph   = regexp.MustCompile(`Capture cuda graph end\. Time elapsed: [0-9.]+ s\. mem usage=(-?[0-9.]+) GB`)
+	// reSGPhaseGraph is a line per captured phase; (1) is its log
+	// prefix, where a rank's tag is ("[2026-07-21 13:35:33 TP1] ").
+	reSGPhaseGraph = regexp.MustCompile(`(?m)^(.*?)Capture (?:target|draft) [a-z_]+ CUDA graph end\. elapsed=[0-9.]+ s, mem usage=(-?[0-9.]+) GB`)
+	reSGRank       = regexp.MustCompile(`\b(?:TP|PP|DP|EP)([0-9]+)\b`)
+	reSGContext    = regexp.MustCompile(`max_total_num_tokens=[0-9]+,.*?context_len=([0-9]+)`)
+	reSGKVUsing    = regexp.MustCompile(`Using KV cache dtype: torch\.([A-Za-z0-9_]+)`)
+	reSGKVArg      = regexp.MustCompile(`kv_cache_dtype='([A-Za-z0-9_]+)'`)
 )
 
 // torchKV names a torch dtype of SGLang's KV cache as the engines' flags
@@ -61,7 +83,7 @@ func ParseStartup(log string) (s record.Startup, ok bool) {
 		return v, err == nil
 	}
 	s.SpeculativeConfig = "None"
-	if m := reSGKV.FindStringSubmatch(log); m != nil {
+	if reSGKV.MatchString(log) || reSGKVOne.MatchString(log) {
 		return parseSGLang(log, num), true
 	}
 	if v, okW := num(reWeights, 1); okW {
@@ -99,15 +121,27 @@ func ParseStartup(log string) (s record.Startup, ok bool) {
 func parseSGLang(log string, num func(*regexp.Regexp, int) (float64, bool)) record.Startup {
 	s := record.Startup{SpeculativeConfig: "None"}
 	s.WeightsGiB, _ = num(reSGWeights, 1)
-	m := reSGKV.FindStringSubmatch(log)
-	tokens, _ := strconv.ParseFloat(m[2], 64)
-	k, _ := strconv.ParseFloat(m[3], 64)
-	v, _ := strconv.ParseFloat(m[4], 64)
-	s.KVCacheTokens, s.KVCacheGiB = tokens, formula.Round(k+v, 2)
+	// The pool: K and V apart (MHA), or one KV size (MLA, hybrid), the
+	// first the log holds.
+	var dtype string
+	m, one := reSGKV.FindStringSubmatchIndex(log), reSGKVOne.FindStringSubmatchIndex(log)
+	if m != nil && (one == nil || m[0] < one[0]) {
+		sub := reSGKV.FindStringSubmatch(log)
+		tokens, _ := strconv.ParseFloat(sub[2], 64)
+		k, _ := strconv.ParseFloat(sub[3], 64)
+		v, _ := strconv.ParseFloat(sub[4], 64)
+		s.KVCacheTokens, s.KVCacheGiB, dtype = tokens, formula.Round(k+v, 2), sub[1]
+	} else {
+		sub := reSGKVOne.FindStringSubmatch(log)
+		tokens, _ := strconv.ParseFloat(sub[2], 64)
+		kv, _ := strconv.ParseFloat(sub[3], 64)
+		s.KVCacheTokens, s.KVCacheGiB, dtype = tokens, kv, sub[1]
+	}
+	tokens := s.KVCacheTokens
 	if tokens > 0 && s.KVCacheGiB > 0 {
 		s.KVBytesPerToken = formula.StartupKVBytesPerToken(s.KVCacheGiB, tokens)
 	}
-	s.CUDAGraphGiB, _ = num(reSGGraph, 1)
+	s.CUDAGraphGiB = sglangGraphGiB(log, num)
 	if ctx, ok := num(reSGContext, 1); ok && ctx > 0 {
 		s.MaxConcurrency.TokensPerRequest = int(ctx)
 		s.MaxConcurrency.Sequences = formula.MaxSequences(tokens, ctx)
@@ -123,12 +157,40 @@ func parseSGLang(log string, num func(*regexp.Regexp, int) (float64, bool)) reco
 	switch u := reSGKVUsing.FindStringSubmatch(log); {
 	case u != nil:
 		s.KVCacheDType = torchName(u[1])
-	case m[1] != "":
-		s.KVCacheDType = torchName(m[1])
+	case dtype != "":
+		s.KVCacheDType = torchName(dtype)
 	default:
 		if a := reSGKVArg.FindStringSubmatch(log); a != nil {
 			s.KVCacheDType = a[1]
 		}
 	}
 	return s
+}
+
+// sglangGraphGiB is the memory SGLang's CUDA graphs took: the sum of its
+// per-phase capture lines (target decode, target prefill, draft decode,
+// ...), one rank's (rank 0's, or the untagged lines of a single-GPU
+// engine: every rank logs its own), else its single "Capture cuda graph
+// end" line.
+func sglangGraphGiB(log string, num func(*regexp.Regexp, int) (float64, bool)) float64 {
+	sum, found := 0.0, false
+	for _, m := range reSGPhaseGraph.FindAllStringSubmatch(log, -1) {
+		rank0 := true
+		for _, r := range reSGRank.FindAllStringSubmatch(m[1], -1) {
+			if r[1] != "0" {
+				rank0 = false
+			}
+		}
+		v, err := strconv.ParseFloat(m[2], 64)
+		if !rank0 || err != nil {
+			continue
+		}
+		sum += v
+		found = true
+	}
+	if found {
+		return formula.Round(sum, 2)
+	}
+	v, _ := num(reSGGraph, 1)
+	return v
 }
