@@ -69,6 +69,10 @@ type Arch struct {
 	Vocab        int  `json:"vocab_size"`
 	Tied         bool `json:"tie_word_embeddings"`
 	MaxPos       int  `json:"max_position_embeddings"`
+	// KVLoraRank and QKRopeHeadDim are an MLA model's latent KV shapes
+	// (zero for multi-head attention).
+	KVLoraRank    int `json:"kv_lora_rank"`
+	QKRopeHeadDim int `json:"qk_rope_head_dim"`
 }
 
 // ParseArch decodes the shapes from a config.json, filling head_dim from

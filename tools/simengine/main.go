@@ -17,11 +17,21 @@
 // tokens are ceil(len(text)/4) bytes (chat: message contents joined by
 // newlines). load_seconds is reported as half of --startup-seconds.
 //
-// It writes vLLM's start-up lines and serves vLLM's /metrics gauges, or
-// SGLang's with --imitate sglang (and /health_generate); with
-// --arena-endpoints=false it serves no /v1/lowbarena/memory or startup
-// report, as a real engine serves none, so the runner measures it from its
-// log and /metrics alone.
+// Plain, it writes vLLM-like start-up lines and serves vLLM's /metrics
+// gauges and the arena's /v1/lowbarena/memory and startup reports.
+//
+// With --imitate vllm|sglang it stands for a pinned release of that engine
+// (see docs/developers/imitations.md): `simengine --imitate ENGINE
+// [simengine's flags] -- ENGINE ARGV...` reads the engine's own command
+// line with the engine's flag table and argparse refusals, plans memory
+// as the engine does from its flags, refuses to start in the engine's
+// words where it would, writes its start-up lines through the start-up
+// phases while the simulated device's used memory rises with them, and
+// serves the engine's health endpoints and metrics at the engine's
+// cadence; it serves no arena endpoint unless --arena-endpoints=true.
+//
+// In every mode GET /simulated/device reports the simulated GPU as NVML
+// would count it for this engine.
 package main
 
 import (
@@ -59,7 +69,7 @@ func run(args []string, stderr io.Writer) int { //nolint:gocyclo // a main: its 
 	kvDType := fs.String("kv-cache-dtype", "auto", "KV cache dtype: auto|bf16|fp16|fp8|nvfp4")
 	maxSeqs := fs.Int("max-num-seqs", 256, "most sequences running at once")
 	capGiB := fs.Float64("gpu-memory-gib", 0, "memory cap in GiB (default the GPU's total)")
-	gpuKey := fs.String("gpu", "h200", "simulated GPU: h200|h100")
+	gpuKey := fs.String("gpu", "h200", "simulated GPU: h200|h100|b200")
 	scale := fs.Float64("scale", 1, "pretend the model is this many times larger in every byte")
 	kvScale := fs.Float64("kv-scale", 0, "multiply the KV bytes per token by this instead of --scale (0: same as --scale)")
 	sourceCfg := fs.String("source-config", "", "the full-size source model's shapes, a config.json path or inline key=value pairs in its names "+
@@ -70,10 +80,25 @@ func run(args []string, stderr io.Writer) int { //nolint:gocyclo // a main: its 
 	faultStr := fs.String("fault", "none", "none|never-healthy|crash-on-start|die-after-tokens=N|malformed-sse|zero-tokens|lie-tokens|hang-after-tokens=N, "+
 		"or a cheat: fast-path-under-load|answer-cache|pad-tokens|other-model, or a bad input: error-audit-items|slow-audit-items|stop-mid-item (default: the one the bundle's engine patch names)")
 	servedName := fs.String("served-model-name", "", "the id /v1/models names the model by (default the checkpoint folder's name)")
-	imitate := fs.String("imitate", "vllm", "whose start-up lines, health endpoints and /metrics names to imitate: vllm|sglang")
-	arena := fs.Bool("arena-endpoints", true, "serve /v1/lowbarena/memory and /v1/lowbarena/startup (false: only what a real engine serves, its log and /metrics)")
+	imitate := fs.String("imitate", "", "imitate a pinned engine release, vllm|sglang, started as `simengine --imitate ENGINE [flags] -- ENGINE ARGV...` (empty: plain simengine)")
+	arena := fs.Bool("arena-endpoints", true, "serve /v1/lowbarena/memory and /v1/lowbarena/startup (false: only what a real engine serves, its log and /metrics; default false with --imitate)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *imitate != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, name := range []string{"checkpoint", "host", "port", "kv-cache-dtype", "max-num-seqs", "gpu-memory-gib", "served-model-name"} {
+			if set[name] {
+				logger.Printf("simengine: --%s is the engine's to set with --imitate: give it in the engine's argv after --", name)
+				return 2
+			}
+		}
+		return runImitate(imitateOptions{
+			Engine: *imitate, GPU: *gpuKey, Scale: *scale, KVScale: *kvScale, SourceConfig: *sourceCfg,
+			StartupSeconds: *startupSec, OverheadMS: *overheadMS, Seed: *seed, Fault: *faultStr,
+			ArenaEndpoints: set["arena-endpoints"] && *arena,
+		}, fs.Args(), stderr)
 	}
 	if *checkpoint == "" || *port == 0 {
 		logf("ERROR", "--checkpoint and --port are required")
@@ -82,10 +107,6 @@ func run(args []string, stderr io.Writer) int { //nolint:gocyclo // a main: its 
 	gpu, ok := GPUs[*gpuKey]
 	if !ok {
 		logf("ERROR", "unknown --gpu %q", *gpuKey)
-		return 2
-	}
-	if *imitate != "vllm" && *imitate != "sglang" {
-		logf("ERROR", "unknown --imitate %q (vllm or sglang)", *imitate)
 		return 2
 	}
 	if *faultStr == "none" {
@@ -148,16 +169,12 @@ func run(args []string, stderr io.Writer) int { //nolint:gocyclo // a main: its 
 		logf("ERROR", "%v", err)
 		return 2
 	}
-	if *imitate == "sglang" {
-		sglangStartup(logger, plan, *maxSeqs)
-	} else {
-		logf("INFO", "Loading weights took %.2f seconds", *startupSec/2)
-		logf("INFO", "Model loading took %.4f GiB and %.6f seconds", plan.WeightsBytes/GiB, *startupSec/2)
-		logf("INFO", "GPU KV cache size: %d tokens", plan.KVTokens())
-		logf("INFO", "Available KV cache memory: %.2f GiB", plan.KVPoolBytes/GiB)
-		logf("INFO", "Maximum concurrency for 32,768 tokens per request: %.2fx", float64(plan.KVTokens())/32768)
-		logf("INFO", "Graph capturing finished in 0 secs, took 0.17 GiB")
-	}
+	logf("INFO", "Loading weights took %.2f seconds", *startupSec/2)
+	logf("INFO", "Model loading took %.4f GiB and %.6f seconds", plan.WeightsBytes/GiB, *startupSec/2)
+	logf("INFO", "GPU KV cache size: %d tokens", plan.KVTokens())
+	logf("INFO", "Available KV cache memory: %.2f GiB", plan.KVPoolBytes/GiB)
+	logf("INFO", "Maximum concurrency for 32,768 tokens per request: %.2fx", float64(plan.KVTokens())/32768)
+	logf("INFO", "Graph capturing finished in 0 secs, took 0.17 GiB")
 	logf("INFO", "answer model: damage %.3f from the stored weight dtypes and kv_cache_dtype=%s (simulated accuracy)", Damage(m.Checkpoint, plan.KVDType), plan.KVDType)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -182,7 +199,7 @@ func run(args []string, stderr io.Writer) int { //nolint:gocyclo // a main: its 
 		}
 	}
 	srv := &Server{Plan: plan, Sched: sched, Fault: fault, ModelID: m.Name, StartupSeconds: *startupSec, Seed: *seed,
-		Damage: Damage(m.Checkpoint, plan.KVDType), Imitate: *imitate, NoArenaEndpoints: !*arena, Tokens: toks, ServedName: *servedName}
+		Damage: Damage(m.Checkpoint, plan.KVDType), NoArenaEndpoints: !*arena, Tokens: toks, ServedName: *servedName}
 	schedCtx, schedCancel := context.WithCancel(context.Background())
 	defer schedCancel()
 	go sched.Run(schedCtx)
@@ -225,22 +242,4 @@ func run(args []string, stderr io.Writer) int { //nolint:gocyclo // a main: its 
 			return 0
 		}
 	}
-}
-
-// sglangTorchKV is the torch dtype SGLang names a KV cache dtype by.
-var sglangTorchKV = map[string]string{"auto": "bfloat16", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn", "nvfp4": "float4_e2m1fn_x2"}
-
-// sglangStartup writes SGLang's start-up lines, in its wording
-// (model_runner.py, the memory pool, the CUDA graph runner, the
-// scheduler), with the plan's figures; SGLang's "GB" are GiB.
-func sglangStartup(logger *log.Logger, p Plan, maxSeqs int) {
-	at := func() string { return time.Now().UTC().Format("2006-01-02 15:04:05") }
-	capB := p.CapBytes
-	weights, pool := p.WeightsBytes/GiB, p.KVPoolBytes/GiB
-	logger.Printf("[%s] Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB.", at(), capB/GiB-weights, weights)
-	logger.Printf("[%s] Using KV cache dtype: torch.%s", at(), sglangTorchKV[p.KVDType])
-	logger.Printf("[%s] KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB", at(), p.KVTokens(), pool/2, pool/2)
-	logger.Printf("[%s] Memory pool end. avail mem=%.2f GB", at(), (capB-p.WeightsBytes-p.KVPoolBytes)/GiB)
-	logger.Printf("[%s] Capture cuda graph end. Time elapsed: 0.10 s. mem usage=0.17 GB. avail mem=%.2f GB.", at(), (capB-p.WeightsBytes-p.KVPoolBytes)/GiB-0.17)
-	logger.Printf("[%s] max_total_num_tokens=%d, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=%d, context_len=32768, available_gpu_mem=%.2f GB", at(), p.KVTokens(), maxSeqs, (capB-p.WeightsBytes-p.KVPoolBytes)/GiB-0.17)
 }

@@ -28,15 +28,23 @@ const MinSeqTokens = 2048
 type GPU struct {
 	Key        string  // flag value, e.g. "h200"
 	Name       string  // reported name, e.g. "NVIDIA H200 (simulated)"
-	TotalBytes float64 // HBM size
-	Bandwidth  float64 // HBM bandwidth, bytes per second
-	FLOPS      float64 // dense BF16 FLOP/s
+	TotalBytes float64 // HBM size of plain simengine's plan (as before imitations)
+	// NVMLBytes is the memory NVML reports for the device (nvidia-smi's
+	// total), what the imitated engines plan with.
+	NVMLBytes float64
+	// CC is the CUDA compute capability, e.g. "9.0" for Hopper.
+	CC        string
+	Bandwidth float64 // HBM bandwidth, bytes per second
+	FLOPS     float64 // dense BF16 FLOP/s
 }
 
-// GPUs are the accelerators simengine can simulate, by flag value.
+// GPUs are the accelerators simengine can simulate, by flag value. NVML
+// totals are nvidia-smi's: 81559 MiB (H100 SXM 80GB), 143771 MiB (H200),
+// 183359 MiB (B200).
 var GPUs = map[string]GPU{
-	"h200": {Key: "h200", Name: "NVIDIA H200 (simulated)", TotalBytes: 141 * GiB, Bandwidth: 4.8e12, FLOPS: 989e12},
-	"h100": {Key: "h100", Name: "NVIDIA H100 (simulated)", TotalBytes: 80 * GiB, Bandwidth: 3.35e12, FLOPS: 989e12},
+	"h200": {Key: "h200", Name: "NVIDIA H200 (simulated)", TotalBytes: 141 * GiB, NVMLBytes: 143771 * MiB, CC: "9.0", Bandwidth: 4.8e12, FLOPS: 989e12},
+	"h100": {Key: "h100", Name: "NVIDIA H100 (simulated)", TotalBytes: 80 * GiB, NVMLBytes: 81559 * MiB, CC: "9.0", Bandwidth: 3.35e12, FLOPS: 989e12},
+	"b200": {Key: "b200", Name: "NVIDIA B200 (simulated)", TotalBytes: 183359 * MiB, NVMLBytes: 183359 * MiB, CC: "10.0", Bandwidth: 8e12, FLOPS: 2.25e15},
 }
 
 // KVBytesPerElement returns the bytes one KV-cache element costs in the
@@ -64,6 +72,12 @@ type ModelConfig struct {
 	HeadDim int `json:"head_dim"`
 	Hidden  int `json:"hidden_size"`
 	MaxPos  int `json:"max_position_embeddings"`
+	// KVLoraRank and QKRopeHeadDim are set for an MLA model (DeepSeek-V2/V3
+	// and kin), whose KV cache holds one latent of their sum per layer.
+	KVLoraRank    int `json:"kv_lora_rank"`
+	QKRopeHeadDim int `json:"qk_rope_head_dim"`
+	// Architectures is config.json's model class, e.g. Qwen3ForCausalLM.
+	Architectures []string `json:"architectures"`
 }
 
 // ParseConfig decodes config.json, filling head_dim from hidden_size /
@@ -152,6 +166,9 @@ type Plan struct {
 	KVDType         string // reported name
 	MaxModelLen     int
 	StepOverhead    time.Duration
+	// BlockTokens is the KV cache's block (page) size in tokens; 0 means
+	// the default BlockTokens.
+	BlockTokens int
 }
 
 // OOMError is the failure of an engine whose cap leaves no room for the KV
@@ -231,7 +248,12 @@ func NewPlan(in PlanInput) (Plan, error) {
 }
 
 // KVTokens is how many tokens the KV pool holds.
-func (p Plan) KVTokens() int64 { return int64(p.KVPoolBytes / p.KVBytesPerToken) }
+func (p Plan) KVTokens() int64 {
+	if p.KVBytesPerToken <= 0 {
+		return 0
+	}
+	return int64(p.KVPoolBytes / p.KVBytesPerToken)
+}
 
 // StepTime is the roofline time of one step for a batch of b running
 // sequences holding ctxTokens tokens of context in total, with

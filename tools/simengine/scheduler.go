@@ -33,7 +33,25 @@ type Stats struct {
 	// more than ResidentTokens*KVBytesPerToken, as in paged engines.
 	ResidentTokens int64
 	TotalTokens    int64
+	// Steps counts the scheduler steps run; DecodeSteps those that
+	// admitted no new sequence (SGLang's forward_ct_decode: a step that
+	// prefills new sequences is a prefill batch).
+	Steps, DecodeSteps int64
 }
+
+// StepInfo is what one scheduler step did, handed to Scheduler.OnStep.
+type StepInfo struct {
+	// NewSeqs and NewTokens are the sequences admitted (prefilled) in the
+	// step and their prompt tokens; a step with none is a decode step.
+	NewSeqs   int
+	NewTokens int64
+	// Stats is the snapshot after the step (its Steps and DecodeSteps
+	// count this one).
+	Stats Stats
+}
+
+// Prefill reports whether the step admitted new sequences.
+func (si StepInfo) Prefill() bool { return si.NewSeqs > 0 }
 
 // Clock is the time source the scheduler's steps are paced by. The real
 // one is wall time; tests give a clock that overshoots every sleep.
@@ -98,6 +116,10 @@ type Scheduler struct {
 	// FastFrom or more sequences: a fault's fast path (see Fault).
 	FastFactor float64
 	FastFrom   int
+	// OnStep, when set, is called after every step that ran a sequence,
+	// from the scheduler's goroutine, with a snapshot taken under the
+	// lock: what an engine's per-step metrics see.
+	OnStep func(StepInfo)
 
 	mu       sync.Mutex
 	waiting  []*Request
@@ -110,6 +132,10 @@ type Scheduler struct {
 	virtual time.Time
 	// busy is the sum of the steps' roofline times, under mu.
 	busy time.Duration
+	// step is what the step being run admitted, under mu; ran is whether
+	// it runs any sequence.
+	step StepInfo
+	ran  bool
 }
 
 // NewScheduler returns a scheduler for the plan; call Run to start it.
@@ -207,6 +233,7 @@ func (s *Scheduler) prepareStep() time.Duration {
 	s.running = s.dropCancelled(s.running)
 	s.waiting = s.dropCancelled(s.waiting)
 	var prefill int64
+	newSeqs := 0
 	for len(s.waiting) > 0 && len(s.running) < s.maxSeqs {
 		r := s.waiting[0]
 		if s.reserved+r.kvNeed(s.plan) > s.plan.KVPoolBytes {
@@ -216,8 +243,11 @@ func (s *Scheduler) prepareStep() time.Duration {
 		s.reserved += r.kvNeed(s.plan)
 		r.admitted = true
 		prefill += r.PromptTokens
+		newSeqs++
 		s.running = append(s.running, r)
 	}
+	s.step = StepInfo{NewSeqs: newSeqs, NewTokens: prefill}
+	s.ran = len(s.running) > 0
 	var ctxTokens int64
 	for _, r := range s.running {
 		ctxTokens += r.PromptTokens + r.generated
@@ -257,14 +287,18 @@ const BlockTokens = 16
 func (s *Scheduler) setCounts() {
 	s.stats.Running = len(s.running)
 	s.stats.Waiting = len(s.waiting)
+	bt := int64(BlockTokens)
+	if s.plan.BlockTokens > 0 {
+		bt = int64(s.plan.BlockTokens)
+	}
 	var tokens, blocks int64
 	for _, r := range s.running {
 		t := r.PromptTokens + r.generated
 		tokens += t
-		blocks += (t + BlockTokens - 1) / BlockTokens
+		blocks += (t + bt - 1) / bt
 	}
 	s.stats.ResidentTokens = tokens
-	s.stats.KVUsedBytes = float64(blocks*BlockTokens) * s.plan.KVBytesPerToken
+	s.stats.KVUsedBytes = float64(blocks*bt) * s.plan.KVBytesPerToken
 	used := s.plan.WeightsBytes + s.plan.OtherBytes + s.stats.KVUsedBytes
 	if used > s.stats.PeakUsedBytes {
 		s.stats.PeakUsedBytes = used
@@ -299,7 +333,21 @@ func (s *Scheduler) finishStep() {
 	}
 	s.running = out
 	s.setCounts()
+	var info StepInfo
+	ran := s.ran
+	if ran {
+		s.stats.Steps++
+		if !s.step.Prefill() {
+			s.stats.DecodeSteps++
+		}
+		info = s.step
+		info.Stats = s.stats
+	}
+	s.ran = false
 	s.mu.Unlock()
+	if ran && s.OnStep != nil {
+		s.OnStep(info)
+	}
 	if die && s.OnDie != nil {
 		s.OnDie()
 	}

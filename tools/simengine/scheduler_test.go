@@ -85,3 +85,61 @@ func TestVirtualClockPacing(t *testing.T) {
 		})
 	}
 }
+
+// TestSGLangGaugeCadence runs one sequence through the scheduler with
+// SGLang's gauges observing every step: with --decode-log-interval 40 they
+// update on the prefill batch and every 40th decode step and are stale in
+// between (their used tokens lag the scheduler's); with 1 they match the
+// scheduler after every step.
+func TestSGLangGaugeCadence(t *testing.T) {
+	for _, tc := range []struct {
+		interval  int64
+		wantStale bool
+	}{{40, true}, {1, false}} {
+		p := tinyPlan(t, 0)
+		sched := NewScheduler(p, 8)
+		sched.Clock = &overshootClock{now: time.Unix(1e9, 0)}
+		var lines []string
+		g := &CadenceGauges{Interval: tc.interval, PoolTokens: p.KVTokens(), Log: func(s string) { lines = append(lines, s) }}
+		type obs struct {
+			step    StepInfo
+			updated bool
+			gauge   Stats
+		}
+		var seen []obs
+		sched.OnStep = func(si StepInfo) {
+			up := g.Observe(si)
+			st, _, _ := g.Snapshot()
+			seen = append(seen, obs{si, up, st})
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		r, err := sched.Submit(ctx, 10, 100)
+		require.NoError(t, err)
+		go sched.Run(ctx)
+		for range r.Tokens {
+		}
+		cancel()
+		require.Len(t, seen, 100, "one step per generated token")
+		stale := 0
+		for i, o := range seen {
+			wantUpdate := o.step.Prefill() || o.step.Stats.DecodeSteps%tc.interval == 0
+			require.Equal(t, wantUpdate, o.updated, "step %d", i+1)
+			if o.updated {
+				require.Equal(t, o.step.Stats, o.gauge, "step %d", i+1)
+				continue
+			}
+			stale++
+			require.NotEqual(t, o.step.Stats.ResidentTokens, o.gauge.ResidentTokens, "a stale gauge holds an older count, step %d", i+1)
+		}
+		require.Equal(t, tc.wantStale, stale > 0, "interval %d", tc.interval)
+		require.True(t, seen[0].step.Prefill())
+		require.Contains(t, lines[0], "Prefill batch, #new-seq: 1, #new-token: 10, #cached-token: 0,")
+		if tc.interval == 40 {
+			// The prefill batch, then decode steps 40 and 80 of 99.
+			require.Len(t, lines, 3)
+			require.Regexp(t, `^Decode batch, #running-req: 1, #token: 51, token usage: 0\.00, cuda graph: True, gen throughput \(token/s\): [0-9.]+, #queue-req: 0$`, lines[1])
+		} else {
+			require.Len(t, lines, 100)
+		}
+	}
+}

@@ -87,8 +87,19 @@ type Server struct {
 	Damage float64
 	Seed   int64
 	// Imitate is whose health endpoints and metric names to serve:
-	// "vllm" (the default) or "sglang".
+	// "sglang", or vLLM's for "vllm" and plain simengine ("").
 	Imitate string
+	// Engine is the imitated engine's start-up (nil in plain mode): its
+	// graphs and context length go into the start-up report.
+	Engine *Imitation
+	// Device is the imitated engine's simulated GPU; nil in plain mode,
+	// where GET /simulated/device follows /v1/lowbarena/memory.
+	Device *Device
+	// Gauges are SGLang's cadence-bound gauges; nil serves the
+	// scheduler's state at every scrape (vLLM's per-step gauges).
+	Gauges *CadenceGauges
+	// MetricsOff leaves /metrics out (SGLang without --enable-metrics).
+	MetricsOff bool
 	// NoArenaEndpoints leaves out /v1/lowbarena/memory and
 	// /v1/lowbarena/startup, as a real engine has neither.
 	NoArenaEndpoints bool
@@ -127,7 +138,10 @@ func (s *Server) Handler() http.Handler {
 	if s.Imitate == "sglang" {
 		mux.HandleFunc("GET /health_generate", s.health)
 	}
-	mux.HandleFunc("GET /metrics", s.metrics)
+	if !s.MetricsOff {
+		mux.HandleFunc("GET /metrics", s.metrics)
+	}
+	mux.HandleFunc("GET /simulated/device", s.device)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, false) })
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, true) })
@@ -209,11 +223,17 @@ func (s *Server) memory(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 2
 // vllm:num_requests_waiting; SGLang: sglang:token_usage,
 // sglang:num_used_tokens, sglang:num_running_reqs, sglang:num_queue_reqs),
 // with their HELP texts, labelled by the served model.
+//
+// vLLM's gauges follow every engine step (the scheduler's state at the
+// scrape); SGLang's hold the values of their last update (Gauges).
 func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	st := s.Sched.Stats()
 	usage := 0.0
 	if s.Plan.KVPoolBytes > 0 {
 		usage = st.KVUsedBytes / s.Plan.KVPoolBytes
+	}
+	if s.Imitate == "sglang" && s.Gauges != nil {
+		st, usage, _ = s.Gauges.Snapshot()
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	gauge := func(name, help, labels string, v float64) {
@@ -264,7 +284,7 @@ func round2(x float64) float64 { return math.Round(x*100) / 100 }
 func (s *Server) Startup() StartupReport {
 	p := s.Plan
 	toks := p.KVTokens()
-	return StartupReport{
+	r := StartupReport{
 		CUDAGraphGiB: 0.17, EngineInitSeconds: s.StartupSeconds,
 		KVBytesPerToken: p.KVBytesPerToken, KVCacheDType: p.KVDType,
 		KVCacheGiB: round2(p.KVPoolBytes / GiB), KVCacheTokens: toks,
@@ -273,6 +293,14 @@ func (s *Server) Startup() StartupReport {
 		SpeculativeConfig: "None", VLLMVersion: "simengine",
 		WeightsGiB: round2(p.WeightsBytes / GiB), Simulated: true, GPU: p.GPU.Name,
 	}
+	if e := s.Engine; e != nil && p.MaxModelLen > 0 {
+		r.CUDAGraphGiB = round2(e.GraphBytes / GiB)
+		r.MaxConcurrency = MaxConcurrency{Sequences: round2(float64(toks) / float64(p.MaxModelLen)), TokensPerRequest: p.MaxModelLen}
+		if e.Engine == "vllm" {
+			r.VLLMVersion = VLLMVersion
+		}
+	}
+	return r
 }
 
 func (s *Server) startup(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, s.Startup()) }
