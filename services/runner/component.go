@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
@@ -37,6 +38,17 @@ func envInt(key string, def int) int {
 	return def
 }
 
+// splitList is a comma-separated list's non-empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // Component is the runner as one component, with one set of defaults
 // for its own binary and `arena up` (which sets --work, --pod, --name
 // and --ack-wait, and puts its own folder first on PATH so that engines
@@ -49,6 +61,7 @@ func Component() app.Component {
 		gpu                                        *int
 		ackWait, health, idle, interval, stopGrace *time.Duration
 		cacheBytes                                 *int64
+		engineEnv                                  *string
 		hubOptions                                 func(*slog.Logger) (hub.Options, error)
 	)
 	return app.Component{
@@ -66,10 +79,13 @@ func Component() app.Component {
 			stopGrace = fs.Duration("stop-grace", 10*time.Second, "how long an engine has to exit after SIGTERM before it is killed")
 			cacheBytes = fs.Int64("cache-bytes", envInt64(EnvCacheBytes, DefaultCacheBytes),
 				"size cap of the pod's cache of checkpoints by reference, WORK/cache (shared by every runner with the same --work; env "+EnvCacheBytes+")")
+			engineEnv = fs.String("engine-env", os.Getenv("LOWBARENA_ENGINE_ENV"), "comma-separated names (NAME) and prefixes (PREFIX_*) of the runner's environment its engines may inherit beyond the default list "+
+				"(PATH, HOME, CUDA_*, NVIDIA_*, NCCL_*, HF_HOME, VLLM_*, SGLANG_*, ...); names of secrets (tokens, passwords, keys, LOWBARENA_*, NATS_*) are never passed (env LOWBARENA_ENGINE_ENV)")
 			hubOptions = app.HubFlags(fs)
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
-			jr := job.Runner{SampleInterval: *interval, HealthTimeout: *health, IdleTimeout: *idle, StopGrace: *stopGrace}
+			jr := job.Runner{SampleInterval: *interval, HealthTimeout: *health, IdleTimeout: *idle, StopGrace: *stopGrace, EnvAllow: splitList(*engineEnv)}
+
 			src, err := telemetry.Open(*gpu)
 			switch {
 			case errors.Is(err, telemetry.ErrNoNVML):

@@ -280,9 +280,10 @@ func TestRender(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"simengine", "--checkpoint", "/ck", "--port", "8001", "--kv-cache-dtype", "fp8", "--max-num-seqs", "64", "--gpu-memory-gib", "22.653"}, got)
 
-	// The documented vLLM and SGLang templates: the budget as a fraction
-	// of the GPU (22.653 GiB of an H200's 141 GiB is 0.1607), only when
-	// there is one, and each engine's name for the KV dtype.
+	// The documented vLLM and SGLang templates: the campaign's context
+	// when it names one; the budget replay's KV pool in bytes for vLLM
+	// and as SGLang's static fraction, only in the replay; each engine's
+	// name for the KV dtype.
 	vllm, sglang := examples.VLLMEngineCommand, examples.SGLangEngineCommand
 	for _, tc := range []struct {
 		tmpl string
@@ -290,13 +291,17 @@ func TestRender(t *testing.T) {
 		want string
 	}{
 		{vllm, engine.Params{Checkpoint: "/ck", Port: 8001, KVCacheDType: "auto", MaxNumSeqs: 256},
-			"vllm serve /ck --host 127.0.0.1 --port 8001 --dtype auto --kv-cache-dtype auto --max-num-seqs 256 --max-model-len 32768 --no-enable-prefix-caching"},
-		{vllm, engine.Params{Checkpoint: "/ck", Port: 8001, KVCacheDType: "nvfp4", MaxNumSeqs: 256, GPUMemoryGiB: 22.653, GPUTotalGiB: 141},
-			"vllm serve /ck --host 127.0.0.1 --port 8001 --dtype auto --kv-cache-dtype nvfp4 --max-num-seqs 256 --max-model-len 32768 --no-enable-prefix-caching --gpu-memory-utilization 0.1607"},
-		{sglang, engine.Params{Checkpoint: "/ck", Port: 30000, KVCacheDType: "fp8", MaxNumSeqs: 64, GPUMemoryGiB: 70.5, GPUTotalGiB: 141},
-			"python3 -m sglang.launch_server --model-path /ck --host 127.0.0.1 --port 30000 --kv-cache-dtype fp8_e4m3 --max-running-requests 64 --context-length 32768 --disable-radix-cache --enable-metrics --mem-fraction-static 0.5"},
-		{"vllm serve {{.Checkpoint}} --kv-cache-memory-bytes {{.GPUMemoryBytes}}", engine.Params{Checkpoint: "/ck", GPUMemoryGiB: 1.5},
-			"vllm serve /ck --kv-cache-memory-bytes 1610612736"},
+			"vllm serve /ck --host 127.0.0.1 --port 8001 --dtype auto --kv-cache-dtype auto --max-num-seqs 256 --no-enable-prefix-caching"},
+		{vllm, engine.Params{Checkpoint: "/ck", Port: 8001, KVCacheDType: "fp8", MaxNumSeqs: 256, MaxModelLen: 404, GPUMemoryGiB: 18.829, GPUTotalGiB: 79.6,
+			KVCacheBytes: 2221597410, MemFractionStatic: 0.2191},
+			"vllm serve /ck --host 127.0.0.1 --port 8001 --dtype auto --kv-cache-dtype fp8 --max-num-seqs 256 --max-model-len 404 --no-enable-prefix-caching --kv-cache-memory-bytes 2221597410"},
+		{sglang, engine.Params{Checkpoint: "/ck", Port: 30000, KVCacheDType: "fp8", MaxNumSeqs: 64, MaxModelLen: 4096},
+			"python3 -m sglang.launch_server --model-path /ck --host 127.0.0.1 --port 30000 --kv-cache-dtype fp8_e4m3 --max-running-requests 64 --context-length 4096 --disable-radix-cache --enable-metrics --decode-log-interval 1"},
+		{sglang, engine.Params{Checkpoint: "/ck", Port: 30000, KVCacheDType: "fp8", MaxNumSeqs: 64, MaxModelLen: 404, GPUMemoryGiB: 18.829,
+			KVCacheBytes: 2221597410, MemFractionStatic: 0.2191},
+			"python3 -m sglang.launch_server --model-path /ck --host 127.0.0.1 --port 30000 --kv-cache-dtype fp8_e4m3 --max-running-requests 64 --context-length 404 --disable-radix-cache --enable-metrics --decode-log-interval 1 --mem-fraction-static 0.2191"},
+		{"vllm serve {{.Checkpoint}} --gpu-memory-utilization {{.GPUMemoryFraction}} {{.GPUMemoryBytes}}", engine.Params{Checkpoint: "/ck", GPUMemoryGiB: 22.653, GPUTotalGiB: 141},
+			"vllm serve /ck --gpu-memory-utilization 0.1607 24323473539"},
 	} {
 		got, err := engine.Render(tc.tmpl, tc.p)
 		require.NoError(t, err)

@@ -224,41 +224,109 @@ func TestServeFailuresAreClassified(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// imitation is the template of an engine the runner knows as vLLM or
+// SGLang, run by simengine imitating it (--imitate, then the engine's own
+// argv after --): 4 MiB of BF16 stands for a 32 GiB model, as command's.
+func imitation(engineName, template string) string {
+	return simengine + " --imitate " + engineName + " --scale 8192 --kv-scale 64 --startup-seconds 0.3 -- " + template
+}
+
+// The real engines' templates, with the placeholders the runner fills.
+const (
+	vllmTemplate = "vllm serve {{.Checkpoint}} --host 127.0.0.1 --port {{.Port}} --kv-cache-dtype {{vllmKV .KVCacheDType}} --max-num-seqs {{.MaxNumSeqs}}" +
+		"{{if .MaxModelLen}} --max-model-len {{.MaxModelLen}}{{end}} --no-enable-prefix-caching{{if .KVCacheBytes}} --kv-cache-memory-bytes {{.KVCacheBytes}}{{end}}"
+	sglangTemplate = "python3 -m sglang.launch_server --model-path {{.Checkpoint}} --host 127.0.0.1 --port {{.Port}} --kv-cache-dtype {{sglangKV .KVCacheDType}} " +
+		"--max-running-requests {{.MaxNumSeqs}}{{if .MaxModelLen}} --context-length {{.MaxModelLen}}{{end}} --disable-radix-cache --enable-metrics --decode-log-interval 1" +
+		"{{if .MemFractionStatic}} --mem-fraction-static {{.MemFractionStatic}}{{end}}"
+)
+
 // TestServeWithoutArenaEndpoints runs a real engine process that serves
-// what vLLM or SGLang serve and nothing of the arena's (simengine with
-// --arena-endpoints=false, imitating each): the runner reads its start-up
-// from its log, finds it healthy at the family's endpoint, and measures
-// its peak from its /metrics, naming that source.
+// what vLLM or SGLang serve and nothing of the arena's (simengine
+// imitating each): the runner reads its start-up from its log, finds it
+// healthy at the family's endpoint, and measures its peak from its
+// /metrics and the device's count of its memory, naming that source.
 func TestServeWithoutArenaEndpoints(t *testing.T) {
 	ck := writeCheckpoint(t, "BF16", 4<<20)
 	wl := []loadgen.Workload{{Name: "serve", Concurrency: 8, Requests: 16, PromptWords: 64, MaxTokens: 48}}
 	r, _, _ := runner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// The same engine with its report, for the figures both must share.
-	withReport, err := r.Serve(ctx, job.Launch{Run: "report", Command: command(""), Checkpoint: ck, KVCacheDType: "fp8", MaxNumSeqs: 64}, wl)
-	require.NoError(t, err)
-	want := withReport.Workloads["serve"].Peak
-	require.Equal(t, record.MemoryFromEngineReport, want.Source)
-	for _, engineName := range []string{"vllm", "sglang"} {
-		t.Run(engineName, func(t *testing.T) {
-			out, err := r.Serve(ctx, job.Launch{Run: engineName, Command: command("--arena-endpoints=false --imitate " + engineName),
-				Checkpoint: ck, KVCacheDType: "fp8", MaxNumSeqs: 64}, wl)
+	for _, tc := range []struct{ engine, template string }{{"vllm", vllmTemplate}, {"sglang", sglangTemplate}} {
+		t.Run(tc.engine, func(t *testing.T) {
+			out, err := r.Serve(ctx, job.Launch{Run: tc.engine, Command: imitation(tc.engine, tc.template),
+				Checkpoint: ck, KVCacheDType: "fp8", MaxNumSeqs: 64, MaxModelLen: 4096}, wl)
 			require.NoError(t, err)
 			st := out.Startup
-			require.InDelta(t, withReport.Startup.KVCacheTokens, st.KVCacheTokens, 0, "the pool's tokens, from the start-up lines")
-			require.InDelta(t, withReport.Startup.KVCacheGiB, st.KVCacheGiB, 0.011)
+			require.Positive(t, st.KVCacheTokens, "the pool's tokens, from the start-up lines")
+			require.Positive(t, st.KVCacheGiB)
 			require.Contains(t, []string{"fp8", "fp8_e4m3"}, st.KVCacheDType)
+			require.InDelta(t, 32.0, st.WeightsGiB, 0.01, "weights from the start-up lines")
 			got := out.Workloads["serve"]
-			require.Equal(t, record.MemoryFromMetrics, got.Peak.Source)
-			require.InDelta(t, want.WeightsGiB, got.Peak.WeightsGiB, 0.01, "weights from the start-up lines")
-			require.InDelta(t, 0.17, got.Peak.OtherGiB, 1e-9, "other is the CUDA graph memory the log names")
-			require.Greater(t, got.Peak.KVGiB, 0.0, "KV in use from /metrics")
+			require.Equal(t, record.MemoryFromMetricsNVML, got.Peak.Source)
+			require.InDelta(t, 32.0, got.Peak.WeightsGiB, 0.01)
+			// The device holds the whole pool (both engines allocate it at
+			// start): other is its count less weights and pool.
+			require.InDelta(t, out.DevicePeakGiB-st.WeightsGiB-st.KVCacheGiB, got.Peak.OtherGiB, 0.01)
+			require.Positive(t, got.Peak.OtherGiB)
+			require.GreaterOrEqual(t, out.StartupPeakGiB, st.WeightsGiB+st.KVCacheGiB, "the start-up is sampled: weights and the pool at least")
+			require.Positive(t, got.Peak.KVGiB, "KV in use from /metrics")
 			require.Less(t, got.Peak.KVGiB, st.KVCacheGiB)
 			require.InDelta(t, got.Peak.KVGiB/st.KVCacheGiB, got.Peak.KVUsage, 0.001)
 			require.InDelta(t, got.Peak.WeightsGiB+got.Peak.KVGiB+got.Peak.OtherGiB, got.Peak.PeakGiB, 0.002)
 			require.Equal(t, got.Full, got.Running, "the engine's own running count, from /metrics")
+			require.Positive(t, got.ContextTokens)
 			require.True(t, out.Simulated)
+			require.Contains(t, out.GPU, "(simulated)")
+			require.Positive(t, out.Samples)
+		})
+	}
+}
+
+// TestEfficiencyUnderImitations: the budget replay, rendered in each
+// engine's own terms (a KV pool in bytes for vLLM with the workload's own
+// context; SGLang's static fraction of the free memory), starts and holds
+// under the imitation of the pinned release: the runner's contract fits
+// what the engines accept when the candidate's needs fit. With the old
+// rendering (a fraction of the device, a 32K context) vLLM refused every
+// replay at start.
+func TestEfficiencyUnderImitations(t *testing.T) {
+	ref := writeCheckpoint(t, "BF16", 4<<20)
+	cand := writeCheckpoint(t, "U8", 1<<20)
+	for _, tc := range []struct{ engine, template string }{{"vllm", vllmTemplate}, {"sglang", sglangTemplate}} {
+		t.Run(tc.engine, func(t *testing.T) {
+			r, _, _ := runner(t)
+			var mu sync.Mutex
+			peak := map[string]uint64{} // each run's most memory by the device's count
+			r.Samples = func(_ context.Context, run string, b []telemetry.Sample) error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, smp := range b {
+					peak[run] = max(peak[run], smp.EngineMem)
+				}
+				return nil
+			}
+			p := job.EfficiencyParams{Campaign: "tiny", Engine: job.EngineSpec{Command: imitation(tc.engine, tc.template), MaxNumSeqs: 256, MaxModelLen: 4096},
+				Workload: small(), KVCacheDType: "fp8", Reference: events.BundleRef{SHA256: "ref1"}, BudgetFactor: 1.02}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			out, err := r.Efficiency(ctx, p, cand, ref, &memCache{}, nil)
+			require.NoError(t, err)
+			for _, w := range []string{"serve", "interactive", "long_context"} {
+				c := out.Candidate.Workloads[w]
+				require.Equal(t, record.MemoryFromMetricsNVML, c.Peak.Source, w)
+				bud := out.Budget[w+"@1.02"]
+				require.True(t, bud.Healthy, "%s under the %s imitation: %+v", w, tc.engine, bud)
+				require.Equal(t, bud.FullRunning, bud.Running, w)
+				// The replay's engine was bounded: the unconstrained one
+				// takes most of the device for its pool, the replay's holds
+				// about its budget (and never its cap).
+				mu.Lock()
+				got, free := float64(peak[w+"@1.02"])/(1<<30), float64(peak["candidate"])/(1<<30)
+				mu.Unlock()
+				require.Greater(t, free, 2*bud.BudgetGiB, "%s: the unconstrained engine's pool is the device's", w)
+				require.Less(t, got, bud.CapGiB, w)
+				require.InDelta(t, bud.BudgetGiB, got, 0.1*bud.BudgetGiB, "%s: the replay's instance is about its budget", w)
+			}
 		})
 	}
 }

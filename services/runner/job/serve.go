@@ -51,6 +51,10 @@ type Runner struct {
 	// Env is added to each engine's environment (the runner's
 	// CUDA_VISIBLE_DEVICES: the one GPU it drives).
 	Env []string
+	// EnvAllow adds names ("NAME") and prefixes ("PREFIX_*") of the
+	// runner's environment an engine may inherit, to
+	// engine.DefaultEnvAllow; secrets are never passed (engine.EnvDenied).
+	EnvAllow []string
 	// BaselineWait bounds the wait, before each engine, for the device to
 	// return to its idle baseline (the last engine's memory takes a
 	// moment to go); default 60 s.
@@ -284,7 +288,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 			}
 		}
 		e, err = engine.Start(jctx, engine.Options{Command: argv, Port: port, HealthPath: family.HealthPath,
-			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200, Env: r.Env})
+			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200, Env: r.Env, EnvAllow: r.EnvAllow})
 		if err == nil {
 			break
 		}
@@ -366,8 +370,11 @@ type session struct {
 	family engine.Family
 }
 
-// startupLog is what the runner reads an engine's start-up report from.
-func startupLog(e *engine.Engine) string { return e.Tail() }
+// startupLog is what the runner reads an engine's start-up report from:
+// its whole log until it was healthy (vLLM's config line, with the KV
+// dtype the record checks, is among its first; dozens of route and
+// compile lines follow it).
+func startupLog(e *engine.Engine) string { return e.StartupLog() }
 
 // why turns a workload's error into the job's: the engine's own failure
 // when it died or went over its cap (that is the cause, the broken stream

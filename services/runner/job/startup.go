@@ -27,12 +27,16 @@ var (
 	reWeights  = regexp.MustCompile(`Model loading took (-?[0-9.]+) ?G(?:i)?B|Loading model weights took ([0-9.]+) ?GB`)
 	reKVTokens = regexp.MustCompile(`GPU KV cache size: ([0-9,]+) tokens`)
 	reKVGiB    = regexp.MustCompile(`Available KV cache memory: ([0-9.]+) ?GiB`)
-	reMaxConc  = regexp.MustCompile(`Maximum concurrency for ([0-9,]+) tokens per request: ([0-9.]+)x`)
-	reGraph    = regexp.MustCompile(`Graph capturing finished in [0-9.]+ secs?, took (-?[0-9.]+) GiB`)
-	reLoad     = regexp.MustCompile(`Loading weights took ([0-9.]+) seconds`)
-	reVersion  = regexp.MustCompile(`vLLM API server version ([^\s]+)`)
-	reKVDType  = regexp.MustCompile(`kv_cache_dtype=([A-Za-z0-9_]+)`)
-	reSpec     = regexp.MustCompile(`speculative_config=([^,\s]+)`)
+	// With --kv-cache-memory-bytes vLLM skips its profiling and prints
+	// the pool it was given instead (vllm/v1/worker/gpu_worker.py,
+	// determine_available_memory).
+	reKVReserved = regexp.MustCompile(`reserved ([0-9.]+) ?GiB memory for KV Cache as specified by kv_cache_memory_bytes`)
+	reMaxConc    = regexp.MustCompile(`Maximum concurrency for ([0-9,]+) tokens per request: ([0-9.]+)x`)
+	reGraph      = regexp.MustCompile(`Graph capturing finished in [0-9.]+ secs?, took (-?[0-9.]+) GiB`)
+	reLoad       = regexp.MustCompile(`Loading weights took ([0-9.]+) seconds`)
+	reVersion    = regexp.MustCompile(`vLLM API server version ([^\s]+)`)
+	reKVDType    = regexp.MustCompile(`kv_cache_dtype=([A-Za-z0-9_]+)`)
+	reSpec       = regexp.MustCompile(`speculative_config=([^,\s]+)`)
 )
 
 // The start-up lines SGLang writes (python/sglang/srt/model_executor/
@@ -93,6 +97,9 @@ func ParseStartup(log string) (s record.Startup, ok bool) {
 	}
 	tokens, okT := num(reKVTokens, 1)
 	pool, okP := num(reKVGiB, 1)
+	if !okP {
+		pool, okP = num(reKVReserved, 1)
+	}
 	s.KVCacheTokens, s.KVCacheGiB = tokens, pool
 	if per, okM := num(reMaxConc, 1); okM {
 		s.MaxConcurrency.TokensPerRequest = int(per)

@@ -136,3 +136,19 @@ INFO 03-10 08:07:25 [kv_cache_utils.py:540] Maximum concurrency for 8,192 tokens
 		})
 	}
 }
+
+// TestParseStartupKVCacheMemoryBytes: a budget replay starts vLLM with
+// --kv-cache-memory-bytes, and vLLM then skips its profiling and prints
+// the pool it was given instead of "Available KV cache memory"
+// (vllm/v1/worker/gpu_worker.py, determine_available_memory): the
+// runner reads the pool from that line.
+func TestParseStartupKVCacheMemoryBytes(t *testing.T) {
+	log := `(EngineCore_DP0 pid=7) INFO 12-06 09:00:01 [gpu_model_runner.py:3435] Model loading took 15.2551 GiB memory and 0.400000 seconds
+(EngineCore_DP0 pid=7) INFO 12-06 09:00:01 [gpu_worker.py:298] Initial free memory 78.50 GiB, reserved 2.07 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling. This does not respect the gpu_memory_utilization config. Only use kv_cache_memory_bytes config when you want manual control of KV cache memory size. If OOM'ed, check the difference of initial free memory between the current run and the previous run where kv_cache_memory_bytes is suggested and update it correspondingly.
+(EngineCore_DP0 pid=7) INFO 12-06 09:00:01 [kv_cache_utils.py:1229] GPU KV cache size: 15,072 tokens`
+	s, ok := job.ParseStartup(log)
+	require.True(t, ok)
+	require.Equal(t, 2.07, s.KVCacheGiB)
+	require.Equal(t, 15072.0, s.KVCacheTokens)
+	require.Equal(t, 15.2551, s.WeightsGiB)
+}
