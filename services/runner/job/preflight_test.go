@@ -140,3 +140,34 @@ func TestModelMaxLen(t *testing.T) {
 	_, _, err := job.ModelMaxLen(dir)
 	require.Error(t, err)
 }
+
+// TestEngineRefusalsInTheirOwnWords: what the engines themselves refuse,
+// as the pinned releases print it (simengine imitating each), ends the
+// job with its own reason: a command line the engine's argparse refuses,
+// a context longer than the model's (asked of the engine directly, past
+// the runner's own check), and a static fraction too small for the
+// weights.
+func TestEngineRefusalsInTheirOwnWords(t *testing.T) {
+	ck := writeCheckpoint(t, "BF16", 4<<20) // 32 GiB as the imitations scale it; max_position_embeddings 32768
+	wl := []loadgen.Workload{{Name: "serve", Concurrency: 1, Requests: 1, PromptWords: 8, MaxTokens: 4}}
+	for _, tc := range []struct {
+		name, engine, template string
+		code                   reason.Code
+		phase                  string
+	}{
+		{"an unknown flag", "vllm", vllmTemplate + " --no-such-flag 1", reason.EngineBadFlags, ""},
+		{"a context longer than the model's", "vllm", vllmTemplate + " --max-model-len 65536", reason.EngineContextTooLong, ""},
+		{"sglang's context check", "sglang", sglangTemplate + " --context-length 65536", reason.EngineContextTooLong, ""},
+		{"a static fraction below the weights", "sglang", sglangTemplate + " --mem-fraction-static 0.1", reason.EngineOOM, engine.PhaseKVCache},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _, _ := runner(t)
+			_, err := r.Serve(context.Background(), job.Launch{Run: "candidate", Command: imitation(tc.engine, tc.template), Checkpoint: ck,
+				KVCacheDType: "auto", MaxNumSeqs: 8}, wl)
+			f := engine.AsFailure(err)
+			require.NotNil(t, f, "%v", err)
+			require.Equal(t, tc.code, f.Reason, f.Message)
+			require.Equal(t, tc.phase, f.Phase)
+		})
+	}
+}
