@@ -1,4 +1,5 @@
-# lowbarena: make run (the arena on the embedded default), make test, make bench.
+# lowbarena: make run (the arena on the embedded default), make test, make bench,
+# make gpu-check (the runner against a real engine on this machine's GPU).
 #
 # Everything the tests need is installed from here: Debian's clickhouse-server
 # (the contract suite runs the clickhouse-go adapter against a real server on
@@ -28,7 +29,7 @@ BIN     := $(CURDIR)/bin
 SERVICES := gateway build contract quality efficiency score round runner
 DATA    ?= $(CURDIR)/.data/arena
 
-.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox deps-browser deps-lint build services vet lint test chaos bench bench-all run clean
+.PHONY: all deps deps-chdb deps-clickhouse deps-sandbox deps-browser deps-lint build services vet lint test chaos bench bench-all run gpu-check clean
 
 # deploy/check holds docker-compose.yml and deploy/kubernetes to the
 # binaries with compose-go and the Kubernetes API types. It is outside
@@ -154,6 +155,15 @@ bench-all: deps
 # The quality stage grades code answers in the sandbox.
 run: build deps-sandbox
 	$(BIN)/arena demo --data $(DATA)
+
+# The acceptance run on a real GPU (docs/operators/gpu-check.md): the runner
+# against vLLM, SGLang or tools/gpucheck/server.py serving the example BF16
+# checkpoint; without a GPU it says so and exits 0. It needs only the light
+# bin/arena (no chDB).
+gpu-check:
+	mkdir -p $(BIN)
+	cd tools/arena && go build -o $(BIN)/arena .
+	$(BIN)/arena gpu-check
 
 clean:
 	rm -rf $(BIN) $(CURDIR)/.data

@@ -150,6 +150,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdRound(ctx, rest, stdout, stderr)
 	case "credentials":
 		return cmdCredentials(ctx, rest, stdout, stderr)
+	case "gpu-check":
+		return cmdGPUCheck(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
