@@ -345,8 +345,8 @@ func (c *gpuCheck) run(ctx context.Context) error {
 func (c *gpuCheck) baseline() uint64 {
 	var least uint64
 	for i := range 5 {
-		if s, err := c.src.Read(0); err == nil && len(s) > 0 && (i == 0 || s[0].MemUsed < least) {
-			least = s[0].MemUsed
+		if m, err := c.src.Memory(); err == nil && (i == 0 || m.Used < least) {
+			least = m.Used
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -361,8 +361,8 @@ func (c *gpuCheck) afterEngines(ctx context.Context, baseline uint64) {
 	const slack = 64 << 20
 	var used uint64
 	for time.Since(t0) < 15*time.Second && ctx.Err() == nil {
-		if s, err := c.src.Read(0); err == nil && len(s) > 0 {
-			used = s[0].MemUsed
+		if m, err := c.src.Memory(); err == nil {
+			used = m.Used
 			if used <= baseline+slack {
 				fmt.Fprintf(c.out, "  device back at its baseline %.2fs after the engine stopped (%.3f GiB used)\n",
 					time.Since(t0).Seconds(), gib(used))
@@ -447,10 +447,10 @@ type memoryRun struct {
 	SampleSeconds float64
 	// BaselineBytes is the device's used memory before the engine
 	// started; PeakBytes the most NVML saw used while it served;
-	// ProcPeakBytes the most NVML saw the engine's processes hold (0 when
-	// NVML lists none of them: a runner in a container without the
-	// host's PID namespace).
-	BaselineBytes, PeakBytes, ProcPeakBytes uint64
+	// StartupPeakBytes the most it saw used over the baseline from the
+	// engine's start to its health (sampled from the start, as the
+	// runner samples).
+	BaselineBytes, PeakBytes, StartupPeakBytes uint64
 	// Torch is the engine's own report (nil: it serves none).
 	Torch *torchReport
 	// Rate and Held are the workload's output tokens per second and the
@@ -474,24 +474,28 @@ func measureEngine(ctx context.Context, src *telemetry.Source, eng gpuEngine, ch
 	if err != nil {
 		return m, fmt.Errorf("render the engine command: %w", err)
 	}
-	t0 := time.Now()
-	e, err := engine.Start(ctx, engine.Options{Command: argv, Port: port, HealthTimeout: healthTimeout, Env: env, TailLines: 200})
-	if err != nil {
-		return m, fmt.Errorf("the engine did not start: %w", err)
-	}
-	defer e.Stop()
-	m.StartSeconds = time.Since(t0).Seconds()
-	base := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	var n atomic.Int64
-	sampler := &telemetry.Sampler{Source: src, Interval: 100 * time.Millisecond, PID: e.PID,
+	sampler := &telemetry.Sampler{Source: src, Interval: 100 * time.Millisecond, Baseline: baseline,
 		Sink: func(_ context.Context, b []telemetry.Sample) error {
 			n.Add(int64(len(b)))
 			return nil
 		}}
 	sctx, stop := context.WithCancel(ctx)
+	defer stop()
 	done := make(chan error, 1)
 	ts := time.Now()
 	go func() { done <- sampler.Run(sctx) }()
+	t0 := time.Now()
+	e, err := engine.Start(ctx, engine.Options{Command: argv, Port: port, HealthTimeout: healthTimeout, Env: env, TailLines: 200})
+	if err != nil {
+		stop()
+		<-done
+		return m, fmt.Errorf("the engine did not start: %w", err)
+	}
+	defer e.Stop()
+	m.StartSeconds = time.Since(t0).Seconds()
+	m.StartupPeakBytes = sampler.ResetPeak()
+	base := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	hc := &http.Client{Timeout: 10 * time.Second}
 	client := &loadgen.Client{BaseURL: base, Model: servedModelID(ctx, hc, base, checkpoint)}
 	res, werr := client.Run(ctx, memoryWorkload)
@@ -507,7 +511,7 @@ func measureEngine(ctx context.Context, src *telemetry.Source, eng gpuEngine, ch
 	stop()
 	<-done
 	m.SampleSeconds, m.Samples = time.Since(ts).Seconds(), n.Load()
-	m.PeakBytes, m.ProcPeakBytes = sampler.Peak(), sampler.ProcPeak()
+	m.PeakBytes = baseline + sampler.Peak()
 	if werr != nil {
 		select {
 		case <-e.Exited():
@@ -662,11 +666,7 @@ func writeMemoryTable(w io.Writer, m memoryRun) {
 	fmt.Fprintf(tw, "  idle baseline\t%.3f GiB\tNVML used before the engine started\n", gib(m.BaselineBytes))
 	engineBytes := m.PeakBytes - min(m.PeakBytes, m.BaselineBytes)
 	fmt.Fprintf(tw, "  engine, by the device\t%.3f GiB\tNVML used at its peak (%.3f GiB) less the baseline\n", gib(engineBytes), gib(m.PeakBytes))
-	procs := "NVML lists none of the engine's processes (other PID namespace?): the runner's per-process figures are 0"
-	if m.ProcPeakBytes > 0 {
-		procs = "what NVML lists for the engine's process group"
-	}
-	fmt.Fprintf(tw, "  engine, by its processes\t%.3f GiB\t%s\n", gib(m.ProcPeakBytes), procs)
+	fmt.Fprintf(tw, "  start-up, by the device\t%.3f GiB\tNVML used over the baseline at its most from the engine's start to its health (weights, profiling, pool)\n", gib(m.StartupPeakBytes))
 	if t := m.Torch; t != nil {
 		fmt.Fprintf(tw, "  torch allocated\t%.3f GiB\tmax %.3f GiB; weights %.4f GiB, KV pool %.3f GiB (%d tokens)\n",
 			gib(t.AllocatedBytes), gib(t.MaxAllocatedBytes), gib(t.WeightsBytes), gib(t.KVPoolBytes), t.KVPoolTokens)

@@ -174,19 +174,19 @@ func TestGPUCheckMemoryTable(t *testing.T) {
 			MaxReservedBytes: 384 << 20, WeightsBytes: 5 << 20, KVPoolBytes: 256 << 20, KVPoolTokens: 262144}})
 	out := b.String()
 	for _, want := range []string{
-		"NVML samples              10.0 /s", "98 samples in 9.8 s",
-		"start-up                  7.25 s", "idle baseline             0.500 GiB",
-		"engine, by the device     1.000 GiB", "NVML used at its peak (1.500 GiB) less the baseline",
-		"engine, by its processes  0.000 GiB", "NVML lists none of the engine's processes",
-		"torch allocated           0.293 GiB", "KV pool 0.250 GiB (262144 tokens)",
-		"device beyond torch       0.625 GiB", "held 8 of 8",
+		"NVML samples             10.0 /s", "98 samples in 9.8 s",
+		"start-up                 7.25 s", "idle baseline            0.500 GiB",
+		"engine, by the device    1.000 GiB", "NVML used at its peak (1.500 GiB) less the baseline",
+		"start-up, by the device",
+		"torch allocated          0.293 GiB", "KV pool 0.250 GiB (262144 tokens)",
+		"device beyond torch      0.625 GiB", "held 8 of 8",
 	} {
 		require.Contains(t, out, want)
 	}
 	b.Reset()
-	writeMemoryTable(&b, memoryRun{Samples: 10, SampleSeconds: 1, ProcPeakBytes: 1 << 30})
+	writeMemoryTable(&b, memoryRun{Samples: 10, SampleSeconds: 1, StartupPeakBytes: 3 << 29})
 	require.Contains(t, b.String(), "the engine serves no /v1/gpucheck/torch")
-	require.Contains(t, b.String(), "what NVML lists for the engine's process group")
+	require.Contains(t, b.String(), "start-up, by the device  1.500 GiB")
 }
 
 func TestGPUCheckBudgetTable(t *testing.T) {
@@ -252,6 +252,10 @@ func TestGPUCheckRunsItsSteps(t *testing.T) {
 		GetNameFunc:       func() (string, nvml.Return) { return "NVIDIA H100 80GB HBM3 (mock)", nvml.SUCCESS },
 		GetUUIDFunc:       func() (string, nvml.Return) { return "GPU-mock-0", nvml.SUCCESS },
 		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 80 << 30, Used: 512 << 20}, nvml.SUCCESS },
+		GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
+			return nvml.Memory_v2{Total: 80 << 30, Used: 512 << 20}, nvml.SUCCESS
+		},
+		GetCudaComputeCapabilityFunc: func() (int, int, nvml.Return) { return 9, 0, nvml.SUCCESS },
 		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) {
 			return nvml.Utilization{}, nvml.SUCCESS
 		},
