@@ -145,14 +145,11 @@ func ModelMaxLen(dir string) (n int, key string, err error) {
 }
 
 // contextTokens is the longest request a workload made: its longest
-// prompt, as the engine counted it, plus its max tokens.
+// prompt (warm-up included), as the engine counted it, plus its max
+// tokens; 0 when the engine counted no prompt.
 func contextTokens(res loadgen.Result, w loadgen.Workload) int {
-	n := 0
-	for _, s := range res.Samples {
-		n = max(n, s.PromptTokens)
+	if res.MaxPromptTokens == 0 {
+		return 0
 	}
-	if n == 0 {
-		return 0 // the engine counted no prompt: unknown
-	}
-	return n + w.MaxTokens
+	return res.MaxPromptTokens + w.MaxTokens
 }

@@ -149,6 +149,10 @@ type Result struct {
 	OutputTokens                                               int
 	Elapsed                                                    time.Duration
 	Samples                                                    []Sample
+	// MaxPromptTokens is the longest prompt of the workload's requests,
+	// warm-up included, as the engine counted it (0 when it counted
+	// none).
+	MaxPromptTokens int
 }
 
 // Client talks to one engine.
@@ -188,7 +192,17 @@ func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
 	if measured == nil {
 		measured = w.LoadPrompts(w.Warmup, w.Requests)
 	}
-	if err := c.batch(ctx, hc, w, w.LoadPrompts(0, w.Warmup), nil); err != nil {
+	// The warm-up is not measured, but its prompts are the workload's
+	// too: the longest prompt counts them (a budget replay serves them
+	// again, and its context must hold them).
+	var warmMu sync.Mutex
+	warmPrompt := 0
+	warm := func(s Sample) {
+		warmMu.Lock()
+		warmPrompt = max(warmPrompt, s.PromptTokens)
+		warmMu.Unlock()
+	}
+	if err := c.batch(ctx, hc, w, w.LoadPrompts(0, w.Warmup), warm); err != nil {
 		return Result{}, err
 	}
 	OpenConnections(ctx, hc, c.BaseURL, w.Concurrency, c.idle())
@@ -207,7 +221,9 @@ func (c *Client) Run(ctx context.Context, w Workload) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return summarize(w.Name, samples, elapsed), nil
+	res := summarize(w.Name, samples, elapsed)
+	res.MaxPromptTokens = max(res.MaxPromptTokens, warmPrompt)
+	return res, nil
 }
 
 func (c *Client) idle() time.Duration {
@@ -544,6 +560,7 @@ func summarize(name string, samples []Sample, elapsed time.Duration) Result {
 	r := Result{Workload: name, Held: held(ok), Elapsed: elapsed, Samples: samples}
 	var ttft, tpot, itl []float64
 	for _, s := range ok {
+		r.MaxPromptTokens = max(r.MaxPromptTokens, s.PromptTokens)
 		r.OutputTokens += s.OutputTokens
 		ttft = append(ttft, ms(s.TTFT))
 		if s.OutputTokens > 1 {

@@ -37,9 +37,14 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req struct {
-		MaxTokens int `json:"max_tokens"`
+		MaxTokens int    `json:"max_tokens"`
+		Prompt    string `json:"prompt"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&req)
+	promptTokens := 7
+	if e.mode == "count-prompt" {
+		promptTokens = (len(req.Prompt) + 3) / 4
+	}
 	if e.mode == "http500" {
 		http.Error(w, "model is warming up", http.StatusInternalServerError)
 		return
@@ -94,7 +99,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reported = 2 * count
 	}
 	leave()
-	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", reported)
+	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", promptTokens, reported)
 	fl.Flush()
 	switch e.mode {
 	case "late-end":
@@ -110,6 +115,28 @@ func start(t testing.TB, e *engine) *loadgen.Client {
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &loadgen.Client{BaseURL: srv.URL, Model: "m", IdleTimeout: 500 * time.Millisecond}
+}
+
+// TestMaxPromptTokensCountsTheWarmUp: the longest prompt of a workload,
+// as the engine counted it, counts the warm-up's prompts too (a budget
+// replay serves them again, and its context must hold them).
+func TestMaxPromptTokensCountsTheWarmUp(t *testing.T) {
+	t.Parallel()
+	c := start(t, &engine{mode: "count-prompt"})
+	for seed := range uint64(20) {
+		w := loadgen.Workload{Name: "interactive", Concurrency: 1, Requests: 2, Warmup: 2, PromptWords: 40, MaxTokens: 3, Seed: seed}
+		r, err := c.Run(context.Background(), w)
+		require.NoError(t, err)
+		want, measured := 0, 0
+		for i, p := range w.LoadPrompts(0, w.Warmup+w.Requests) {
+			want = max(want, (len(p.Text)+3)/4)
+			if i >= w.Warmup {
+				measured = max(measured, (len(p.Text)+3)/4)
+			}
+		}
+		require.Equal(t, want, r.MaxPromptTokens, "seed %d", seed)
+		require.GreaterOrEqual(t, r.MaxPromptTokens, measured)
+	}
 }
 
 func TestRunMeasures(t *testing.T) {
