@@ -399,7 +399,11 @@ func (c *gpuCheck) efficiency(ctx context.Context) {
 func (c *gpuCheck) oom(ctx context.Context, capGiB float64) {
 	r, _ := c.runner()
 	_, err := r.Serve(ctx, job.Launch{Run: "too-small-cap", Command: c.eng.Command, Checkpoint: c.reference(),
-		KVCacheDType: "auto", MaxNumSeqs: 8, GPUMemoryGiB: capGiB},
+		KVCacheDType: "auto", MaxNumSeqs: 8, GPUMemoryGiB: capGiB,
+		// vLLM and SGLang are bounded by their pool (the templates render
+		// only these): a 1 MiB pool, a static fraction of 0.0001; the
+		// server by torch's fraction of the device (GPUMemoryGiB).
+		KVCacheBytes: 1 << 20, MemFractionStatic: 0.0001},
 		[]loadgen.Workload{{Name: "interactive", Concurrency: 1, Requests: 1, PromptWords: 16, MaxTokens: 4}})
 	line, verr := oomVerdict(err)
 	if verr != nil {
