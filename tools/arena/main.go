@@ -41,9 +41,10 @@ other verb asks a running arena and needs nothing else):
   arena participant token NAME | list | revoke NAME [--token ID]
                participants and their API tokens (a token is printed once, only
                its hash is kept); operators: arena operator add NAME (reads everything)
-  arena reference CHECKPOINT_DIR --repository URL --revision COMMIT [--out FILE]
-               write checkpoint.json for a checkpoint published in a model repository,
-               from a local copy of it (every file's size and sha256)
+  arena reference [CHECKPOINT_DIR] --repository URL --revision COMMIT [--out FILE]
+               write checkpoint.json for a checkpoint published in a model repository:
+               from a local copy of it (every file's size and sha256), or without one
+               from the hub's file list (shards' sha256 from LFS; only small files fetched)
   arena watch  [--json] [--all] [--id ID] [--round ID] [--nats URL]
                follow pipeline and round events live (--round: one round, step by step)
   arena round start --campaign C --candidates ID... [--pod P] [--wait]

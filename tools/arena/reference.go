@@ -30,10 +30,16 @@ func cmdReference(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || *repository == "" || *revision == "" {
-		return usageErr("reference takes the local copy of a checkpoint (arena reference CHECKPOINT_DIR --repository URL --revision COMMIT [--out FILE])")
+	if len(pos) > 1 || *repository == "" || *revision == "" {
+		return usageErr("reference takes the repository, its revision and at most a local copy of the checkpoint (arena reference [CHECKPOINT_DIR] --repository URL --revision COMMIT [--out FILE])")
 	}
-	ref, skipped, err := describe(ctx, pos[0], *repository, *revision, stderr)
+	var ref *bundle.Reference
+	var skipped []string
+	if len(pos) == 1 {
+		ref, skipped, err = describe(ctx, pos[0], *repository, *revision, stderr)
+	} else {
+		ref, skipped, err = describeRemote(ctx, *repository, *revision, stderr)
+	}
 	if err != nil {
 		return err
 	}
@@ -68,8 +74,7 @@ func describe(ctx context.Context, dir, repository, revision string, progress io
 	var skipped []string
 	for _, e := range entries {
 		name := e.Name()
-		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") || name == bundle.DeclarationFile || name == bundle.CheckpointFile ||
-			!slices.Contains(referenceKinds, strings.ToLower(filepath.Ext(name))) {
+		if !e.Type().IsRegular() || !referenced(name) {
 			if !e.IsDir() && !strings.HasPrefix(name, ".") {
 				skipped = append(skipped, name)
 			}
@@ -88,15 +93,28 @@ func describe(ctx context.Context, dir, repository, revision string, progress io
 		}
 		ref.Files = append(ref.Files, f)
 	}
-	data, err := json.Marshal(ref)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reference: %w", err)
-	}
-	checked, err := bundle.ParseReference(data)
+	checked, err := checkReference(ref)
 	if err != nil {
 		return nil, nil, err
 	}
 	return checked, skipped, nil
+}
+
+// referenced reports whether a file at the top of a checkpoint, named
+// name, is one checkpoint.json lists: of referenceKinds, not hidden, and
+// neither the bundle's submission.json nor checkpoint.json itself.
+func referenced(name string) bool {
+	return !strings.HasPrefix(name, ".") && name != bundle.DeclarationFile && name != bundle.CheckpointFile &&
+		slices.Contains(referenceKinds, strings.ToLower(filepath.Ext(name)))
+}
+
+// checkReference checks ref as the arena will (and sorts its files).
+func checkReference(ref bundle.Reference) (*bundle.Reference, error) {
+	data, err := json.Marshal(ref)
+	if err != nil {
+		return nil, fmt.Errorf("reference: %w", err)
+	}
+	return bundle.ParseReference(data)
 }
 
 func digestFile(path string) (bundle.ReferencedFile, error) {

@@ -44,6 +44,56 @@ func TestReferenceWritesCheckpointJSON(t *testing.T) {
 	require.NotContains(t, r.stderr, "Pa55w0rd")
 }
 
+// TestReferenceFromHubTree: without a local copy, `arena reference`
+// writes checkpoint.json from the hub's tree API (a listing in pages):
+// the shards' sha256 are the hub's LFS digests, never downloaded, and
+// only the small files stored in git are fetched to hash them. What it
+// writes is what the local-copy path writes for the same files.
+func TestReferenceFromHubTree(t *testing.T) {
+	src := bundleDir("fp8-w8a8")
+	ckpt := t.TempDir()
+	require.NoError(t, os.CopyFS(ckpt, os.DirFS(src)))
+	require.NoError(t, os.WriteFile(filepath.Join(ckpt, "LICENSE"), []byte("text"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(ckpt, "pytorch_model.bin"), []byte("a pickle"), 0o644))
+	srv, err := hubtest.Dir(ckpt)
+	require.NoError(t, err)
+	defer srv.Close()
+	// A folder of the repository is not part of the checkpoint, as a
+	// folder beside a local copy's files is not.
+	srv.SetFile("onnx/config.json", filepath.Join(ckpt, "config.json"))
+	srv.ServeTree(hubtest.TreeOptions{PageSize: 3})
+
+	local := arena(t, "reference", ckpt, "--repository", srv.Repository(), "--revision", hubtest.Revision)
+	require.Equal(t, 0, local.code, local.stderr)
+	srv.Reset()
+	out := filepath.Join(t.TempDir(), bundle.CheckpointFile)
+	remote := arena(t, "reference", "--repository", srv.Repository(), "--revision", hubtest.Revision, "--out", out)
+	require.Equal(t, 0, remote.code, remote.stderr)
+	written, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Equal(t, local.stdout, string(written), "the same checkpoint.json as from the local copy")
+	require.Contains(t, remote.stderr, "skipped LICENSE")
+	require.Contains(t, remote.stderr, "skipped pytorch_model.bin")
+
+	var pages, fetched []string
+	for _, r := range srv.Requests() {
+		require.Equal(t, 200, r.Status, r.Path)
+		if r.Path == hubtest.TreePath() {
+			pages = append(pages, r.Path)
+			continue
+		}
+		require.False(t, strings.HasSuffix(r.Path, ".safetensors"), "shard %s downloaded", r.Path)
+		fetched = append(fetched, r.Path)
+	}
+	require.Greater(t, len(pages), 1, "the listing came in pages")
+	require.ElementsMatch(t, []string{"config.json", "generation_config.json", "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json"}, fetched,
+		"only the small files the arena reads are fetched")
+
+	r := arena(t, "reference", "--repository", srv.URL()+"/example-org/no-such-model", "--revision", hubtest.Revision)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	require.Contains(t, r.stderr, "reference_not_found")
+}
+
 // TestSubmitRefusesBeforeUploading: what the build would refuse of a
 // bundle by reference, and an upload over the limit, are refused by
 // `arena submit` before it asks the arena anything (no arena runs here).
