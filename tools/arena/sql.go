@@ -108,7 +108,9 @@ func splitStatement(fs *flag.FlagSet, args []string) (flags, rest []string) {
 		a := args[i]
 		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		f := fs.Lookup(name)
-		if a == "-" || !strings.HasPrefix(a, "-") || strings.ContainsAny(a, " \t\n") || f == nil {
+		// -h and --help ask for the flags, as for every verb.
+		help := (name == "h" || name == "help") && !hasValue
+		if a == "-" || !strings.HasPrefix(a, "-") || strings.ContainsAny(a, " \t\n") || (f == nil && !help) {
 			if a == "--" && i+1 < len(args) { // the end of the flags
 				rest = append(rest, args[i+1:]...)
 				return flags, rest
@@ -117,6 +119,9 @@ func splitStatement(fs *flag.FlagSet, args []string) (flags, rest []string) {
 			continue
 		}
 		flags = append(flags, a)
+		if help {
+			continue
+		}
 		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && bf.IsBoolFlag()) && i+1 < len(args) {
 			i++
 			flags = append(flags, args[i])

@@ -59,6 +59,11 @@ type upOptions struct {
 	// refHosts are the repository hosts participants may name for
 	// checkpoints by reference (build, contract and the runners).
 	refHosts string
+	// refTokensFile is a file of host=token lines (the tokens for private
+	// repositories), refIdle the longest a repository may stay silent
+	// mid-file: the build, contract and runner flags of the same names.
+	refTokensFile string
+	refIdle       time.Duration
 	// tls are the embedded NATS server's TLS files (see natsauth.go).
 	tls serverTLS
 	// metricsAddr is where the process serves one /metrics for all its
@@ -86,6 +91,9 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ackWait, "runner-ack-wait", 30*time.Second, "a runner job's ack deadline (a dead runner's job moves on after about this long)")
 	fs.StringVar(&o.refHosts, "ref-hosts", app.EnvOr(app.EnvRefHosts, hub.DefaultHost),
 		"repository hosts participants may name for checkpoints by reference, comma-separated (env "+app.EnvRefHosts+"; tokens: "+app.EnvRefTokens+" or "+app.EnvHFToken+")")
+	fs.StringVar(&o.refTokensFile, "ref-tokens-file", os.Getenv(app.EnvRefTokensFile),
+		"file of host=token lines: the bearer token sent to each repository host (env "+app.EnvRefTokensFile+"; also "+app.EnvRefTokens+" and "+app.EnvHFToken+")")
+	fs.DurationVar(&o.refIdle, "ref-idle-timeout", hub.DefaultIdleTimeout, "longest a repository may stay silent while it sends a file")
 	o.tls.register(fs)
 }
 
@@ -170,6 +178,14 @@ func components(listening func(net.Addr)) []app.Component {
 // without a flag of that name ignores it.
 func (o upOptions) settings(data, campaigns, component string, runnerIndex int) map[string]string {
 	m := map[string]string{"campaigns": campaigns, "pod": o.pod, "http": o.httpAddr, "ref-hosts": o.refHosts}
+	// The build, contract and runners read repositories with these (their
+	// own defaults, the same, apply when arena up's are unset).
+	if o.refTokensFile != "" {
+		m["ref-tokens-file"] = o.refTokensFile
+	}
+	if o.refIdle > 0 {
+		m["ref-idle-timeout"] = o.refIdle.String()
+	}
 	switch component {
 	case build.Name:
 		m["work"] = filepath.Join(data, "build")
