@@ -519,6 +519,15 @@ func escape(s string) string {
 func mustEscape(c byte) bool { return c <= 0x20 || c >= 0x7F || c == '"' || c == '%' }
 
 // unescape reverses escape; the result must be valid UTF-8.
+//
+// A "%" that does not begin a percent-encoded byte (%XX) is refused, not
+// taken as the literal text: the binding requires one round of
+// percent-decoding, and a value whose other "%"s happen to be followed
+// by two hex digits would then be decoded in one place and kept in
+// another. Values a client writes without encoding them (the CloudEvents
+// Go SDK's JetStream binding, v2.16.2, writes them as they are) are read
+// as they are as long as they hold no "%"; the error says how to send
+// one that does.
 func unescape(s string) (string, error) {
 	if !strings.Contains(s, "%") {
 		return s, nil
@@ -526,10 +535,25 @@ func unescape(s string) (string, error) {
 	// PathUnescape decodes %XX and leaves '+' alone, as the binding wants.
 	out, err := url.PathUnescape(s)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%q: %w; %s", clip(s, 80), err, percentHint)
 	}
 	if !utf8.ValidString(out) {
 		return "", errors.New("percent-decoded value is not valid UTF-8")
 	}
 	return out, nil
+}
+
+// percentHint is what a client whose header value holds a "%" that does
+// not begin a percent-encoded byte is told (in the dead letter's error).
+const percentHint = `a "%" must begin a percent-encoded byte (%XX): the CloudEvents NATS binding requires header values percent-encoded ` +
+	`("%" as %25, a space as %20, every byte outside ! to ~ as %XX), and some clients write them as they are (the CloudEvents Go SDK's JetStream binding does); ` +
+	`percent-encode the value before setting it, or send the event in structured mode (Content-Type: ` + ContentTypeStructured + `, the event as JSON in the body, no header decoded)`
+
+// clip is s cut to n bytes (and "..." marked), for a value quoted in an
+// error.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
