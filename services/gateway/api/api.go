@@ -154,7 +154,7 @@ type API struct {
 
 // New returns the API:
 //
-//	GET  /healthz                 200 when the records bucket answers
+//	GET  /healthz                 200 when a submission can be taken (the records bucket, the ARENA stream, the uploads object store)
 //	GET  /                        the live page (and /ui/*)
 //	GET  /submissions/{id}        a submission's page (HTML; /rounds/{id}, /leaderboard, /participants/{name} too)
 //	GET  /v1/live                 records and round views as they change (Server-Sent Events; ?recent=N: the newest N records first, not all)
@@ -224,10 +224,42 @@ func New(o Options) (*API, error) {
 // ServeHTTP serves a request.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.handler.ServeHTTP(w, r) }
 
+// health answers 200 when the arena can take a submission: the records
+// bucket answers, and the ARENA stream that submission.received goes to
+// and the uploads object store that bundles go to exist. A gateway that
+// does not provision (a cluster's, whose operator provisions beside it)
+// starts once the ARENA stream is there, while the operator's
+// provisioning may still be creating the object stores: until they
+// exist it answers 503, so that a client that waits for /healthz never
+// meets "bucket not found".
 func (a *API) health(w http.ResponseWriter, r *http.Request) {
 	if _, err := a.o.Records.Status(r.Context()); err != nil {
 		a.unavailable(w, r, err)
 		return
+	}
+	if a.o.Bus != nil {
+		js := a.o.Bus.JetStream()
+		missing := ""
+		err := bus.CheckProvisioned(r.Context(), js)
+		if errors.Is(err, bus.ErrNotProvisioned) {
+			missing = "event stream " + events.StreamArena
+		} else if err == nil {
+			_, err = js.ObjectStore(r.Context(), bus.ObjectUploads)
+			if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+				missing = "object store " + bus.ObjectUploads
+			}
+		}
+		if missing != "" {
+			a.o.Refusals.Add(r.Context(), reason.Unavailable)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, errorBody{Code: reason.Unavailable,
+				Message: "the arena cannot take a submission yet: its " + missing + " does not exist (its provisioning has not finished); try again in a moment"})
+			return
+		}
+		if err != nil {
+			a.unavailable(w, r, err)
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("ok\n"))
