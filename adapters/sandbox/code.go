@@ -40,13 +40,35 @@ const (
 // CodeGrader grades an answer that holds a Python program: the last
 // ```python (or ```py, ```python3) fenced block, else the last fenced
 // block of any kind, else the whole answer; a fence left open (a truncated
-// answer) runs to the end. The program, followed by the item's Tests, is
-// run as main.py by python3 in a bubblewrap sandbox; it scores 1 when the
-// run reaches the end of main.py and exits 0 (a program that exits 0
-// before its tests have run scores 0: see harness), and 0 otherwise with
-// a Detail such as "tests failed:
-// AssertionError: ...", "timed out after 10s", "killed: memory limit (512
-// MiB address space)" or "killed: process limit (64 processes)".
+// answer) runs to the end. The program alone is main.py, run as __main__
+// by python3 in a bubblewrap sandbox, and the item's Tests run after it
+// in its namespace. It scores 1 when every check of the tests gave its
+// expected value and the run then exits 0, and 0 otherwise with a Detail
+// such as "tests failed: AssertionError: add(2, 3) != 5 (line 1: assert
+// add(2, 3) == 5: got -1)", "tests did not run to their end", "timed out
+// after 10s", "killed: memory limit (512 MiB address space)" or "killed:
+// process limit (64 processes)".
+//
+// The checks are the top-level asserts of Tests: assert E == L (or L ==
+// E), assert E != L, assert E is [not] None/True/False, and assert [not]
+// E (E must be True, or False), where L is a literal (ast.literal_eval's,
+// set() and frozenset(...)). Every other statement is set-up, run in order
+// in the program's namespace, and may hold no assert or raise; tests of any
+// other shape, or without a check, are a bad item (grade.ErrBadItem), and
+// the program does not run. No object of the program takes part in a
+// comparison: inside the sandbox, before the program starts, a prelude
+// reads the tests and sends the literals, encoded, to the grader alone;
+// the harness evaluates each E and encodes its value with an encoder that
+// accepts only the exact built-in types (None, bool, int, float, str,
+// bytes, list, tuple, dict, set, frozenset; a subclass is refused, as is
+// anything else, with the reason) and calls no method a program can
+// override; and the grader compares the two encodings. Types must match
+// (a bool is not an int, a tuple not a list), except that an int and a
+// float compare by value; floats compare within math.isclose(rel_tol=1e-9,
+// abs_tol=1e-9); dict keys and set members compare exactly. The tests and
+// their expected values are in nothing the program can read (main.py holds
+// the program only), so neither a result dressed up to equal anything nor
+// a forged report of the harness passes (see prelude).
 //
 // The sandbox of one run, all of which ends with the run:
 //
@@ -128,6 +150,9 @@ func (g *CodeGrader) Grade(ctx context.Context, it suite.Item, answer string) (g
 	if strings.TrimSpace(it.Tests) == "" {
 		return grade.Result{}, fmt.Errorf("code grader: item %s: %w: no tests", it.ID, grade.ErrBadItem)
 	}
+	if len(it.Tests) > maxTests {
+		return grade.Result{}, fmt.Errorf("code grader: item %s: %w: tests over %d bytes", it.ID, grade.ErrBadItem, maxTests)
+	}
 	if r, ok := grade.Refuse(answer, false); ok {
 		return r, nil
 	}
@@ -142,13 +167,10 @@ func (g *CodeGrader) Grade(ctx context.Context, it suite.Item, answer string) (g
 	if err != nil {
 		return grade.Result{}, err
 	}
-	src := program
-	if !strings.HasSuffix(src, "\n") {
-		src += "\n"
+	if !strings.HasSuffix(program, "\n") {
+		program += "\n"
 	}
-	src += "\n# --- tests ---\n" + it.Tests + "\n"
-
-	o, err := g.run(ctx, sb, src, g.timeout())
+	o, err := g.run(ctx, sb, program, it.Tests, g.timeout())
 	if err != nil {
 		return grade.Result{}, err
 	}
@@ -165,20 +187,44 @@ func (g *CodeGrader) Grade(ctx context.Context, it suite.Item, answer string) (g
 		}
 		return grade.Result{}, fmt.Errorf("code grader: item %s: the sandbox did not start (%s; %w)", it.ID, orNothing(lastLine(o.stderr)), o.runErr)
 	}
-	return g.judge(o), nil
+	// The report was written whole before the program started: nothing in
+	// it is the answer's doing.
+	checks, bad, err := parseReport(o.report)
+	switch {
+	case bad != "":
+		return grade.Result{}, fmt.Errorf("code grader: item %s: %w: %s", it.ID, grade.ErrBadItem, bad)
+	case err != nil && o.timedOut:
+		return g.judge(o, nil), nil
+	case err != nil:
+		return grade.Result{}, fmt.Errorf("code grader: item %s: the sandbox's prelude did not report the tests (%s): %w", it.ID, orNothing(lastLine(o.stderr)), err)
+	}
+	return g.judge(o, checks), nil
 }
 
-// judge turns the end of a run into a Result. bubblewrap reports a program
-// killed by signal n as exit status 128+n, as a shell does.
-func (g *CodeGrader) judge(o outcome) grade.Result {
-	if o.timedOut {
+// judge turns the end of a run into a Result: the first check whose
+// result is not its expected value, among those the run reported however
+// it ended, else how the run ended. It passes a run that exited 0 after
+// the harness reported every check, each the value expected. bubblewrap
+// reports a program killed by signal n as exit status 128+n, as a shell
+// does.
+func (g *CodeGrader) judge(o outcome, checks []check) grade.Result {
+	results, end, problem := readResults(o.records, len(checks))
+	for i, r := range results {
+		if detail, ok := checks[i].failure(r); !ok {
+			return grade.Result{Detail: "tests failed: " + detail}
+		}
+	}
+	switch {
+	case o.recordsOver:
+		return grade.Result{Detail: fmt.Sprintf("tests failed: results over %d MiB", maxRecords>>20)}
+	case problem != "":
+		return grade.Result{Detail: "tests failed: the results are forged or malformed: " + problem}
+	case o.timedOut:
 		return grade.Result{Detail: fmt.Sprintf("timed out after %v", g.timeout())}
-	}
-	if o.exit == 0 && o.finished {
+	case o.exit == 0 && end:
 		return grade.Result{Score: 1}
-	}
-	if o.exit == 0 {
-		return grade.Result{Detail: "tests did not run: the program left before the end of main.py (sys.exit, os._exit or a closed output) with exit status 0"}
+	case o.exit == 0:
+		return grade.Result{Detail: fmt.Sprintf("tests did not run to their end (%d of %d checks): the program left with exit status 0 (sys.exit, os._exit or a closed output)", len(results), len(checks))}
 	}
 	line := failureLine(o.stderr)
 	if o.exit > 128 && o.exit < 128+65 {

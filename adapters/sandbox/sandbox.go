@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	_ "embed" // the prelude and the harness
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +60,29 @@ const probeOK = "lowbarena-sandbox-ok"
 const (
 	fdStatus = 3 // bwrap's --json-status-fd: one JSON document a line
 	fdSource = 4 // the program, copied by --ro-bind-data to /work/main.py
+	fdTests  = 5 // the item's tests, read by the prelude and closed
+	fdReport = 6 // the prelude's report of the checks, closed before the program starts
+)
+
+// Bounds of what passes between the grader and a run.
+const (
+	// maxTests is the longest Tests of an item.
+	maxTests = 1 << 20
+	// maxReport is the most of the prelude's report that is read.
+	maxReport = 4 << 20
+	// maxRecords is the most of the harness's results that is kept.
+	maxRecords = 4 << 20
+)
+
+// The Python of every run: canon.py's encoder precedes both the prelude
+// and the harness.
+var (
+	//go:embed python/canon.py
+	canonPy string
+	//go:embed python/prelude.py
+	preludePy string
+	//go:embed python/harness.py
+	harnessPy string
 )
 
 // sandbox is a checked sandbox: bubblewrap and an interpreter that ran a
@@ -184,7 +209,7 @@ func (g *CodeGrader) probe(ctx context.Context, bwrap string) (*sandbox, error) 
 
 	// The probe program, run exactly as an answer's program is.
 	const probeTimeout = 30 * time.Second
-	r, err := g.run(ctx, sb, "import sys; sys.stdout.write("+strconv.Quote(probeOK)+")\n", probeTimeout)
+	r, err := g.run(ctx, sb, "import sys; sys.stdout.write("+strconv.Quote(probeOK)+")\n", "", probeTimeout)
 	switch {
 	case err != nil:
 		return nil, err
@@ -198,6 +223,9 @@ func (g *CodeGrader) probe(ctx context.Context, bwrap string) (*sandbox, error) 
 	case r.exit != 0 || r.stdout != probeOK:
 		return nil, refusal("the interpreter %s does not run in the sandbox as uid %d (exit status %d: %s): name one that user can read, such as Debian's %s",
 			exe, sb.uid, r.exit, orNothing(lastLine(r.stderr)), DefaultCodePython)
+	case string(r.report) != "ok\n" || !slices.Equal(r.records, []string{"end"}):
+		return nil, refusal("the sandbox's prelude and harness do not run with the interpreter %s (report %q, results %q): name one that runs them, such as Debian's %s",
+			exe, r.report, r.records, DefaultCodePython)
 	}
 	return sb, nil
 }
@@ -248,34 +276,57 @@ type outcome struct {
 	ctxErr   error
 	// runErr is what Wait returned, for a run that ended otherwise.
 	runErr error
-	// finished reports that main.py ran to its end: the harness wrote the
-	// run's mark after it (see harness); stdout is without the mark.
-	finished       bool
+	// report is what the prelude said of the tests (see prelude.py): the
+	// checks and their expected values, or why the tests are bad; empty
+	// when it did not run.
+	report []byte
+	// records are the harness's lines on stdout, without the run's mark
+	// (see harness.py); recordsOver reports that some were dropped past
+	// maxRecords. stdout is without them.
+	records        []string
+	recordsOver    bool
 	stdout, stderr string
 }
 
-// run runs src as /work/main.py in a fresh sandbox and waits for it; see
-// CodeGrader for what the sandbox holds. Its error is the grader's own
-// (pipes, a bwrap that cannot be started); everything else is in the
-// outcome.
-func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src string, timeout time.Duration) (outcome, error) {
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		return outcome{}, fmt.Errorf("code grader: status pipe: %w", err)
+// run runs src as /work/main.py in a fresh sandbox, with tests as the
+// prelude's tests, and waits for it; see CodeGrader for what the sandbox
+// holds. Its error is the grader's own (pipes, a bwrap that cannot be
+// started); everything else is in the outcome.
+func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src, tests string, timeout time.Duration) (outcome, error) {
+	// Four pipes: bwrap's status, the program's source, the tests and the
+	// prelude's report; ours[i] is this process's end of pipe i, theirs[i]
+	// the end the sandbox holds.
+	var ours, theirs [4]*os.File
+	closeAll := func(files []*os.File) {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
 	}
+	for i, name := range []string{"status", "source", "tests", "report"} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(ours[:])
+			closeAll(theirs[:])
+			return outcome{}, fmt.Errorf("code grader: %s pipe: %w", name, err)
+		}
+		if name == "status" || name == "report" { // the sandbox writes
+			ours[i], theirs[i] = r, w
+		} else {
+			ours[i], theirs[i] = w, r
+		}
+	}
+	statusR, sourceW, testsW, reportR := ours[0], ours[1], ours[2], ours[3]
 	defer statusR.Close()
-	sourceR, sourceW, err := os.Pipe()
-	if err != nil {
-		statusW.Close()
-		return outcome{}, fmt.Errorf("code grader: source pipe: %w", err)
-	}
+	defer reportR.Close()
 
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(runCtx, sb.bwrap, g.bwrapArgs(sb)...)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=" + sandboxPath}
-	cmd.ExtraFiles = []*os.File{statusW, sourceR} // fdStatus, fdSource
+	cmd.ExtraFiles = theirs[:] // fdStatus, fdSource, fdTests, fdReport
 	// bwrap leads its own process group and runs as the sandbox user. The
 	// program is in a session of its own inside the sandbox's PID
 	// namespace, so killing the group kills bwrap, whose death kills the
@@ -299,13 +350,13 @@ func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src string, timeout t
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// Bounds Wait should a straggler still hold the output pipes.
 	cmd.WaitDelay = time.Second
-	stdout, stderr := newTail(g.outputBytes()), newTail(g.outputBytes())
-	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// The run's mark, fresh for every run, reaches the harness on stdin
-	// and nowhere else; the harness writes it after main.py has run to its
-	// end (see harness).
+	// and nowhere else; the harness writes it at the start of each of its
+	// records (see harness.py).
 	mark := newMark()
 	cmd.Stdin = strings.NewReader(mark + "\n")
+	stdout, stderr := newSplitter(mark, g.outputBytes()), newTail(g.outputBytes())
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 
 	// bwrap's parent death signal (Pdeathsig above, and the one its
 	// --die-with-parent sets) is sent when the thread that started it
@@ -313,11 +364,11 @@ func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src string, timeout t
 	// that no other goroutine can end the thread under the run.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	err = cmd.Start()
-	statusW.Close()
-	sourceR.Close()
+	err := cmd.Start()
+	closeAll(theirs[:])
 	if err != nil {
 		sourceW.Close()
+		testsW.Close()
 		if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOEXEC) {
 			return outcome{}, refusal("bubblewrap (%s) cannot be started as uid %d: %w", sb.bwrap, sb.uid, err)
 		}
@@ -330,6 +381,20 @@ func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src string, timeout t
 		_, _ = io.WriteString(sourceW, src)
 		sourceW.Close()
 	}()
+	// The same for the tests, which the prelude reads before it reports.
+	go func() {
+		_, _ = io.WriteString(testsW, tests)
+		testsW.Close()
+	}()
+	// The report is read while the run goes on: the prelude writes it
+	// whole before the program starts.
+	reported := make(chan []byte, 1)
+	go func() {
+		// A report cut at maxReport does not end as a whole one does: it
+		// cannot be read.
+		data, _ := readCapped(reportR, maxReport)
+		reported <- data
+	}()
 	runErr := cmd.Wait()
 	// Whatever happened, nothing of the run outlives it; nor, now and
 	// then, anything a killed grader left on this machine.
@@ -337,13 +402,17 @@ func (g *CodeGrader) run(ctx context.Context, sb *sandbox, src string, timeout t
 	maybeSweep(sb.uid)
 
 	o := outcome{runErr: runErr, stderr: stderr.String(), ctxErr: ctx.Err()}
-	o.stdout, o.finished = cutMark(stdout.String(), mark)
+	stdout.end()
+	o.stdout, o.records, o.recordsOver = stdout.out.String(), stdout.records, stdout.over
 	o.timedOut = o.ctxErr == nil && errors.Is(runCtx.Err(), context.DeadlineExceeded)
 	// bwrap has exited, so its status pipe is closed on its side; the
 	// deadline only guards against a writer we do not know of.
 	_ = statusR.SetReadDeadline(time.Now().Add(time.Second))
 	status, _ := io.ReadAll(io.LimitReader(statusR, 64<<10))
 	o.exit, o.started = exitCode(status)
+	// The same holds for the report's pipe.
+	_ = reportR.SetReadDeadline(time.Now().Add(time.Second))
+	o.report = <-reported
 	return o, nil
 }
 
@@ -392,70 +461,39 @@ func (g *CodeGrader) bwrapArgs(sb *sandbox) []string {
 		"--uid", strconv.Itoa(sb.uid), "--gid", strconv.Itoa(sb.gid),
 		"--json-status-fd", strconv.Itoa(fdStatus),
 		"--",
-		sb.python, "-I", "-S", "-B", "-c", g.prelude(), sb.python,
+		sb.python, "-I", "-S", "-B", "-c", canonPy+preludePy, sb.python, canonPy+harnessPy,
+		strconv.Itoa(fdTests), strconv.Itoa(fdReport),
+		strconv.FormatInt(g.memory(), 10), strconv.FormatInt(g.cpuSeconds(), 10), strconv.FormatInt(g.cpuSeconds()+1, 10),
+		strconv.Itoa(g.procs()), strconv.FormatInt(g.fileSize(), 10),
 	)
 	return a
 }
 
-// prelude is the program that starts every run inside the sandbox, before
-// python runs main.py afresh (exec). It closes every file descriptor but
-// stdio, so that none the grader's process holds without close-on-exec (a
-// library's, or one it inherited) reaches the program, and sets the run's
-// limits, hard and soft (never above a hard limit the grader already
-// has). They are set inside the user namespace, where
-// RLIMIT_NPROC counts this run's processes only, not those of every run of
-// the same user.
-func (g *CodeGrader) prelude() string {
-	cpu := g.cpuSeconds()
-	return fmt.Sprintf(`import os, resource as r, sys
-fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
-os.closerange(3, max(fds) + 1)
-for k, soft, hard in ((r.RLIMIT_AS, %[1]d, %[1]d), (r.RLIMIT_CPU, %[2]d, %[3]d), (r.RLIMIT_NPROC, %[4]d, %[4]d),
-        (r.RLIMIT_FSIZE, %[5]d, %[5]d), (r.RLIMIT_CORE, 0, 0)):
-    cap = r.getrlimit(k)[1]
-    if cap != r.RLIM_INFINITY:
-        soft, hard = min(soft, cap), min(hard, cap)
-    r.setrlimit(k, (soft, hard))
-os.execv(sys.argv[1], [sys.argv[1], "-I", "-B", "-c", %[6]q])
-`, g.memory(), cpu, cpu+1, g.procs(), g.fileSize(), harness)
-}
-
-// harness runs main.py (the program, then the item's tests) as __main__
-// in the interpreter the prelude execs, then writes the run's mark, read
-// from stdin before the program starts, on a line of its own. A program
-// that leaves before its tests have run to the end (sys.exit(0),
-// os._exit(0), closing its output) exits without the mark, and its
-// answer scores 0 whatever its exit status: the status alone would let a
-// program pass by exiting 0 before its tests. The mark is in no file the
-// program can read; it is in the harness's memory while the program runs,
-// so a program that searches the interpreter for it could still forge it:
-// that is a deliberate attack, not a slip, and the mark does not claim to
-// stop it.
-const harness = `import os, runpy, sys
-_w, _mark = os.write, sys.stdin.readline().strip().encode()
-sys.argv = ["main.py"]
-runpy.run_path("main.py", run_name="__main__")
-sys.stdout.flush()
-sys.stderr.flush()
-_w(1, b"\n" + _mark + b"\n")
-`
+// The prelude (python/prelude.py) starts every run inside the sandbox,
+// in an interpreter that runs nothing of the answer's. It closes every
+// file descriptor but stdio and its two pipes, so that none the grader's
+// process holds without close-on-exec (a library's, or one it inherited)
+// reaches the program; reads the item's tests, turns them into checks and
+// reports each check's expected value to the grader alone, on a pipe it
+// closes; sets the run's limits, hard and soft (never above a hard limit
+// the grader already has), inside the user namespace, where RLIMIT_NPROC
+// counts this run's processes only; and execs the harness
+// (python/harness.py) afresh. The harness runs main.py, the program alone,
+// then the checks, and writes what each check's expression gave, encoded
+// by python/canon.py, on stdout after the run's mark, which it read from
+// stdin before the program started. A program that leaves before the
+// checks have run to their end (sys.exit(0), os._exit(0), closing its
+// output) has no "end" record, and its answer scores 0 whatever its exit
+// status. The expected values are in no file, pipe or memory the program
+// can read, so neither a forged record nor an object that claims to
+// equal anything passes a check: the grader compares the encodings,
+// outside the sandbox (see value.go).
 
 // newMark returns a fresh random mark of a run.
 func newMark() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return "lowbarena-done-" + hex.EncodeToString(b[:])
-}
-
-// cutMark removes the run's mark from stdout and says whether it was
-// there: the last line, as the harness writes it.
-func cutMark(stdout, mark string) (string, bool) {
-	trimmed := strings.TrimRight(stdout, "\n")
-	rest, ok := strings.CutSuffix(trimmed, mark)
-	if !ok {
-		return stdout, false
-	}
-	return strings.TrimSuffix(rest, "\n"), true
 }
 
 // exitCode reads bwrap's JSON status: the program's exit code, and whether

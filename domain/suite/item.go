@@ -50,7 +50,11 @@ type Item struct {
 	// scores 1.
 	Pattern string `json:"pattern,omitempty"`
 	// Tests is the code grader's Python test program, run after the
-	// model's program in the same file; it exits non-zero on a failure.
+	// model's program in its namespace: each top-level assert is a check,
+	// `assert <expression> == <literal>` (or !=, is None/True/False, or a
+	// bare assert of True or False), that the grader judges by value and
+	// type, outside the program's reach; other statements are set-up
+	// (see adapters/sandbox.CodeGrader).
 	Tests string `json:"tests,omitempty"`
 	// Samples is how many generations the item gets (default 1); its
 	// score is their mean.
