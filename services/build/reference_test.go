@@ -328,3 +328,30 @@ func TestBuildPinsTheCommit(t *testing.T) {
 	require.Equal(t, hubtest.Revision, stored.Revision, "the stored bundle is pinned")
 	require.Equal(t, len(decl), len(stored.Files))
 }
+
+// TestBuildWaitsOutARateLimit: a hub that rate-limits the build for longer
+// than the client waits in place (RateLimit: r=0;t=120) makes the stage
+// wait that long (a *stage.Wait, retried then), never a refusal.
+func TestBuildWaitsOutARateLimit(t *testing.T) {
+	t.Parallel()
+	srv, _, decl := repository(t)
+	srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
+		w.Header().Set("RateLimit", `"resolvers";r=0;t=120`)
+		w.WriteHeader(http.StatusTooManyRequests)
+		return true
+	})
+	archive := pack(t, byReference(t, srv, decl, nil))
+	in := received("limited", archive)
+	uploads := &memUploads{}
+	uploads.put(in.Bundle.Bucket, in.Bundle.Object, archive)
+	arts := artifacttest.NewMemory()
+	b := &build.Builder{Uploads: uploads, Artifacts: arts, Bundles: &memBundles{}, WorkDir: t.TempDir(),
+		Hub: hub.New(hub.Options{Hosts: []string{srv.Host()}})}
+	_, err := b.Build(context.Background(), in)
+	require.Nil(t, stage.AsRefusal(err), "not a refusal: %v", err)
+	var w *stage.Wait
+	require.ErrorAs(t, err, &w)
+	require.Equal(t, 121*time.Second, w.After)
+	require.Len(t, srv.Requests(), 1, "asked once, then left to the stage's wait")
+	require.True(t, arts.Empty())
+}

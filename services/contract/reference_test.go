@@ -415,3 +415,24 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestContractWaitsOutARateLimit: a hub that rate-limits the contract
+// stage for longer than the client waits in place makes the stage wait
+// that long (a *stage.Wait), never a refusal.
+func TestContractWaitsOutARateLimit(t *testing.T) {
+	t.Parallel()
+	_, set, exs := writeExamples(t)
+	store := artifacttest.NewMemory()
+	srv, in := referenced(t, store, "limited", exs["fp8-w8a8"].Dir)
+	srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
+		w.Header().Set("RateLimit", `"resolvers";r=0;t=120`)
+		w.WriteHeader(http.StatusTooManyRequests)
+		return true
+	})
+	c := &contract.Checker{Artifacts: store, Campaigns: set, Hub: hub.New(hub.Options{Hosts: []string{srv.Host()}})}
+	_, err := c.Run(context.Background(), in)
+	require.Nil(t, stage.AsRefusal(err), "not a refusal: %v", err)
+	var w *stage.Wait
+	require.ErrorAs(t, err, &w)
+	require.Equal(t, 121*time.Second, w.After)
+}

@@ -250,24 +250,32 @@ func TestStagingFailures(t *testing.T) {
 }
 
 // TestStagingWaitsOutARateLimit: a repository that rate-limits the runner
-// for longer than its client waits in place (RateLimit: r=0;t=1, beside a
-// 100 ms MaxWait) does not fail the job: the job is handed back for the
-// wait the host asked, then staged and run.
+// for longer than its client waits in place (a 2 s window, RateLimit:
+// r=0;t=2, beside a 100 ms MaxWait) does not fail the job: the job is
+// handed back for the wait the host asked, then staged and run.
 func TestStagingWaitsOutARateLimit(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv, cand, _ := remoteCheckpoint(t, ctx, b, 1<<20, 3)
-	var once sync.Once
+	// A window that ends 2 s after the first request: every request
+	// before then is refused (the staging's own quick retries too).
+	var mu sync.Mutex
+	var ends time.Time
 	srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
-		limited := false
-		once.Do(func() {
-			w.Header().Set("RateLimit", `"resolvers";r=0;t=1`)
-			w.Header().Set("RateLimit-Policy", `"fixed window";"resolvers";q=3000;w=300`)
-			w.WriteHeader(http.StatusTooManyRequests)
-			limited = true
-		})
-		return limited
+		mu.Lock()
+		if ends.IsZero() {
+			ends = time.Now().Add(2 * time.Second)
+		}
+		left := time.Until(ends)
+		mu.Unlock()
+		if left <= 0 {
+			return false
+		}
+		w.Header().Set("RateLimit", fmt.Sprintf(`"resolvers";r=0;t=%d`, int(left.Seconds()+0.999)))
+		w.Header().Set("RateLimit-Policy", `"fixed window";"resolvers";q=3000;w=300`)
+		w.WriteHeader(http.StatusTooManyRequests)
+		return true
 	})
 	var logs bytes.Buffer
 	startStagingRunner(t, ctx, b, t.TempDir(), []string{srv.Host()}, 1<<30, &logs, func(o *runner.Options) { o.Hub.MaxWait = 100 * time.Millisecond })
@@ -275,7 +283,7 @@ func TestStagingWaitsOutARateLimit(t *testing.T) {
 	f, ok := outcome(t, b, "rl1")
 	require.True(t, ok, "%s: %s", f.Reason, f.Message)
 	reqs := srv.Requests()
-	require.Len(t, reqs, 2, "limited once, then read")
+	require.Len(t, reqs, 2, "limited once, waited out, then read")
 	require.Equal(t, http.StatusTooManyRequests, reqs[0].Status)
 	require.Equal(t, http.StatusOK, reqs[1].Status)
 }
