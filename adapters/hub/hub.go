@@ -15,6 +15,18 @@
 //   - Open streams a file from an offset, resuming a broken download: the
 //     runner's staging (package staging).
 //
+// Resolve asks which commit a revision is (the hub's X-Repo-Commit), so
+// that every stage reads the files of one commit however the branch moves.
+//
+// Transient failures are retried in place, within bounds: a server error
+// or a broken connection Attempts times; a rate limit (429) for as long as
+// its Retry-After or RateLimit header asks, up to MaxWait in all, beyond
+// which the read fails with reason.ReferenceRateLimited and the wait
+// (Error.RetryAfter) for the caller to wait out; a 416 to a range inside
+// the declared size (a CDN answers one now and then, naming a total that
+// is not the file's) RangeAttempts times before the file is taken to be
+// shorter than declared.
+//
 // Untrusted input everywhere: every answer's status and Content-Range are
 // checked before its body is read (a server that answers a Range request
 // with the whole file is refused, its body unread), redirects are bounded
@@ -25,6 +37,12 @@
 // Credentials: the operator configures a token per host (Options.Tokens);
 // it is added to requests to that host only, by the transport, and never
 // appears in an error, a log line or anything else this package returns.
+// A host that refuses the token itself (401 without a repository error
+// code: invalid or expired, which a hub answers even for a public
+// repository) is counted (lowbarena.hub.token_refused, by host) and
+// logged, and the request is sent again without it: a public repository
+// still reads, and any other is refused as the operator's doing
+// (reason.ReferenceTokenRefused), not as the participant's.
 // Participants' URLs with credentials in them are refused. A refusal is an
 // *modelrepo.Error with a stable Code and a sentence.
 package hub
@@ -42,8 +60,15 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/events/reason"
@@ -58,6 +83,16 @@ const (
 	DefaultMaxRedirects   = 5
 	DefaultAttempts       = 3
 	DefaultRetryBackoff   = 500 * time.Millisecond
+	DefaultMaxWait        = 30 * time.Second
+	DefaultRangeAttempts  = 4
+	// DefaultRateLimitWait is the wait asked of the caller when a host
+	// keeps rate-limiting without saying for how long (the Hugging Face
+	// hub counts requests over 5-minute windows).
+	DefaultRateLimitWait = time.Minute
+	// MaxRetryAfter caps the wait a host may ask for.
+	MaxRetryAfter = time.Hour
+	// maxBackoff caps the pause between two attempts.
+	maxBackoff = 8 * time.Second
 	// DefaultHost is the host participants may name when the operator
 	// lists none: the Hugging Face hub.
 	DefaultHost = "huggingface.co"
@@ -88,14 +123,29 @@ type Options struct {
 	MaxRedirects int
 	// Attempts is how often a request is sent when the server answers
 	// 429 or 5xx or the connection fails before an answer; RetryBackoff
-	// the first pause between attempts (doubled each time).
+	// the first pause between attempts (doubled each time, up to 8 s).
 	Attempts     int
 	RetryBackoff time.Duration
+	// MaxWait bounds the time one request waits in place for a host
+	// that rate-limits it (429 with a Retry-After or RateLimit header, or
+	// 503 with a Retry-After): a wait within it is waited, a longer one is
+	// returned at once as reason.ReferenceRateLimited with the wait in
+	// its RetryAfter, for the caller to wait out (a stage retries its
+	// input with that delay).
+	MaxWait time.Duration
+	// RangeAttempts is how often a Range request inside the declared
+	// size is sent while the answer is 416, before the file is taken to
+	// be shorter than declared (reason.ReferenceDigestMismatch).
+	RangeAttempts int
+	// Meter makes the client's instruments (lowbarena.hub.token_refused);
+	// nil: the global meter provider's.
+	Meter metric.MeterProvider
 	// RootCAs, when set, are the certificate authorities trusted for
 	// https (a private mirror's; tests' servers); nil: the system's.
 	RootCAs *x509.CertPool
 	// Log receives a debug line per request (method, redacted URL,
-	// status, bytes); nil logs nothing.
+	// status, bytes), and a warning, at most once a minute per host, when
+	// a host refuses the operator's token; nil logs nothing.
 	Log *slog.Logger
 }
 
@@ -121,6 +171,15 @@ func (o Options) withDefaults() Options {
 	if o.RetryBackoff <= 0 {
 		o.RetryBackoff = DefaultRetryBackoff
 	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.RangeAttempts <= 0 {
+		o.RangeAttempts = DefaultRangeAttempts
+	}
+	if o.Meter == nil {
+		o.Meter = otel.GetMeterProvider()
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -133,7 +192,13 @@ type Client struct {
 	http   *http.Client
 	hosts  map[string]hostRule
 	tokens map[string]string
+	// refused counts the answers that refused the operator's token.
+	refused metric.Int64Counter
+	logMu   sync.Mutex
+	logged  map[string]time.Time // host -> when its refused token was last logged
 }
+
+const instrumentation = "github.com/lowbarena/lowbarena/adapters/hub"
 
 // hostRule is what one Options.Hosts entry allows.
 type hostRule struct{ http bool }
@@ -141,7 +206,11 @@ type hostRule struct{ http bool }
 // New returns a Client with o's policy, timeouts and tokens.
 func New(o Options) *Client {
 	o = o.withDefaults()
-	c := &Client{opts: o, hosts: map[string]hostRule{}, tokens: map[string]string{}}
+	c := &Client{opts: o, hosts: map[string]hostRule{}, tokens: map[string]string{}, logged: map[string]time.Time{}}
+	// An instrument that cannot be made is a no-op, never a client that
+	// cannot read.
+	c.refused, _ = o.Meter.Meter(instrumentation).Int64Counter("lowbarena.hub.token_refused", metric.WithUnit("{response}"),
+		metric.WithDescription("Answers of a repository host that refused the operator's own token for it (401 without a repository error code: invalid or expired), by host."))
 	for _, h := range o.Hosts {
 		h = strings.ToLower(strings.TrimSpace(h))
 		rule := hostRule{}
@@ -188,7 +257,14 @@ type authTransport struct {
 	tokens map[string]string
 }
 
+// anonymousKey marks, in a request's context, a request sent without the
+// operator's token (the host refused it).
+type anonymousKey struct{}
+
 func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Context().Value(anonymousKey{}) != nil {
+		return t.base.RoundTrip(req)
+	}
 	if tok := tokenFor(t.tokens, req.URL); tok != "" {
 		req = req.Clone(req.Context())
 		req.Header.Set("Authorization", "Bearer "+tok)
@@ -241,10 +317,15 @@ func (c *Client) hostList() string {
 // size on the redirect to its CDN).
 type hintsKey struct{}
 
-// hints are the digests and sizes a request's answers named.
+// hints are the digests and sizes a request's answers named, and the
+// commit the first that named one named.
 type hints struct {
-	shas  []string
-	sizes []string
+	shas   []string
+	sizes  []string
+	commit string
+	// stop ends the request at the first answer that names a commit,
+	// a redirect included (Resolve needs no more).
+	stop bool
 }
 
 // redirect is the redirect policy: at most MaxRedirects hops, every hop to
@@ -265,6 +346,9 @@ func (c *Client) redirect(req *http.Request, via []*http.Request) error {
 	}
 	if h, ok := req.Context().Value(hintsKey{}).(*hints); ok && req.Response != nil {
 		h.take(req.Response.Header)
+		if h.stop && h.commit != "" {
+			return http.ErrUseLastResponse
+		}
 	}
 	return nil
 }
@@ -272,8 +356,12 @@ func (c *Client) redirect(req *http.Request, via []*http.Request) error {
 // take keeps what a response's headers say of the file: Hugging Face's
 // X-Linked-Etag (the sha256 of an LFS file) and X-Linked-Size, and an
 // RFC 9530 Repr-Digest sha-256. Every hop's are kept: a hub's redirect
-// and its CDN's answer must both agree with the declaration.
+// and its CDN's answer must both agree with the declaration. The commit
+// is the first hop's X-Repo-Commit (the hub's; a CDN names none).
 func (h *hints) take(hd http.Header) {
+	if v := strings.ToLower(strings.TrimSpace(hd.Get("X-Repo-Commit"))); h.commit == "" && modelrepo.IsCommit(v) {
+		h.commit = v
+	}
 	if v := strings.Trim(strings.TrimPrefix(hd.Get("X-Linked-Etag"), "W/"), `"`); isSHA256(v) {
 		h.shas = append(h.shas, strings.ToLower(v))
 	}
@@ -312,28 +400,38 @@ func changed(repo modelrepo.Repo, f modelrepo.File, what string) *modelrepo.Erro
 		f.Path, repo, f.Size, short(f.SHA256), what)
 }
 
-// request is one GET of f, with Range rng ("" for none), sent up to
-// Attempts times while the failure is transient (429, 5xx, a connection
-// that fails before an answer). The answer's status is mapped to an
-// *modelrepo.Error unless it is one of ok; its body is then the caller's to close.
-func (c *Client) request(ctx context.Context, repo modelrepo.Repo, f modelrepo.File, rng string, ok ...int) (*http.Response, *hints, error) {
+// request is one request of f (GET or HEAD), with Range rng ("" for
+// none), sent again while the failure is transient: a server error or a
+// connection that fails before an answer up to Attempts times, a rate
+// limit for the wait its headers ask within MaxWait (a longer one is
+// returned as reason.ReferenceRateLimited), a 416 to a range inside the
+// declared size up to RangeAttempts times, and an answer that refuses the
+// operator's token once more without it. The answer's status is mapped
+// to an *modelrepo.Error unless it is one of ok; its body is then the
+// caller's to close.
+func (c *Client) request(ctx context.Context, method string, repo modelrepo.Repo, f modelrepo.File, rng string, ok ...int) (*http.Response, *hints, error) {
 	if err := c.Allowed(repo); err != nil {
 		return nil, nil, err
 	}
 	u := repo.FileURL(f.Path)
-	backoff := c.opts.RetryBackoff
-	var last error
-	for attempt := 1; attempt <= c.opts.Attempts; attempt++ {
-		if attempt > 1 {
-			select {
-			case <-ctx.Done():
-				return nil, nil, c.bodyError(ctx, repo, f, ctx.Err())
-			case <-time.After(backoff):
-			}
-			backoff *= 2
+	t := &tries{backoff: c.opts.RetryBackoff}
+	pause := func(d time.Duration) error {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return c.bodyError(ctx, repo, f, ctx.Err())
+		case <-timer.C:
+			return nil
 		}
-		h := &hints{}
-		req, err := http.NewRequestWithContext(context.WithValue(ctx, hintsKey{}, h), http.MethodGet, u.String(), nil)
+	}
+	for attempt := 1; ; attempt++ {
+		h := &hints{stop: method == http.MethodHead}
+		rctx := context.WithValue(ctx, hintsKey{}, h)
+		if t.anonymous {
+			rctx = context.WithValue(rctx, anonymousKey{}, true)
+		}
+		req, err := http.NewRequestWithContext(rctx, method, u.String(), nil)
 		if err != nil {
 			return nil, nil, modelrepo.Refuse(reason.ReferenceURLInvalid, f.Path, "%s: %v", f.Path, err)
 		}
@@ -342,32 +440,187 @@ func (c *Client) request(ctx context.Context, repo modelrepo.Repo, f modelrepo.F
 		}
 		req.Header.Set("Accept-Encoding", "identity")
 		resp, err := c.http.Do(req)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, nil, c.bodyError(ctx, repo, f, ctx.Err())
+		var wait time.Duration
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, nil, c.bodyError(ctx, repo, f, ctx.Err())
+		case err != nil:
+			last := c.transportError(repo, f, err)
+			c.opts.Log.Debug("hub request failed", "method", method, "url", modelrepo.Redact(u), "range", rng, "attempt", attempt, "err", last)
+			if e := modelrepo.AsError(last); e == nil || e.Code != reason.ReferenceUnavailable {
+				return nil, nil, last
 			}
-			last = c.transportError(repo, f, err)
-			c.opts.Log.Debug("hub request failed", "url", modelrepo.Redact(u), "range", rng, "attempt", attempt, "err", last)
-			if e := modelrepo.AsError(last); e != nil && e.Code == reason.ReferenceUnavailable {
-				continue
+			if t.failures++; t.failures >= c.opts.Attempts {
+				return nil, nil, last
 			}
-			return nil, nil, last
-		}
-		h.take(resp.Header)
-		c.opts.Log.Debug("hub request", "url", modelrepo.Redact(u), "final", modelrepo.Redact(resp.Request.URL), "range", rng, "status", resp.StatusCode, "attempt", attempt)
-		for _, s := range ok {
-			if resp.StatusCode == s {
+			wait = t.next()
+		default:
+			h.take(resp.Header)
+			c.opts.Log.Debug("hub request", "method", method, "url", modelrepo.Redact(u), "final", modelrepo.Redact(resp.Request.URL), "range", rng, "status", resp.StatusCode, "attempt", attempt)
+			if slices.Contains(ok, resp.StatusCode) {
 				return resp, h, nil
 			}
+			closeUnread(resp)
+			var again bool
+			if wait, again, err = c.again(ctx, t, repo, f, rng, resp); !again {
+				return nil, nil, err
+			}
 		}
-		closeUnread(resp)
-		last = c.statusError(repo, f, resp)
-		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
-			continue
+		if err := pause(wait); err != nil {
+			return nil, nil, err
 		}
-		return nil, nil, last
 	}
-	return nil, nil, last
+}
+
+// tries is what one request's attempts have met so far.
+type tries struct {
+	backoff        time.Duration
+	failures, r416 int
+	waited         time.Duration
+	// anonymous: the host refused the operator's token; the request
+	// goes without it.
+	anonymous bool
+}
+
+// next is the next backoff pause.
+func (t *tries) next() time.Duration {
+	d := t.backoff
+	t.backoff = min(t.backoff*2, maxBackoff)
+	return d
+}
+
+// again decides what an unwanted answer means: send the request again
+// after wait, or fail with err.
+func (c *Client) again(ctx context.Context, t *tries, repo modelrepo.Repo, f modelrepo.File, rng string, resp *http.Response) (wait time.Duration, again bool, err error) {
+	s := resp.StatusCode
+	switch {
+	case s == http.StatusUnauthorized && !t.anonymous && tokenFor(c.tokens, resp.Request.URL) != "" && resp.Header.Get("X-Error-Code") == "":
+		// The host refused the token itself, not the repository: the
+		// operator's to renew. Without it, a public repository still
+		// reads.
+		c.tokenRefused(ctx, resp.Request.URL)
+		t.anonymous = true
+		return 0, true, nil
+	case s == http.StatusRequestedRangeNotSatisfiable && rangeInside(rng, f.Size):
+		// A range inside the declared size: a CDN answers one 416 now
+		// and then, whatever total its Content-Range names.
+		cr := modelrepo.Clip(resp.Header.Get("Content-Range"), 80)
+		if t.r416++; t.r416 < c.opts.RangeAttempts {
+			c.opts.Log.Info("a range inside the declared size was refused (HTTP 416); asking again", "url", modelrepo.Redact(resp.Request.URL),
+				"range", rng, "content_range", cr, "attempt", t.r416)
+			return t.next(), true, nil
+		}
+		return 0, false, changed(repo, f, fmt.Sprintf("the repository refused a range inside the declared size %d times (HTTP 416, Content-Range %q), so the file is shorter", t.r416, cr))
+	case s == http.StatusTooManyRequests || (s == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""):
+		wait, known := rateLimitWait(resp.Header, time.Now())
+		if !known {
+			wait = t.next()
+		}
+		t.failures++
+		if t.waited+wait > c.opts.MaxWait || t.failures >= c.opts.Attempts {
+			if !known {
+				wait = DefaultRateLimitWait
+			}
+			return 0, false, c.rateLimited(repo, f, s, wait)
+		}
+		c.opts.Log.Info("rate-limited; waiting", "host", repo.Base.Host, "status", s, "wait", wait)
+		t.waited += wait
+		return wait, true, nil
+	case s >= 500:
+		if t.failures++; t.failures < c.opts.Attempts {
+			return t.next(), true, nil
+		}
+	}
+	return 0, false, c.statusError(repo, f, resp, t.anonymous)
+}
+
+// rangeInside reports whether rng ("bytes=first-" or "bytes=first-last")
+// starts inside a file of size bytes.
+func rangeInside(rng string, size int64) bool {
+	spec, ok := strings.CutPrefix(rng, "bytes=")
+	if !ok {
+		return false
+	}
+	a, _, ok := strings.Cut(spec, "-")
+	first, err := strconv.ParseInt(a, 10, 64)
+	return ok && err == nil && first >= 0 && first < size
+}
+
+// rateLimitWait is how long a rate-limited answer asks to wait: the reset
+// of a RateLimit item with no request left (the IETF draft
+// "RateLimit: "resolvers";r=0;t=55" that the Hugging Face hub sends, or
+// the older RateLimit-Remaining: 0 with RateLimit-Reset), else its
+// Retry-After (seconds or a date); known is false when it names none.
+// A second is added to a reset in whole seconds, and no wait is over
+// MaxRetryAfter.
+func rateLimitWait(h http.Header, now time.Time) (wait time.Duration, known bool) {
+	clamp := func(d time.Duration) time.Duration { return max(0, min(d, MaxRetryAfter)) }
+	for _, v := range h.Values("RateLimit") {
+		for _, item := range strings.Split(v, ",") {
+			r, t := int64(-1), int64(-1)
+			for _, p := range strings.Split(item, ";")[1:] {
+				k, val, _ := strings.Cut(strings.TrimSpace(p), "=")
+				n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+				if err != nil {
+					continue
+				}
+				switch strings.TrimSpace(k) {
+				case "r":
+					r = n
+				case "t":
+					t = n
+				}
+			}
+			if r == 0 && t >= 0 {
+				wait, known = max(wait, clamp(time.Duration(min(t, int64(MaxRetryAfter/time.Second)))*time.Second+time.Second)), true
+			}
+		}
+	}
+	if known {
+		return wait, true
+	}
+	if strings.TrimSpace(h.Get("RateLimit-Remaining")) == "0" {
+		if n, err := strconv.ParseInt(strings.TrimSpace(h.Get("RateLimit-Reset")), 10, 64); err == nil && n >= 0 {
+			return clamp(time.Duration(min(n, int64(MaxRetryAfter/time.Second)))*time.Second + time.Second), true
+		}
+	}
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			return clamp(time.Duration(min(n, int64(MaxRetryAfter/time.Second))) * time.Second), true
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			return clamp(t.Sub(now)), true
+		}
+	}
+	return 0, false
+}
+
+// rateLimited is the failure of a read the host rate-limits for longer
+// than the client waits in place.
+func (c *Client) rateLimited(repo modelrepo.Repo, f modelrepo.File, status int, wait time.Duration) *modelrepo.Error {
+	return &modelrepo.Error{Code: reason.ReferenceRateLimited, File: f.Path, RetryAfter: wait,
+		Message: fmt.Sprintf("%s at %s: %s rate-limits the arena (HTTP %d) for %s; the arena waits that long and reads it again",
+			f.Path, repo, repo.Base.Host, status, wait.Round(time.Second))}
+}
+
+// tokenRefused tells the operator that u's host refused their token: a
+// count by host, and a warning at most once a minute per host.
+func (c *Client) tokenRefused(ctx context.Context, u *url.URL) {
+	host := strings.ToLower(u.Host)
+	if c.refused != nil {
+		c.refused.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("host", host)))
+	}
+	c.logMu.Lock()
+	now := time.Now()
+	log := now.Sub(c.logged[host]) >= time.Minute
+	if log {
+		c.logged[host] = now
+	}
+	c.logMu.Unlock()
+	if log {
+		c.opts.Log.Warn("the repository host refused the operator's token for it (HTTP 401 without a repository error): renew the token; the arena reads without it meanwhile, so only public repositories read",
+			"host", host)
+	}
 }
 
 // closeUnread closes an answer whose body is not wanted. The transport
@@ -396,26 +649,78 @@ func (c *Client) transportError(repo modelrepo.Repo, f modelrepo.File, err error
 		Message: fmt.Sprintf("%s at %s could not be reached (%s); try again when the repository answers", f.Path, repo, oneLine(cause))}
 }
 
-// statusError maps an unwanted status to an *modelrepo.Error.
-func (c *Client) statusError(repo modelrepo.Repo, f modelrepo.File, resp *http.Response) error {
+// statusError maps an unwanted status to an *modelrepo.Error, reading
+// the hub's own reason (X-Error-Code, X-Error-Message) where it gives one:
+// a missing or private repository (RepoNotFound: a hub answers both alike,
+// 401 without a token), a gated one (GatedRepo), a revision or a file that
+// is not there. anonymous says the request went without the operator's
+// token because the host refused it.
+func (c *Client) statusError(repo modelrepo.Repo, f modelrepo.File, resp *http.Response, anonymous bool) error {
 	s := resp.StatusCode
+	code := resp.Header.Get("X-Error-Code")
+	says := c.hubSays(resp.Header)
+	host := repo.Base.Host
+	hasToken := tokenFor(c.tokens, repo.Base) != ""
 	switch {
+	case anonymous && (s == http.StatusUnauthorized || s == http.StatusForbidden || code == "RepoNotFound" || code == "GatedRepo"):
+		return modelrepo.Refuse(reason.ReferenceTokenRefused, f.Path,
+			"%s at %s could not be read: %s refused the token the arena's operator configured for it (HTTP 401: invalid or expired), and without a token the repository answers HTTP %d%s. This is the arena's doing, not the repository's: its operator is told; submit again once the token is renewed, or make the repository public",
+			f.Path, repo, host, s, says)
+	case code == "GatedRepo":
+		who := "the arena holds no token for " + host + ", so it reads as no account"
+		if hasToken {
+			who = "the account of the token the arena's operator configured for " + host + " has not been granted access"
+		}
+		return modelrepo.Refuse(reason.ReferenceGated, f.Path, "%s is gated (HTTP %d, GatedRepo%s): %s; ask the arena's operator to request access with the arena's account, or lift the gate",
+			repo, s, says, who)
+	case code == "RepoNotFound":
+		why := "it does not exist, or it is private and the arena holds no token for " + host + " (the hub answers both alike)"
+		if hasToken {
+			why = "it does not exist, or it is private and the token the arena's operator configured for " + host + " may not read it"
+		}
+		return modelrepo.Refuse(reason.ReferenceNotFound, f.Path, "%s is not a repository the arena can read (HTTP %d, RepoNotFound): %s; check the repository URL in checkpoint.json, or make the repository readable to the arena",
+			modelrepo.Redact(repo.Base), s, why)
+	case code == "RevisionNotFound":
+		return modelrepo.Refuse(reason.ReferenceNotFound, f.Path, "the revision %q is not in %s (HTTP %d, RevisionNotFound); check the revision in checkpoint.json",
+			modelrepo.Clip(repo.Revision, 80), modelrepo.Redact(repo.Base), s)
 	case s == http.StatusNotFound || s == http.StatusGone:
 		return modelrepo.Refuse(reason.ReferenceNotFound, f.Path, "%s is not in %s (HTTP %d); check the repository, the revision and the path in checkpoint.json", f.Path, repo, s)
+	case s == http.StatusForbidden && strings.Contains(strings.ToLower(resp.Header.Get("X-Error-Message")), "disabled"):
+		return modelrepo.Refuse(reason.ReferenceUnauthorized, f.Path, "%s is disabled (HTTP %d%s): its owner or the hub turned it off; submit a repository that can be read", repo, s, says)
 	case s == http.StatusUnauthorized || s == http.StatusForbidden:
-		who := "the arena holds no token for " + repo.Base.Host
-		if tokenFor(c.tokens, repo.Base) != "" {
-			who = "the token the arena's operator configured for " + repo.Base.Host + " may not read it"
+		who := "the arena holds no token for " + host
+		if hasToken {
+			who = "the token the arena's operator configured for " + host + " may not read it"
 		}
-		return modelrepo.Refuse(reason.ReferenceUnauthorized, f.Path, "%s at %s is private or gated (HTTP %d) and %s; make the repository readable to the arena, or ask its operator", f.Path, repo, s, who)
+		return modelrepo.Refuse(reason.ReferenceUnauthorized, f.Path, "%s at %s is private or gated (HTTP %d%s) and %s; make the repository readable to the arena, or ask its operator", f.Path, repo, s, says, who)
 	case s == http.StatusRequestedRangeNotSatisfiable:
 		return changed(repo, f, "the repository refuses a range inside the declared size (HTTP 416), so the file is shorter")
 	case s >= 300 && s < 400:
 		return modelrepo.Refuse(reason.ReferenceUnavailable, f.Path, "%s at %s answered a redirect (HTTP %d) without a usable Location", f.Path, repo, s)
-	case s == http.StatusTooManyRequests || s >= 500:
+	case s >= 500:
 		return modelrepo.Refuse(reason.ReferenceUnavailable, f.Path, "%s at %s kept answering HTTP %d after %d attempts; try again when the repository answers", f.Path, repo, s, c.opts.Attempts)
 	}
-	return modelrepo.Refuse(reason.ReferenceUnavailable, f.Path, "%s at %s answered HTTP %d", f.Path, repo, s)
+	return modelrepo.Refuse(reason.ReferenceUnavailable, f.Path, "%s at %s answered HTTP %d%s", f.Path, repo, s, says)
+}
+
+// hubSays is what a hub's X-Error-Message says, as ", the hub says "..."",
+// or "": one line, clipped, and with no token of the operator's in it
+// (a server may echo what it was sent).
+func (c *Client) hubSays(h http.Header) string {
+	msg := strings.TrimSpace(h.Get("X-Error-Message"))
+	if msg == "" {
+		return ""
+	}
+	msg = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, msg)
+	for _, tok := range c.tokens {
+		msg = strings.ReplaceAll(msg, tok, "[token]")
+	}
+	return fmt.Sprintf(", the hub says %q", modelrepo.Clip(msg, 200))
 }
 
 // bodyError maps a failure while a request is sent or its body streams.
@@ -494,6 +799,43 @@ func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelCa
 	return tctx, func(err error) { cancel(err); stop() }
 }
 
+// Resolve returns repo at the commit its revision is now, as the host
+// names it (X-Repo-Commit) on a HEAD request for f (a file every
+// checkpoint lists: config.json), so that every later read asks for that
+// commit and a branch that moves cannot give two stages different files.
+// The request ends at the first answer that names the commit (a hub's
+// redirect to its CDN is not followed). A revision that is a commit
+// already is returned as it is, without a request; so is one whose host
+// names no commit (a plain mirror), whose reads stay on the revision.
+func (c *Client) Resolve(ctx context.Context, repo modelrepo.Repo, f modelrepo.File) (modelrepo.Repo, error) {
+	if err := c.Allowed(repo); err != nil {
+		return repo, err
+	}
+	if modelrepo.IsCommit(repo.Revision) {
+		return repo, nil
+	}
+	rctx, cancel := c.bounded(ctx)
+	defer cancel(nil)
+	resp, h, err := c.request(rctx, http.MethodHead, repo, f, "", http.StatusOK, http.StatusMovedPermanently, http.StatusFound,
+		http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect, http.StatusMethodNotAllowed, http.StatusNotImplemented)
+	if err != nil {
+		return repo, err
+	}
+	closeUnread(resp)
+	if resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented {
+		// A server that answers no HEAD names no commit either.
+		return repo, nil
+	}
+	if err := h.check(repo, f); err != nil {
+		return repo, err
+	}
+	if h.commit == "" {
+		c.opts.Log.Debug("the repository names no commit; reading at the revision", "repository", repo.String())
+		return repo, nil
+	}
+	return repo.At(h.commit), nil
+}
+
 // Fetch reads f whole, refusing a file declared over max bytes before any
 // request, reading at most f.Size+1 bytes, and checking size and sha256.
 // The build stage fetches the small files of a checkpoint this way.
@@ -502,7 +844,7 @@ func (c *Client) Fetch(ctx context.Context, repo modelrepo.Repo, f modelrepo.Fil
 		return nil, modelrepo.Refuse(reason.ReferenceFileTooLarge, f.Path, "%s is declared %d bytes; the arena fetches files other than *.safetensors whole, and each may be at most %d bytes", f.Path, f.Size, max)
 	}
 	rctx, cancel := c.bounded(ctx)
-	resp, h, err := c.request(rctx, repo, f, "", http.StatusOK)
+	resp, h, err := c.request(rctx, http.MethodGet, repo, f, "", http.StatusOK)
 	if err != nil {
 		cancel(nil)
 		return nil, err
@@ -553,7 +895,7 @@ func (c *Client) Open(ctx context.Context, repo modelrepo.Repo, f modelrepo.File
 	if offset > 0 {
 		rng = fmt.Sprintf("bytes=%d-", offset)
 	}
-	resp, h, err := c.request(rctx, repo, f, rng, http.StatusOK, http.StatusPartialContent)
+	resp, h, err := c.request(rctx, http.MethodGet, repo, f, rng, http.StatusOK, http.StatusPartialContent)
 	if err != nil {
 		cancel(nil)
 		return nil, err

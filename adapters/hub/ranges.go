@@ -83,7 +83,7 @@ func (r *RangeReader) Read(p []byte) (int, error) {
 func (r *RangeReader) open(first, last int64) error {
 	rctx, cancel := r.c.bounded(r.ctx)
 	r.requests++
-	resp, h, err := r.c.request(rctx, r.repo, r.f, fmt.Sprintf("bytes=%d-%d", first, last), http.StatusOK, http.StatusPartialContent)
+	resp, h, err := r.c.request(rctx, http.MethodGet, r.repo, r.f, fmt.Sprintf("bytes=%d-%d", first, last), http.StatusOK, http.StatusPartialContent)
 	if err != nil {
 		cancel(nil)
 		return err

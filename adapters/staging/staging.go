@@ -16,9 +16,12 @@
 //
 //   - Size cap. Blobs and partial downloads (counted at their full
 //     declared size from the moment they are admitted) hold at most
-//     MaxBytes. A download is admitted under the cache lock after evicting
-//     what it needs, least recently used first (a blob's modification time
-//     is its last use); checkouts' small files are not counted.
+//     MaxBytes. A checkout whose shards cannot fit is refused before its
+//     first byte is downloaded: one over the cap by itself, or over what
+//     other jobs hold (blobs in use, downloads in progress) leaves of it.
+//     A download is admitted under the cache lock after evicting what it
+//     needs, least recently used first (a blob's modification time is its
+//     last use); checkouts' small files are not counted.
 //   - In use. A job holds each blob it uses with a shared flock from its
 //     checkout until Lease.Release (and the kernel releases it when the
 //     process dies); eviction takes an exclusive flock without waiting
@@ -36,8 +39,11 @@
 //     ignores it sends the whole file, which is then written from the
 //     start.
 //   - Digests. A blob is renamed into blobs/ only once its sha256 and size
-//     are the declared ones; a mismatch removes the partial and fails with
-//     reason.ReferenceDigestMismatch.
+//     are the declared ones; a mismatch of the bytes downloaded removes
+//     the partial and fails with reason.ReferenceDigestMismatch. A
+//     mismatch the repository states (a digest or size in its headers, a
+//     416 that persists) fails the same way but keeps the partial: its
+//     bytes are checked when it is finished, and may yet be right.
 package staging
 
 import (
@@ -62,6 +68,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
 
+	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/domain/modelrepo"
 	"github.com/lowbarena/lowbarena/events/reason"
 )
@@ -213,6 +220,9 @@ func (c *Cache) Checkout(ctx context.Context, name string, repo modelrepo.Repo, 
 	}
 	slices.SortFunc(shas, func(a, b string) int { return strings.Compare(uniq[a].Path, uniq[b].Path) })
 
+	if err := c.room(uniq, total); err != nil {
+		return nil, err
+	}
 	lease := &Lease{}
 	defer func() {
 		if err != nil {
@@ -317,13 +327,14 @@ func (c *Cache) download(ctx context.Context, repo modelrepo.Repo, f modelrepo.F
 		if err == nil {
 			break
 		}
+		// A mismatch the repository states (its headers, a 416 that
+		// persists) leaves the partial as it is: the bytes on disk are
+		// checked against the declared sha256 once the file is whole,
+		// and a later job resumes them.
+		// A rate limit longer than the client waits in place is the
+		// caller's to wait out (the runner hands the job back for it).
 		he := modelrepo.AsError(err)
-		if he != nil && he.Code == reason.ReferenceDigestMismatch {
-			// The repository serves another file now: what is on disk
-			// is of no use.
-			_ = os.Remove(part.Name())
-		}
-		if he == nil || !he.Transient() || attempt >= c.opts.Attempts {
+		if _, limited := modelrepo.Wait(err); limited || he == nil || !he.Transient() || attempt >= c.opts.Attempts {
 			return err
 		}
 		c.opts.Log.Info("download broke; resuming", "file", f.Path, "at", have, "of", f.Size, "attempt", attempt, "err", err)
@@ -623,10 +634,79 @@ func (c *Cache) evict(need int64, keep string) error {
 	}
 	if total+need > c.opts.MaxBytes {
 		return &Error{Code: reason.StagingCacheFull, Message: fmt.Sprintf(
-			"staging needs %d more bytes, and the pod's cache holds %d bytes it cannot free (in use by running jobs) of its %d-byte cap; the operator can raise the runner's --cache-bytes, or the job can run again when the others end",
-			need, total, c.opts.MaxBytes)}
+			"staging needs %s (%d bytes) more, and the pod's cache holds %s it cannot free (shards in use by running jobs, this one's included, and downloads in progress) of its %s cap (the runner's --cache-bytes); the job can run again when the others end, or the operator can raise --cache-bytes",
+			bundle.HumanSize(need), need, bundle.HumanSize(total), bundle.HumanSize(c.opts.MaxBytes))}
 	}
 	return nil
+}
+
+// room refuses a checkout whose unique files (total bytes) cannot fit
+// in the cache, before any of them is downloaded: over the cap by
+// themselves, or over what the blobs and downloads other jobs hold leave
+// of it. The sentence says what is needed, the cap, and what others hold.
+func (c *Cache) room(uniq map[string]modelrepo.File, total int64) error {
+	if total > c.opts.MaxBytes {
+		return &Error{Code: reason.StagingCacheFull, Message: fmt.Sprintf(
+			"the checkpoint's shards are %s (%d bytes) and the pod's cache is capped at %s (%d bytes, the runner's --cache-bytes): it can never be staged on this pod, whatever else the cache holds; the operator can raise --cache-bytes to at least %s",
+			bundle.HumanSize(total), total, bundle.HumanSize(c.opts.MaxBytes), c.opts.MaxBytes, bundle.HumanSize(total))}
+	}
+	unlock, err := c.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	held, err := c.held(uniq)
+	if err != nil {
+		return err
+	}
+	if total+held > c.opts.MaxBytes {
+		return c.full(total, held)
+	}
+	return nil
+}
+
+// full is the refusal of a checkout of total bytes that other jobs'
+// held bytes leave no room for.
+func (c *Cache) full(total, held int64) *Error {
+	return &Error{Code: reason.StagingCacheFull, Message: fmt.Sprintf(
+		"the checkpoint's shards are %s (%d bytes) and the pod's cache is capped at %s (%d bytes, the runner's --cache-bytes), of which other running jobs hold %s (shards in use, downloads in progress), leaving %s; the job can run again when they end, or the operator can raise --cache-bytes to at least %s",
+		bundle.HumanSize(total), total, bundle.HumanSize(c.opts.MaxBytes), c.opts.MaxBytes, bundle.HumanSize(held), bundle.HumanSize(max(0, c.opts.MaxBytes-held)), bundle.HumanSize(total+held))}
+}
+
+// held is the bytes of the blobs and partial downloads that other jobs
+// hold (a shared hold on a blob, a download in progress), not counting
+// uniq's own, which this checkout keeps or waits for. The cache lock must
+// be held.
+func (c *Cache) held(uniq map[string]modelrepo.File) (int64, error) {
+	entries, _, err := c.usage()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, e := range entries {
+		name := filepath.Base(e.path)
+		if !e.blob {
+			name, _, _ = strings.Cut(name, ".")
+		}
+		if _, ours := uniq[name]; ours {
+			continue
+		}
+		if c.inUse(e.path) {
+			n += e.size
+		}
+	}
+	return n, nil
+}
+
+// inUse reports whether a blob or partial file is held by a job (the
+// exclusive hold eviction takes is refused). The cache lock must be held.
+func (c *Cache) inUse(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false // removed meanwhile
+	}
+	defer f.Close() // drops the probe's hold
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
 }
 
 // evictOne removes e unless it is held, and the links to it in checkouts.

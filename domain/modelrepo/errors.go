@@ -3,6 +3,7 @@ package modelrepo
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lowbarena/lowbarena/events/reason"
 )
@@ -21,7 +22,8 @@ func Codes() []Code {
 		reason.ReferenceHostNotAllowed, reason.ReferenceNotFound, reason.ReferenceUnauthorized,
 		reason.ReferenceRangeIgnored, reason.ReferenceRedirectLoop, reason.ReferenceRedirectScheme,
 		reason.ReferenceDigestMismatch, reason.ReferenceFileTooLarge, reason.ReferenceTimeout,
-		reason.ReferenceUnavailable,
+		reason.ReferenceUnavailable, reason.ReferenceGated, reason.ReferenceTokenRefused,
+		reason.ReferenceRateLimited,
 	}
 }
 
@@ -37,6 +39,11 @@ type Error struct {
 	Message string
 	// Err is the cause, if any (a network error, never a header).
 	Err error
+	// RetryAfter is, for reason.ReferenceRateLimited, how long the host
+	// asked to wait before the next request (its Retry-After or
+	// RateLimit header): longer than the client waits in place, so the
+	// caller waits it out (a stage retries its input with this delay).
+	RetryAfter time.Duration
 }
 
 // Error formats the code and the sentence.
@@ -45,10 +52,21 @@ func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Transient reports whether trying again later may help: a timeout or an
-// unavailable repository, not a refusal of what was declared.
+// Transient reports whether trying again later may help: a timeout, an
+// unavailable or rate-limited repository, not a refusal of what was
+// declared.
 func (e *Error) Transient() bool {
-	return e.Code == reason.ReferenceTimeout || e.Code == reason.ReferenceUnavailable
+	return e.Code == reason.ReferenceTimeout || e.Code == reason.ReferenceUnavailable || e.Code == reason.ReferenceRateLimited
+}
+
+// Wait returns how long to wait before reading the repository again when
+// err is a rate limit (reason.ReferenceRateLimited), and whether it is one.
+func Wait(err error) (time.Duration, bool) {
+	e := AsError(err)
+	if e == nil || e.Code != reason.ReferenceRateLimited {
+		return 0, false
+	}
+	return e.RetryAfter, true
 }
 
 // AsError returns the *Error in err's chain, or nil.
@@ -68,6 +86,8 @@ func CodeOf(err error) Code {
 	return ""
 }
 
+// Refuse returns an *Error with code, the file it concerns and a
+// formatted sentence.
 func Refuse(code Code, file string, format string, args ...any) *Error {
 	return &Error{Code: code, File: file, Message: fmt.Sprintf(format, args...)}
 }

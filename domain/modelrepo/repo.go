@@ -43,6 +43,19 @@ type File struct {
 	SHA256 string
 }
 
+// commitHash is a full git commit id: sha1 (40 hex digits) or sha256 (64).
+var commitHash = regexp.MustCompile(`^(?:[0-9a-f]{40}|[0-9a-f]{64})$`)
+
+// IsCommit reports whether rev is a full commit id, lowercase hex: a
+// revision that pins a repository's files, as a branch or a tag does not.
+func IsCommit(rev string) bool { return commitHash.MatchString(rev) }
+
+// At is r at another revision (a commit the revision resolved to).
+func (r Repo) At(rev string) Repo {
+	r.Revision = rev
+	return r
+}
+
 // revision is a branch, tag or commit name as git allows them, kept to the
 // plain characters model hubs use (refs/pr/1 included).
 var revision = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)

@@ -77,12 +77,17 @@ type Patch struct {
 
 // Reference is a checkpoint submitted by reference: the model repository
 // and revision its checkpoint.json names (never with credentials), and
-// how many files of what total size it lists.
+// how many files of what total size it lists. Commit is the commit the
+// build stage resolved the revision to (the hub's X-Repo-Commit), which
+// every later stage reads, so a branch that moves mid-pipeline cannot
+// give two stages different files; empty in submission.received, and for
+// a host that names no commit.
 type Reference struct {
 	Repository string `json:"repository"`
 	Revision   string `json:"revision"`
 	Files      int    `json:"files"`
 	Bytes      int64  `json:"bytes"`
+	Commit     string `json:"commit,omitempty"`
 }
 
 // Stage is one pipeline stage of a record.

@@ -571,19 +571,35 @@ const (
 	// files. Given by arena submit, build, contract, runner.
 	ReferenceFileTooLarge Code = "reference_file_too_large"
 
+	// ReferenceGated is reference_gated. The repository is gated: the hub
+	// (its X-Error-Code GatedRepo) lets only the accounts that accepted its
+	// conditions read it, and the arena's account has not, or the arena
+	// holds no token for the host. Given by build, contract, runner.
+	ReferenceGated Code = "reference_gated"
+
 	// ReferenceHostNotAllowed is reference_host_not_allowed. The arena's
 	// operator does not let participants name this host (or plain http for
 	// it). Given by arena submit, build, contract, runner.
 	ReferenceHostNotAllowed Code = "reference_host_not_allowed"
 
 	// ReferenceNotFound is reference_not_found. The repository answered 404
-	// or 410 for a file. Given by arena submit, build, contract, runner.
+	// or 410 for a file, or the hub said the repository or the revision is
+	// not there (X-Error-Code RepoNotFound or RevisionNotFound; a private
+	// repository reads as missing to a reader the hub does not let see it).
+	// Given by arena submit, build, contract, runner.
 	ReferenceNotFound Code = "reference_not_found"
 
 	// ReferenceRangeIgnored is reference_range_ignored. A Range request was
 	// answered with the whole file (200) or with other bytes than asked; the
 	// answer is not read. Given by arena submit, build, contract, runner.
 	ReferenceRangeIgnored Code = "reference_range_ignored"
+
+	// ReferenceRateLimited is reference_rate_limited. The repository's host
+	// answered 429 with a wait longer than the client waits in place (its
+	// Retry-After or RateLimit header); the stage waits that long and tries
+	// again, it never refuses the submission for it. Given by build,
+	// contract, runner.
+	ReferenceRateLimited Code = "reference_rate_limited"
 
 	// ReferenceRedirectLoop is reference_redirect_loop. More redirects than
 	// the client follows. Given by arena submit, build, contract, runner.
@@ -605,10 +621,19 @@ const (
 	// submit, build, contract, runner.
 	ReferenceTimeout Code = "reference_timeout"
 
+	// ReferenceTokenRefused is reference_token_refused. The host refused the
+	// arena operator's own token (401 without a repository error code:
+	// invalid or expired), and the repository could not be read without it
+	// either; the operator is told (lowbarena_hub_token_refused_total, a log
+	// line naming the host). Not the participant's doing. Given by build,
+	// contract, runner.
+	ReferenceTokenRefused Code = "reference_token_refused"
+
 	// ReferenceUnauthorized is reference_unauthorized. The repository
-	// answered 401 or 403 (a private or gated repository the operator's
-	// token, if any, may not read). Given by arena submit, build, contract,
-	// runner.
+	// answered 401 or 403 without a reason of its own (a private repository
+	// the operator's token, if any, may not read, a disabled one); the hub's
+	// RepoNotFound and GatedRepo, and a refused operator token, have codes
+	// of their own. Given by arena submit, build, contract, runner.
 	ReferenceUnauthorized Code = "reference_unauthorized"
 
 	// ReferenceUnavailable is reference_unavailable. The repository could
@@ -999,14 +1024,17 @@ var catalogue = []Info{
 	{Code: RecordHidden, Name: "RecordHidden", Description: "A record refused to a viewer who may not read it: the metric's name only, since the client is answered submission_not_found.", GivenBy: []string{"gateway"}},
 	{Code: ReferenceDigestMismatch, Name: "ReferenceDigestMismatch", Description: "The file the repository serves is not the one checkpoint.json declares: another size or sha256.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
 	{Code: ReferenceFileTooLarge, Name: "ReferenceFileTooLarge", Description: "A file the arena fetches whole (config, index, tokenizer) is over the limit for such files.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
+	{Code: ReferenceGated, Name: "ReferenceGated", Description: "The repository is gated: the hub (its X-Error-Code GatedRepo) lets only the accounts that accepted its conditions read it, and the arena's account has not, or the arena holds no token for the host.", GivenBy: []string{"build", "contract", "runner"}},
 	{Code: ReferenceHostNotAllowed, Name: "ReferenceHostNotAllowed", Description: "The arena's operator does not let participants name this host (or plain http for it).", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
-	{Code: ReferenceNotFound, Name: "ReferenceNotFound", Description: "The repository answered 404 or 410 for a file.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
+	{Code: ReferenceNotFound, Name: "ReferenceNotFound", Description: "The repository answered 404 or 410 for a file, or the hub said the repository or the revision is not there (X-Error-Code RepoNotFound or RevisionNotFound; a private repository reads as missing to a reader the hub does not let see it).", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
 	{Code: ReferenceRangeIgnored, Name: "ReferenceRangeIgnored", Description: "A Range request was answered with the whole file (200) or with other bytes than asked; the answer is not read.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
+	{Code: ReferenceRateLimited, Name: "ReferenceRateLimited", Description: "The repository's host answered 429 with a wait longer than the client waits in place (its Retry-After or RateLimit header); the stage waits that long and tries again, it never refuses the submission for it.", GivenBy: []string{"build", "contract", "runner"}},
 	{Code: ReferenceRedirectLoop, Name: "ReferenceRedirectLoop", Description: "More redirects than the client follows.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
 	{Code: ReferenceRedirectScheme, Name: "ReferenceRedirectScheme", Description: "A redirect to another scheme than https (or http from http), such as file: or a downgrade from https to http.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
 	{Code: ReferenceRevisionInvalid, Name: "ReferenceRevisionInvalid", Description: "The revision is empty or not a plain branch, tag or commit name.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
 	{Code: ReferenceTimeout, Name: "ReferenceTimeout", Description: "The repository did not answer, or stopped sending, within the client's deadlines.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
-	{Code: ReferenceUnauthorized, Name: "ReferenceUnauthorized", Description: "The repository answered 401 or 403 (a private or gated repository the operator's token, if any, may not read).", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
+	{Code: ReferenceTokenRefused, Name: "ReferenceTokenRefused", Description: "The host refused the arena operator's own token (401 without a repository error code: invalid or expired), and the repository could not be read without it either; the operator is told (lowbarena_hub_token_refused_total, a log line naming the host). Not the participant's doing.", GivenBy: []string{"build", "contract", "runner"}},
+	{Code: ReferenceUnauthorized, Name: "ReferenceUnauthorized", Description: "The repository answered 401 or 403 without a reason of its own (a private repository the operator's token, if any, may not read, a disabled one); the hub's RepoNotFound and GatedRepo, and a refused operator token, have codes of their own.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
 	{Code: ReferenceUnavailable, Name: "ReferenceUnavailable", Description: "The repository could not be reached, or kept answering with a server error.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
 	{Code: ReferenceURLCredentials, Name: "ReferenceURLCredentials", Description: "The repository URL carries a user name or a password. The credentials are never echoed.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},
 	{Code: ReferenceURLInvalid, Name: "ReferenceURLInvalid", Description: "The repository is not an http(s) URL with a host and a path, or carries a query or a fragment.", GivenBy: []string{"arena submit", "build", "contract", "runner"}},

@@ -2,6 +2,8 @@ package build
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -13,8 +15,10 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/bundle"
 	"github.com/lowbarena/lowbarena/domain/modelrepo"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
+	"github.com/lowbarena/lowbarena/platform/stage"
 	"github.com/lowbarena/lowbarena/services/build/unpack"
 )
 
@@ -26,14 +30,21 @@ const MaxSmallFileBytes = 64 << 20
 
 // reference completes an unpacked bundle that holds checkpoint.json: it
 // checks the reference against the bundle, the submission and the
-// operator's hosts, fetches every listed file other than the shards into
-// dir (each checked against its declared size and sha256; never a shard),
-// and returns the bundle's files with the listed ones added (the shards
-// as their declarations) and the reference's summary. A bundle without
-// checkpoint.json is returned as it is.
+// operator's hosts, resolves the revision to the commit it is now (the
+// hub's X-Repo-Commit), fetches every listed file other than the shards
+// into dir at that commit (each checked against its declared size and
+// sha256; never a shard), and returns the bundle's files with the listed
+// ones added (the shards as their declarations) and the reference's
+// summary, its Commit the commit. A revision that was not that commit
+// already is pinned in the bundle: the checkpoint.json stored with it
+// names the commit as its revision, so the contract stage and the runner,
+// whatever the branch does meanwhile, read the files the build read. A
+// bundle without checkpoint.json is returned as it is.
 //
 // Every refusal is an *unpack.Error: a bundle code, or the hub's
-// reference_* code of the file that failed.
+// reference_* code of the file that failed. A repository that
+// rate-limits the build for longer than the client waits in place is a
+// *stage.Wait of that long: the input is retried then, not refused.
 func (b *Builder) reference(ctx context.Context, dir string, files []events.FileDigest, in events.SubmissionReceivedData) ([]events.FileDigest, *events.CheckpointReference, error) {
 	i := fileIndex(files, bundle.CheckpointFile)
 	if i < 0 {
@@ -59,7 +70,7 @@ func (b *Builder) reference(ctx context.Context, dir string, files []events.File
 		return nil, nil, hubRefusal(err)
 	}
 	sum := &events.CheckpointReference{Repository: repo.Base.String(), Revision: ref.Revision, Files: len(ref.Files), Bytes: ref.Bytes()}
-	if in.Reference != nil && *in.Reference != *sum {
+	if announced := in.Reference; announced != nil && (record.Reference{Repository: announced.Repository, Revision: announced.Revision, Files: announced.Files, Bytes: announced.Bytes}) != *sum {
 		return nil, nil, refuse(reason.BundleDeclarationMismatch, "the submission names %s@%s (%d files, %d bytes) and the bundle's %s %s@%s (%d files, %d bytes); submit the bundle again with arena submit",
 			in.Reference.Repository, in.Reference.Revision, in.Reference.Files, in.Reference.Bytes, bundle.CheckpointFile, sum.Repository, sum.Revision, sum.Files, sum.Bytes)
 	}
@@ -68,6 +79,18 @@ func (b *Builder) reference(ctx context.Context, dir string, files []events.File
 	}
 	if err := b.fits(files, ref); err != nil {
 		return nil, nil, err
+	}
+	// One commit for the whole pipeline: the revision as it is now.
+	if cfg, ok := ref.File("config.json"); ok {
+		if repo, err = b.hub().Resolve(ctx, repo, cfg.Hub()); err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			return nil, nil, hubRefusal(err)
+		}
+	}
+	if modelrepo.IsCommit(repo.Revision) {
+		sum.Commit = repo.Revision
 	}
 
 	root, err := os.OpenRoot(dir)
@@ -97,7 +120,29 @@ func (b *Builder) reference(ctx context.Context, dir string, files []events.File
 			return nil, nil, fmt.Errorf("build: %w", err)
 		}
 	}
+	if sum.Commit != "" && sum.Commit != ref.Revision {
+		if out, err = pin(dir, out, *ref, sum.Commit); err != nil {
+			return nil, nil, err
+		}
+	}
 	return out, sum, nil
+}
+
+// pin rewrites dir's checkpoint.json with commit as its revision and
+// returns files with its new size and digest.
+func pin(dir string, files []events.FileDigest, ref bundle.Reference, commit string) ([]events.FileDigest, error) {
+	ref.Revision = commit
+	if err := bundle.WriteReference(dir, ref); err != nil {
+		return nil, fmt.Errorf("build: pin %s: %w", bundle.CheckpointFile, err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, bundle.CheckpointFile))
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	d := sha256.Sum256(data)
+	i := fileIndex(files, bundle.CheckpointFile)
+	files[i].Size, files[i].SHA256 = int64(len(data)), hex.EncodeToString(d[:])
+	return files, nil
 }
 
 // fits checks a reference against the bundle that carries it and the
@@ -145,8 +190,12 @@ func (b *Builder) hub() *hub.Client {
 
 var noHosts = hub.New(hub.Options{})
 
-// hubRefusal turns the hub's refusal into the build's.
+// hubRefusal turns the hub's refusal into the build's; a rate limit
+// longer than the client waits in place into a wait of the stage.
 func hubRefusal(err error) error {
+	if d, ok := modelrepo.Wait(err); ok {
+		return stage.RetryAfter(d, err)
+	}
 	if he := modelrepo.AsError(err); he != nil {
 		return &unpack.Error{Code: he.Code, Message: he.Message, Err: err}
 	}

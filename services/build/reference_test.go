@@ -2,11 +2,13 @@ package build_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,7 +71,7 @@ func summary(srv *hubtest.Server, decl []bundle.ReferencedFile) *events.Checkpoi
 	for _, f := range decl {
 		n += f.Size
 	}
-	return &events.CheckpointReference{Repository: srv.Repository(), Revision: hubtest.Revision, Files: len(decl), Bytes: n}
+	return &events.CheckpointReference{Repository: srv.Repository(), Revision: hubtest.Revision, Files: len(decl), Bytes: n, Commit: hubtest.Revision}
 }
 
 // TestBuildByReference: a bundle by reference is built from its small
@@ -268,4 +270,88 @@ func TestBuildRecognisesTheSameReference(t *testing.T) {
 	two := build("two")
 	require.Equal(t, one.BundleDigest, two.BundleDigest)
 	require.Equal(t, "one", two.DuplicateOf)
+}
+
+// TestBuildPinsTheCommit: a reference to a branch is resolved to the
+// commit the hub names, once; every small file is read at that commit
+// although the branch moves meanwhile (to a commit whose tokenizer is
+// another), build.completed carries the commit, and the checkpoint.json
+// stored with the bundle names it, so the contract stage and the runner
+// read that commit too.
+func TestBuildPinsTheCommit(t *testing.T) {
+	t.Parallel()
+	srv, _, decl := repository(t)
+	dir := folder(t, map[string]string{"submission.json": goodFiles()["submission.json"]})
+	require.NoError(t, bundle.WriteReference(dir, bundle.Reference{Repository: srv.Repository(), Revision: hubtest.Branch, Files: decl}))
+	other := filepath.Join(t.TempDir(), "tokenizer.json")
+	require.NoError(t, os.WriteFile(other, []byte(`{"model":{"moved":true}}`), 0o644))
+	var once sync.Once
+	srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
+		if r.Method == http.MethodGet {
+			// The branch moves once the build started reading.
+			once.Do(func() { srv.Push(map[string]string{"tokenizer.json": other}) })
+		}
+		return false
+	})
+	archive := pack(t, dir)
+	in := received("pinned", archive)
+	uploads := &memUploads{}
+	uploads.put(in.Bundle.Bucket, in.Bundle.Object, archive)
+	arts := artifacttest.NewMemory()
+	b := &build.Builder{Uploads: uploads, Artifacts: arts, Bundles: &memBundles{}, WorkDir: t.TempDir(),
+		Hub: hub.New(hub.Options{Hosts: []string{srv.Host()}})}
+	out, err := b.Build(context.Background(), in)
+	require.NoError(t, err)
+	require.NotEqual(t, hubtest.Revision, srv.Head(), "the branch moved")
+	require.Equal(t, hubtest.Branch, out.Reference.Revision, "the participant's revision, as written")
+	require.Equal(t, hubtest.Revision, out.Reference.Commit, "the commit it was when the build resolved it")
+
+	reqs := srv.Requests()
+	require.Equal(t, http.MethodHead, reqs[0].Method)
+	require.Equal(t, hubtest.Branch, reqs[0].Revision, "resolved once")
+	for _, r := range reqs[1:] {
+		require.Equal(t, hubtest.Revision, r.Revision, "%s read at the commit", r.Path)
+	}
+
+	m := artifact.NewManifest(out.Files)
+	require.Equal(t, m.Digest, out.BundleDigest)
+	f, ok := m.File(bundle.CheckpointFile)
+	require.True(t, ok)
+	rc, err := arts.OpenFile(context.Background(), f.SHA256)
+	require.NoError(t, err)
+	data, err := io.ReadAll(rc)
+	require.NoError(t, rc.Close())
+	require.NoError(t, err)
+	require.Equal(t, f.Size, int64(len(data)))
+	stored, err := bundle.ParseReference(data)
+	require.NoError(t, err)
+	require.Equal(t, hubtest.Revision, stored.Revision, "the stored bundle is pinned")
+	require.Equal(t, len(decl), len(stored.Files))
+}
+
+// TestBuildWaitsOutARateLimit: a hub that rate-limits the build for longer
+// than the client waits in place (RateLimit: r=0;t=120) makes the stage
+// wait that long (a *stage.Wait, retried then), never a refusal.
+func TestBuildWaitsOutARateLimit(t *testing.T) {
+	t.Parallel()
+	srv, _, decl := repository(t)
+	srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
+		w.Header().Set("RateLimit", `"resolvers";r=0;t=120`)
+		w.WriteHeader(http.StatusTooManyRequests)
+		return true
+	})
+	archive := pack(t, byReference(t, srv, decl, nil))
+	in := received("limited", archive)
+	uploads := &memUploads{}
+	uploads.put(in.Bundle.Bucket, in.Bundle.Object, archive)
+	arts := artifacttest.NewMemory()
+	b := &build.Builder{Uploads: uploads, Artifacts: arts, Bundles: &memBundles{}, WorkDir: t.TempDir(),
+		Hub: hub.New(hub.Options{Hosts: []string{srv.Host()}})}
+	_, err := b.Build(context.Background(), in)
+	require.Nil(t, stage.AsRefusal(err), "not a refusal: %v", err)
+	var w *stage.Wait
+	require.ErrorAs(t, err, &w)
+	require.Equal(t, 121*time.Second, w.After)
+	require.Len(t, srv.Requests(), 1, "asked once, then left to the stage's wait")
+	require.True(t, arts.Empty())
 }

@@ -96,7 +96,11 @@ func (c *Checker) check(ctx context.Context, in events.BuildCompletedData) (reco
 	case err != nil:
 		return record.Contract{}, 0, nil, err
 	}
-	open, stop, err := c.opener(ctx, m)
+	commit := ""
+	if in.Reference != nil {
+		commit = in.Reference.Commit
+	}
+	open, stop, err := c.opener(ctx, m, commit)
 	if err != nil {
 		return record.Contract{}, 0, nil, err
 	}

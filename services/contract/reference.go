@@ -29,8 +29,11 @@ import (
 // inputs either way. The headers are fetched ahead of the reader, a few
 // at a time (prefetch), so a checkpoint of many shards on a distant hub
 // costs a few round trips, not two per shard; stop ends what is still in
-// flight once the reader is done.
-func (c *Checker) opener(ctx context.Context, m artifact.Manifest) (open safetensors.Opener, stop func(), err error) {
+// flight once the reader is done. The shards are read at commit, the
+// commit the build stage resolved the revision to (build.completed's
+// reference), whatever the branch is now; "" reads the revision
+// checkpoint.json names (a bundle built before commits were carried).
+func (c *Checker) opener(ctx context.Context, m artifact.Manifest, commit string) (open safetensors.Opener, stop func(), err error) {
 	store := func(name string) (io.ReadCloser, error) {
 		f, ok := m.File(name)
 		if !ok {
@@ -56,6 +59,9 @@ func (c *Checker) opener(ctx context.Context, m artifact.Manifest) (open safeten
 	repo, err := ref.Repo()
 	if err == nil {
 		err = c.hub().Allowed(repo)
+	}
+	if err == nil && modelrepo.IsCommit(commit) {
+		repo = repo.At(commit)
 	}
 	if r := hubRefusal(err); r != nil {
 		return nil, nil, r
@@ -209,10 +215,14 @@ func (c *Checker) hub() *hub.Client {
 var noHosts = hub.New(hub.Options{})
 
 // hubRefusal is the refusal of a reference the repository did not serve
-// as declared (its reference_* code and sentence), or nil for another
-// error. A cancelled context is never one: the stage stops, and the input
-// is redelivered.
+// as declared (its reference_* code and sentence), a wait of the stage
+// for a repository that rate-limits it for longer than the client waits
+// in place, or nil for another error. A cancelled context is never one:
+// the stage stops, and the input is redelivered.
 func hubRefusal(err error) error {
+	if d, ok := modelrepo.Wait(err); ok {
+		return stage.RetryAfter(d, err)
+	}
 	if he := modelrepo.AsError(err); he != nil {
 		return stage.Refuse(he.Code, he.Message)
 	}

@@ -47,9 +47,16 @@ func referenced(t *testing.T, store artifact.Store, id, dir string) (*hubtest.Se
 // and its small files, but not its shards; the manifest lists them all.
 func storeReference(t *testing.T, store artifact.Store, id, dir string, srv *hubtest.Server) events.BuildCompletedData {
 	t.Helper()
+	return storeReferenceAt(t, store, id, dir, srv, hubtest.Revision)
+}
+
+// storeReferenceAt is storeReference with checkpoint.json naming rev, as
+// a build that resolved it to hubtest.Revision would carry it on.
+func storeReferenceAt(t *testing.T, store artifact.Store, id, dir string, srv *hubtest.Server, rev string) events.BuildCompletedData {
+	t.Helper()
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	ref := bundle.Reference{Repository: srv.Repository(), Revision: hubtest.Revision}
+	ref := bundle.Reference{Repository: srv.Repository(), Revision: rev}
 	bundleDir := t.TempDir()
 	for _, e := range entries {
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
@@ -87,7 +94,57 @@ func storeReference(t *testing.T, store artifact.Store, id, dir string, srv *hub
 	out, err := store.PutManifest(ctx, m)
 	require.NoError(t, err)
 	return events.BuildCompletedData{SubmissionID: id, BundleDigest: m.Digest, Files: m.Files, Bytes: m.Bytes, Artifact: out,
-		Reference: &events.CheckpointReference{Repository: srv.Repository(), Revision: hubtest.Revision, Files: len(ref.Files), Bytes: ref.Bytes()}}
+		Reference: &events.CheckpointReference{Repository: srv.Repository(), Revision: rev, Files: len(ref.Files), Bytes: ref.Bytes(), Commit: hubtest.Revision}}
+}
+
+// TestContractReadsTheBuildsCommit: a checkpoint whose checkpoint.json
+// names a branch is read at the commit build.completed carries (the one
+// the build resolved), on the real hub's shape, although the branch has
+// moved since to a commit whose shards are others.
+func TestContractReadsTheBuildsCommit(t *testing.T) {
+	t.Parallel()
+	_, set, exs := writeExamples(t)
+	ex := exs["fp8-w8a8"]
+	uploaded := artifacttest.NewMemory()
+	want, _, err := (&contract.Checker{Artifacts: uploaded, Campaigns: set}).Check(context.Background(), put(t, uploaded, "up", ex.Dir))
+	require.NoError(t, err)
+
+	entries, err := os.ReadDir(ex.Dir)
+	require.NoError(t, err)
+	files, changes := map[string]string{}, map[string]string{}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		files[e.Name()] = filepath.Join(ex.Dir, e.Name())
+		if bundle.Remote(e.Name()) {
+			data, err := os.ReadFile(files[e.Name()])
+			require.NoError(t, err)
+			data[len(data)-1] ^= 0xff
+			p := filepath.Join(t.TempDir(), e.Name())
+			require.NoError(t, os.WriteFile(p, data, 0o644))
+			changes[e.Name()] = p
+		}
+	}
+	require.NotEmpty(t, changes)
+	srv := hubtest.NewHF(files)
+	t.Cleanup(srv.Close)
+	store := artifacttest.NewMemory()
+	in := storeReferenceAt(t, store, "pinned", ex.Dir, srv, hubtest.Branch)
+	srv.Push(changes) // the branch moves after the build
+
+	c := &contract.Checker{Artifacts: store, Campaigns: set, Hub: hub.New(hub.Options{Hosts: []string{srv.Host()}})}
+	got, _, err := c.Check(context.Background(), in)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "the contract of the files the build read")
+	var hubAsked int
+	for _, r := range srv.Requests() {
+		if !r.CDN {
+			hubAsked++
+			require.Equal(t, hubtest.Revision, r.Revision, "%s read at the build's commit", r.Path)
+		}
+	}
+	require.Positive(t, hubAsked)
 }
 
 func digest(data []byte) string {
@@ -357,4 +414,25 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestContractWaitsOutARateLimit: a hub that rate-limits the contract
+// stage for longer than the client waits in place makes the stage wait
+// that long (a *stage.Wait), never a refusal.
+func TestContractWaitsOutARateLimit(t *testing.T) {
+	t.Parallel()
+	_, set, exs := writeExamples(t)
+	store := artifacttest.NewMemory()
+	srv, in := referenced(t, store, "limited", exs["fp8-w8a8"].Dir)
+	srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
+		w.Header().Set("RateLimit", `"resolvers";r=0;t=120`)
+		w.WriteHeader(http.StatusTooManyRequests)
+		return true
+	})
+	c := &contract.Checker{Artifacts: store, Campaigns: set, Hub: hub.New(hub.Options{Hosts: []string{srv.Host()}})}
+	_, err := c.Run(context.Background(), in)
+	require.Nil(t, stage.AsRefusal(err), "not a refusal: %v", err)
+	var w *stage.Wait
+	require.ErrorAs(t, err, &w)
+	require.Equal(t, 121*time.Second, w.After)
 }

@@ -478,7 +478,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 			if f := stagingFailure(what, err); f != nil && ctx.Err() == nil {
 				return "", fail(f.Reason, f.Message, "", 0), false
 			}
-			return "", bus.Retry(0, err), false
+			return "", bus.Retry(stagingDelay(err), err), false
 		}
 		releases = append(releases, release)
 		return dir, bus.Outcome{}, true

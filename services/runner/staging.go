@@ -26,7 +26,10 @@ const DefaultCacheBytes = 512 << 30
 // files from the artifact store, the shards from their repository through
 // the pod's cache (each checked against its sha256, resumed when a
 // download broke, downloaded once for every runner of the pod), in a
-// folder whose shards are held against eviction until release.
+// folder whose shards are held against eviction until release. The
+// shards are read at the revision the bundle's checkpoint.json names: the
+// build stage pinned it to the commit it resolved, so the runner reads
+// the files the build and the contract read, however the branch moved.
 func (s *Service) stage(ctx context.Context, m artifact.Manifest, progress staging.Progress) (string, func(), error) {
 	none := func() {}
 	f, _ := m.File(bundle.CheckpointFile)
@@ -82,8 +85,12 @@ func (s *Service) stage(ctx context.Context, m artifact.Manifest, progress stagi
 
 // stagingFailure is the job failure of a checkpoint that could not be
 // staged, or nil for an error worth a retry (the store, the disk, a
-// runner told to stop).
+// runner told to stop, a repository that rate-limits the runner: see
+// stagingDelay).
 func stagingFailure(what string, err error) *Failure {
+	if _, ok := modelrepo.Wait(err); ok {
+		return nil
+	}
 	if he := modelrepo.AsError(err); he != nil {
 		return &Failure{Reason: he.Code, Message: what + " by reference: " + he.Message}
 	}
@@ -98,6 +105,14 @@ func stagingFailure(what string, err error) *Failure {
 		return &Failure{Reason: reason.ArtifactMissing, Message: what + " is not in the artifact store: " + err.Error()}
 	}
 	return nil
+}
+
+// stagingDelay is the delay of the retry of a job whose staging failed
+// with err: the wait a rate-limiting repository asked for (the job waits,
+// it does not fail), zero (the consumer's backoff) for anything else.
+func stagingDelay(err error) time.Duration {
+	d, _ := modelrepo.Wait(err)
+	return d
 }
 
 // progressEvery is the share of a staging between two progress events.

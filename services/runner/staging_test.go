@@ -75,12 +75,16 @@ func remoteCheckpoint(t *testing.T, ctx context.Context, b *bus.Bus, size int, s
 	return srv, out, dir
 }
 
-func startStagingRunner(t *testing.T, ctx context.Context, b *bus.Bus, work string, hosts []string, cacheBytes int64, logs io.Writer) {
+func startStagingRunner(t *testing.T, ctx context.Context, b *bus.Bus, work string, hosts []string, cacheBytes int64, logs io.Writer, edit ...func(*runner.Options)) {
 	t.Helper()
-	s, err := runner.New(ctx, b, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), runner.Options{Pod: "pod-s", WorkDir: work,
+	o := runner.Options{Pod: "pod-s", WorkDir: work,
 		AckWait: 3 * time.Second, CacheBytes: cacheBytes,
 		Hub: hub.Options{Hosts: hosts, Tokens: map[string]string{hosts[0]: runnerToken}, Attempts: 1, IdleTimeout: time.Second},
-		Job: job.Runner{SampleInterval: 20 * time.Millisecond, HealthTimeout: 20 * time.Second, IdleTimeout: 5 * time.Second, StopGrace: 2 * time.Second}})
+		Job: job.Runner{SampleInterval: 20 * time.Millisecond, HealthTimeout: 20 * time.Second, IdleTimeout: 5 * time.Second, StopGrace: 2 * time.Second}}
+	for _, e := range edit {
+		e(&o)
+	}
+	s, err := runner.New(ctx, b, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), o)
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -243,4 +247,43 @@ func TestStagingFailures(t *testing.T) {
 			stop()
 		})
 	}
+}
+
+// TestStagingWaitsOutARateLimit: a repository that rate-limits the runner
+// for longer than its client waits in place (a 2 s window, RateLimit:
+// r=0;t=2, beside a 100 ms MaxWait) does not fail the job: the job is
+// handed back for the wait the host asked, then staged and run.
+func TestStagingWaitsOutARateLimit(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, cand, _ := remoteCheckpoint(t, ctx, b, 1<<20, 3)
+	// A window that ends 2 s after the first request: every request
+	// before then is refused (the staging's own quick retries too).
+	var mu sync.Mutex
+	var ends time.Time
+	srv.SetHook(func(w http.ResponseWriter, r *http.Request, path string) bool {
+		mu.Lock()
+		if ends.IsZero() {
+			ends = time.Now().Add(2 * time.Second)
+		}
+		left := time.Until(ends)
+		mu.Unlock()
+		if left <= 0 {
+			return false
+		}
+		w.Header().Set("RateLimit", fmt.Sprintf(`"resolvers";r=0;t=%d`, int(left.Seconds()+0.999)))
+		w.Header().Set("RateLimit-Policy", `"fixed window";"resolvers";q=3000;w=300`)
+		w.WriteHeader(http.StatusTooManyRequests)
+		return true
+	})
+	var logs bytes.Buffer
+	startStagingRunner(t, ctx, b, t.TempDir(), []string{srv.Host()}, 1<<30, &logs, func(o *runner.Options) { o.Hub.MaxWait = 100 * time.Millisecond })
+	slaJob(t, ctx, b, "rl1", cand)
+	f, ok := outcome(t, b, "rl1")
+	require.True(t, ok, "%s: %s", f.Reason, f.Message)
+	reqs := srv.Requests()
+	require.Len(t, reqs, 2, "limited once, waited out, then read")
+	require.Equal(t, http.StatusTooManyRequests, reqs[0].Status)
+	require.Equal(t, http.StatusOK, reqs[1].Status)
 }
