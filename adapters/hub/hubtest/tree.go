@@ -100,8 +100,9 @@ type TreeBlob struct {
 // blob id is computed from its bytes, an LFS file's from its pointer.
 func (s *Server) treeEntries(lfs func(string) bool, recursive bool) ([]TreeEntry, error) {
 	s.mu.Lock()
-	files := make(map[string]string, len(s.files))
-	for p, f := range s.files {
+	at := s.commits[s.commitOf(Revision)] // TreePath names Revision
+	files := make(map[string]string, len(at))
+	for p, f := range at {
 		files[p] = f
 	}
 	s.mu.Unlock()
