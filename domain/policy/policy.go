@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 
 	"github.com/lowbarena/lowbarena/domain/formula"
@@ -133,11 +134,15 @@ func Precision(c record.Contract, label string) record.Precision {
 
 // Compute is the dev_score of a submission under the policy.
 //
-//   - A failed budget disqualifies: score 0, every efficiency field null,
-//     the budget's sentence as the reason (as the records do).
-//   - So does a failed engine audit, with its code and sentence: an
-//     engine that behaved differently when measured leaves no figure to
-//     score.
+//   - A broken contract, a failed engine audit (with its code and
+//     sentence) or a failed budget disqualifies: score 0, every
+//     efficiency field null (an engine that behaved differently when
+//     measured, or did not keep to its budget, leaves no figure to
+//     score). Where several failed, the reason names the integrity
+//     failure first (the contract, then the audit: what the entry is or
+//     did, before how it ran on a loaded pod), and Also lists the others
+//     in that order, with the tier's reason when its tier is not
+//     qualified either.
 //   - Otherwise speeds, memories, E and memory saved follow the
 //     efficiency formulas, D the policy's drift, and the score the
 //     policy's formula; a tier outside the qualified ones keeps its score
@@ -145,16 +150,24 @@ func Precision(c record.Contract, label string) record.Precision {
 func (p Policy) Compute(in Inputs) (record.Score, error) {
 	s := record.Score{Precision: Precision(in.Contract, in.Label), Policy: p.Version}
 	reason := func(r string) *string { return &r }
+	var failed []string
 	if !in.Contract.OK {
-		s.Reason = reason("contract broken")
-		return s, nil
-	}
-	if r := in.Efficiency.BudgetReason; r != "" {
-		s.Reason = reason(r)
-		return s, nil
+		failed = append(failed, "contract broken")
 	}
 	if r := in.Efficiency.AuditReason; r != "" {
-		s.Reason = reason(r)
+		failed = append(failed, r)
+	}
+	if r := in.Efficiency.BudgetReason; r != "" {
+		failed = append(failed, r)
+	}
+	if len(failed) > 0 {
+		if r := p.tierReason(in.Quality.Tier); r != "" {
+			failed = append(failed, r)
+		}
+		s.Reason = reason(failed[0])
+		if len(failed) > 1 {
+			s.Also = failed[1:]
+		}
 		return s, nil
 	}
 	rate, bf16Rate := in.Efficiency.Rate, in.Efficiency.BF16Rate
@@ -178,18 +191,22 @@ func (p Policy) Compute(in Inputs) (record.Score, error) {
 	s.Speed, s.Memory, s.EfficiencyGain, s.MemorySaved = &sum.Speed, &sum.Memory, &sum.Gain, &sum.Saved
 	s.PeakGiB, s.BF16PeakGiB, s.Drift, s.MeanDrop = &sum.PeakGiB, &sum.BF16PeakGiB, &drift, &md
 	s.Score = p.Score(sum.Gain, drift)
-	tier := in.Quality.Tier
-	qualified := false
-	for _, t := range p.QualifiedTiers {
-		qualified = qualified || t == tier
-	}
-	if !qualified {
-		s.Reason = reason(stats.Reason(tier))
-		if *s.Reason == "" {
-			s.Reason = reason("quality tier " + tier + " is not qualified under " + p.Version)
-		}
+	if r := p.tierReason(in.Quality.Tier); r != "" {
+		s.Reason = reason(r)
 		return s, nil
 	}
 	s.Qualified = true
 	return s, nil
+}
+
+// tierReason is why a quality tier is not qualified under the policy, ""
+// when it is.
+func (p Policy) tierReason(tier string) string {
+	if slices.Contains(p.QualifiedTiers, tier) {
+		return ""
+	}
+	if r := stats.Reason(tier); r != "" {
+		return r
+	}
+	return "quality tier " + tier + " is not qualified under " + p.Version
 }

@@ -129,3 +129,36 @@ func TestFailedAuditDisqualifies(t *testing.T) {
 	require.Nil(t, got.EfficiencyGain)
 	require.Nil(t, got.Speeds)
 }
+
+// Several failed verdicts: the reason names the integrity failure first
+// (the contract, then the audit), and Also lists the others in order, the
+// budget's and the tier's; one failure lists nothing else.
+func TestIntegrityFailureFirst(t *testing.T) {
+	r := load(t, "submission_qwen3-8b_b0c4e95f426f48e2.json")
+	audit := "audit accuracy_differs_under_load: under load the engine answered 64 eval items with accuracy 0.500"
+	budget := "contract: limited to a hard cap of its interactive peak plus 2% (22.653 GiB with room for its CUDA context), the engine did not keep 90% of its rate"
+	in := policy.Inputs{Contract: *r.Result.Contract, Label: r.Solution.DetectedPrecision, Quality: *r.Result.DevQuality, Efficiency: efficiencyOf(r)}
+	in.Contract.OK = true
+	in.Quality.Tier = "A"
+	in.Efficiency.AuditReason, in.Efficiency.BudgetReason = audit, budget
+	got, err := v1(t).Compute(in)
+	require.NoError(t, err)
+	require.False(t, got.Qualified)
+	require.Equal(t, audit, *got.Reason)
+	require.Equal(t, []string{budget}, got.Also)
+	require.Nil(t, got.EfficiencyGain)
+
+	in.Quality.Tier = "fail"
+	in.Contract.OK = false
+	got, err = v1(t).Compute(in)
+	require.NoError(t, err)
+	require.Equal(t, "contract broken", *got.Reason)
+	require.Equal(t, []string{audit, budget, "quality tier fail below B"}, got.Also)
+
+	in.Contract.OK, in.Efficiency.AuditReason = true, ""
+	in.Quality.Tier = "A"
+	got, err = v1(t).Compute(in)
+	require.NoError(t, err)
+	require.Equal(t, budget, *got.Reason)
+	require.Nil(t, got.Also)
+}

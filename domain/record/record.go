@@ -334,6 +334,11 @@ type Score struct {
 	Score          float64            `json:"score"`
 	Speed          *float64           `json:"speed"`
 	Speeds         map[string]float64 `json:"speeds"`
+	// Also lists what else disqualified the entry, after Reason: Reason
+	// names the integrity failure first (a broken contract, a failed
+	// engine audit), then a failed budget, then a tier that does not
+	// qualify. Absent from the arena's own records; added by this arena.
+	Also []string `json:"also,omitempty"`
 	// Policy is the scoring policy version that computed the score.
 	Policy string `json:"policy,omitempty"`
 }

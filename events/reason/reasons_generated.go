@@ -41,6 +41,14 @@ const (
 	// them apart. Given by efficiency.
 	AuditItemsSlower Code = "audit_items_slower"
 
+	// AuditUnjudged is audit_unjudged. An engine audit that compares the
+	// engine's answers under load with the quality job's could not run (the
+	// quality stage failed, the answers are not in the store or are of
+	// another bundle, the submission's campaign or its suite is no longer
+	// the arena's): an audit that cannot run never passes. Given by
+	// efficiency.
+	AuditUnjudged Code = "audit_unjudged"
+
 	// BadOutcome is bad_outcome. A completed outcome the gateway counts
 	// toward a participant's GPU hours does not decode or names no
 	// submission; it is dead-lettered. Given by gateway.
@@ -912,6 +920,7 @@ var catalogue = []Info{
 	{Code: AuditItemErrors, Name: "AuditItemErrors", Description: "The engine failed eval items mixed into the load while it served the load's own requests: it refuses the audit's requests.", GivenBy: []string{"efficiency"}},
 	{Code: AuditItemIncomplete, Name: "AuditItemIncomplete", Description: "The engine stopped streaming eval items mixed into the load mid-answer while it finished the load's own requests.", GivenBy: []string{"efficiency"}},
 	{Code: AuditItemsSlower, Name: "AuditItemsSlower", Description: "The engine decoded eval items mixed into the load much slower than the load's own requests: it tells them apart.", GivenBy: []string{"efficiency"}},
+	{Code: AuditUnjudged, Name: "AuditUnjudged", Description: "An engine audit that compares the engine's answers under load with the quality job's could not run (the quality stage failed, the answers are not in the store or are of another bundle, the submission's campaign or its suite is no longer the arena's): an audit that cannot run never passes.", GivenBy: []string{"efficiency"}},
 	{Code: BadOutcome, Name: "BadOutcome", Description: "A completed outcome the gateway counts toward a participant's GPU hours does not decode or names no submission; it is dead-lettered.", GivenBy: []string{"gateway"}},
 	{Code: BadPayload, Name: "BadPayload", Description: "An event whose data does not decode into its type's payload, or is not the payload the consumer needs; it is dead-lettered.", GivenBy: []string{"bus (stages, round, score, runner)"}},
 	{Code: BadSubject, Name: "BadSubject", Description: "An event whose subject does not name a valid submission or round id; it is dead-lettered.", GivenBy: []string{"stage kit", "gateway"}},

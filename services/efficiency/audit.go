@@ -3,11 +3,13 @@ package efficiency
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	_ "github.com/lowbarena/lowbarena/adapters/sandbox" // the code grader, under suite.GraderCode
 	"github.com/lowbarena/lowbarena/domain/audit"
 	"github.com/lowbarena/lowbarena/domain/campaign"
 	"github.com/lowbarena/lowbarena/domain/grade"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
@@ -22,10 +24,22 @@ import (
 // once per folder per process. A suite that does not load is
 // suite_invalid.
 func (s *Service) auditParams(ctx context.Context, c *campaign.Campaign, split string) (*events.AuditJobParams, error) {
+	st, err := s.suiteOf(ctx, c, split)
+	if err != nil {
+		return nil, err
+	}
+	return &events.AuditJobParams{Suite: st.ref, SuiteKey: st.st.Key(), Share: audit.DefaultShare, MinItems: audit.DefaultMinItems,
+		Probes: audit.DefaultProbes}, nil
+}
+
+// suiteOf is a campaign's suite of a split, loaded and stored in the
+// artifact store once per folder per process: the suite the quality
+// stage answers for the campaign's submissions of that split.
+func (s *Service) suiteOf(ctx context.Context, c *campaign.Campaign, split string) (stored, error) {
 	dir := c.SuiteDir()
 	if split == suite.SplitRanked {
 		if dir = c.RankedSuiteDir(); dir == "" {
-			return nil, stage.Refusef(reason.SuiteInvalid, "campaign %s names no ranked suite (campaign.json quality.ranked_suite) to audit a ranked submission with", c.TaskID)
+			return stored{}, stage.Refusef(reason.SuiteInvalid, "campaign %s names no ranked suite (campaign.json quality.ranked_suite) to audit a ranked submission with", c.TaskID)
 		}
 	}
 	s.mu.Lock()
@@ -34,23 +48,27 @@ func (s *Service) auditParams(ctx context.Context, c *campaign.Campaign, split s
 	if !ok {
 		loaded, err := suite.Load(dir)
 		if err != nil {
-			return nil, stage.Refuse(reason.SuiteInvalid, err.Error())
+			return stored{}, stage.Refuse(reason.SuiteInvalid, err.Error())
 		}
 		ref, err := artifact.PutDir(ctx, s.artifacts, dir)
 		if err != nil {
-			return nil, fmt.Errorf("efficiency: store the suite of %s: %w", c.TaskID, err)
+			return stored{}, fmt.Errorf("efficiency: store the suite of %s: %w", c.TaskID, err)
 		}
 		st = stored{st: loaded, ref: ref}
 		s.suites[dir] = st
 	}
-	return &events.AuditJobParams{Suite: st.ref, SuiteKey: st.st.Key(), Share: audit.DefaultShare, MinItems: audit.DefaultMinItems,
-		Probes: audit.DefaultProbes}, nil
+	return st, nil
 }
 
 // result turns a finished job into the stage's outcome (Result), with its
 // audits judged (audit.Judge): a measurement that gathered audit
 // evidence waits for the submission's quality outcome (AuditWait) and
 // compares the engine's answers under load with the quality job's.
+//
+// An audit that cannot run never passes: where the quality job's answers
+// cannot be had, the audits that compare with them (served_model and
+// accuracy_under_load) fail with audit_unjudged and what stood in the
+// way (see quality for which cases wait and which fail, and why).
 //
 // Ack semantics: no quality outcome yet is a deliberate wait; a store or
 // stream error a retry; everything else as Result.
@@ -70,6 +88,9 @@ func (s *Service) result(ctx context.Context, c events.RunnerJobCompletedData) (
 		}
 	}
 	judged := audit.Judge(in)
+	if ev != nil {
+		unjudged(&judged, in.QualityWhy)
+	}
 	if a := out.Engine.Audit; a != nil {
 		judged.GPUIndex = a.GPUIndex // where it ran: not the audits' to judge
 	}
@@ -78,6 +99,57 @@ func (s *Service) result(ctx context.Context, c events.RunnerJobCompletedData) (
 		out.AuditReason = "audit " + reason + ": " + msg
 	}
 	return out, nil
+}
+
+// unjudged fails the audits of a judged block that compare the engine's
+// answers with the quality job's and could not: an audit that cannot run
+// is never a pass. why says what stood in the way where there were no
+// answers at all; where there were, a comparing audit that found none of
+// its requests among them (no probe, fewer than two items) says so
+// itself. An audit that failed on its own evidence keeps its failure, and
+// a served_model skipped because its probes failed stays so (they count
+// as failed items in accuracy_under_load, which fails on them). The
+// block's verdict is then the first failed audit's in audit.Judge's
+// order.
+func unjudged(a *record.Audit, why string) {
+	var served, tokens, cache, accuracy *record.Check
+	if a.ServedModel != nil {
+		served = &a.ServedModel.Check
+	}
+	if a.TokenHonesty != nil {
+		tokens = &a.TokenHonesty.Check
+	}
+	if a.AnswerCache != nil {
+		cache = &a.AnswerCache.Check
+	}
+	if a.AccuracyUnderLoad != nil {
+		accuracy = &a.AccuracyUnderLoad.Check
+	}
+	fail := func(c *record.Check) {
+		if c == nil || c.Verdict != record.VerdictSkipped {
+			return
+		}
+		w := why
+		if w == "" {
+			w = c.Message
+		}
+		c.Verdict, c.Reason, c.Message = record.VerdictFail, string(reason.AuditUnjudged),
+			"it compares the engine's answers with the quality job's, and could not: "+w
+	}
+	if served != nil && !slices.ContainsFunc(a.ServedModel.Requests, func(r record.AuditRequest) bool { return r.Error != "" }) {
+		fail(served)
+	}
+	fail(accuracy)
+	a.Verdict, a.Reason, a.Message = record.VerdictSkipped, "", ""
+	for _, c := range []*record.Check{served, tokens, cache, accuracy} {
+		switch {
+		case c == nil:
+		case c.Verdict == record.VerdictFail && a.Verdict != record.VerdictFail:
+			a.Verdict, a.Reason, a.Message = record.VerdictFail, c.Reason, c.Message
+		case c.Verdict == record.VerdictPass && a.Verdict == record.VerdictSkipped:
+			a.Verdict = record.VerdictPass
+		}
+	}
 }
 
 // evidenceOf reads the job's audit evidence; nil when it gathered none.
@@ -89,8 +161,26 @@ func evidenceOf(c events.RunnerJobCompletedData) *audit.Evidence {
 	return res.Candidate.Audit
 }
 
-// quality fills in the quality job's first samples, or why there are
-// none to compare with.
+// quality fills in the quality job's first samples, or says why there
+// are none to compare with (in.QualityWhy, which result turns into the
+// comparing audits' failure). Everything is keyed by the submission's
+// own campaign, the task id its contract outcome carries: two campaigns
+// may share a suite key (lowb-gen@1/dev), and the answers are filed
+// under the campaign the quality job ran for.
+//
+// Which cases wait and which fail:
+//   - no quality outcome yet: a deliberate wait (stage.RetryAfter,
+//     AuditWait): the quality job may queue behind other submissions'
+//     on one runner, and its outcome will come;
+//   - a store or stream error: a retry, as any error;
+//   - every other case fails the comparing audits, because waiting
+//     would not change it: the quality stage failed (its outcome is
+//     final), the outcome is of another bundle, the job names no suite,
+//     the stage has no store, the submission's campaign or its suite of
+//     that key is no longer this arena's, or the store holds none of
+//     the answers (the runner writes them before its job completes, so
+//     a quality.completed comes after they are in; absent then, they
+//     will not come).
 func (s *Service) quality(ctx context.Context, c events.RunnerJobCompletedData, suiteKey string, in *audit.Inputs) error {
 	if s.opts.Store == nil {
 		in.QualityWhy = "this efficiency stage has no store to read the quality job's answers from"
@@ -114,22 +204,38 @@ func (s *Service) quality(ctx context.Context, c events.RunnerJobCompletedData, 
 		in.QualityWhy = fmt.Sprintf("the quality outcome is of bundle %.12s, this measurement of %.12s", done.BundleDigest, c.CheckpointDigest)
 		return nil
 	}
-	camp, st, err := s.suiteOf(ctx, suiteKey)
+	cc, ok, err := bus.Last(ctx, s.arena, events.Contract.Completed, c.SubmissionID)
 	if err != nil {
+		return fmt.Errorf("efficiency: %w", err)
+	}
+	if !ok || cc.TaskID == "" {
+		in.QualityWhy = "the submission's contract outcome, which names its campaign, is not on the ARENA stream"
+		return nil
+	}
+	camp, err := s.opts.Campaigns.Lookup(cc.TaskID)
+	if err != nil || camp.Quality == nil {
+		in.QualityWhy = fmt.Sprintf("the submission's campaign %s is not one of this arena's with a quality suite any more", cc.TaskID)
+		return nil
+	}
+	st, err := s.suiteOf(ctx, camp, cc.Split)
+	if stage.AsRefusal(err) != nil {
+		in.QualityWhy = fmt.Sprintf("the %s suite of campaign %s does not load: %v", splitOf(cc.Split), camp.TaskID, err)
+		return nil
+	} else if err != nil {
 		return err
 	}
-	if st == nil {
-		in.QualityWhy = fmt.Sprintf("no campaign of this arena holds suite %s any more", suiteKey)
+	if key := st.st.Key(); key != suiteKey {
+		in.QualityWhy = fmt.Sprintf("the job's items came from suite %s, campaign %s now holds %s", suiteKey, camp.TaskID, key)
 		return nil
 	}
 	var rows []answerRow
 	if err := s.opts.Store.Select(ctx, &rows, "SELECT item_id, score, output_tokens, answer FROM quality_answers FINAL "+
 		"WHERE campaign = ? AND suite_version = ? AND submission_id = ? AND role = ? AND sample = 0",
-		camp, suiteKey, c.SubmissionID, events.RoleCandidate); err != nil {
+		camp.TaskID, suiteKey, c.SubmissionID, events.RoleCandidate); err != nil {
 		return fmt.Errorf("efficiency: read the quality job's answers: %w", err)
 	}
 	if len(rows) == 0 {
-		in.QualityWhy = "the store holds none of the quality job's answers"
+		in.QualityWhy = fmt.Sprintf("the store holds none of the quality job's answers (campaign %s, suite %s)", camp.TaskID, suiteKey)
 		return nil
 	}
 	in.Quality = map[string]audit.Reference{}
@@ -137,7 +243,7 @@ func (s *Service) quality(ctx context.Context, c events.RunnerJobCompletedData, 
 		in.Quality[r.ItemID] = audit.Reference{Text: r.Answer, Tokens: int(r.OutputTokens), Score: r.Score}
 	}
 	items := map[string]suite.Item{}
-	for _, its := range st.Items {
+	for _, its := range st.st.Items {
 		for _, it := range its {
 			items[it.ID] = it
 		}
@@ -162,33 +268,12 @@ func (s *Service) quality(ctx context.Context, c events.RunnerJobCompletedData, 
 	return nil
 }
 
-// suiteOf finds the campaign and suite of a suite key among the
-// campaigns' dev and ranked suites; nil when none holds it.
-func (s *Service) suiteOf(ctx context.Context, key string) (string, *suite.Suite, error) {
-	for _, task := range s.opts.Campaigns.Tasks() {
-		c := s.opts.Campaigns[task]
-		if c.Quality == nil {
-			continue
-		}
-		for _, split := range []string{suite.SplitDev, suite.SplitRanked} {
-			p, err := s.auditParams(ctx, c, split)
-			if stage.AsRefusal(err) != nil {
-				continue
-			} else if err != nil {
-				return "", nil, err
-			}
-			if p.SuiteKey == key {
-				s.mu.Lock()
-				defer s.mu.Unlock()
-				for _, x := range s.suites {
-					if x.st.Key() == key {
-						return c.TaskID, x.st, nil
-					}
-				}
-			}
-		}
+// splitOf names a split, dev where none is given.
+func splitOf(split string) string {
+	if split == "" {
+		return suite.SplitDev
 	}
-	return "", nil, nil
+	return split
 }
 
 // answerRow is one of the quality job's first samples.

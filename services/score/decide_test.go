@@ -89,6 +89,7 @@ func TestDecide(t *testing.T) {
 		qualified bool
 		ranked    bool
 		reason    string
+		also      []string
 	}{
 		{name: "a dev entry that qualifies is scored and never ranked", entry: func() joined { return qualifying("dev") },
 			score: 0.2007, qualified: true},
@@ -106,6 +107,11 @@ func TestDecide(t *testing.T) {
 			j.Efficiency.AuditReason = "audit accuracy_differs_under_load: under load the engine answered 64 eval items with accuracy 0.500"
 			return j
 		}, reason: "audit accuracy_differs_under_load: under load the engine answered 64 eval items with accuracy 0.500"},
+		{name: "a failed audit and a failed budget: the audit's reason first, the budget's listed after it", entry: func() joined {
+			j := golden(t, "submission_qwen35-27b_4632bca02a3846d5.json", budget)
+			j.Efficiency.AuditReason = "audit accuracy_differs_under_load: under load the engine answered 64 eval items with accuracy 0.500"
+			return j
+		}, reason: "audit accuracy_differs_under_load: under load the engine answered 64 eval items with accuracy 0.500", also: []string{budget}},
 		{name: "a ranked entry that does not qualify is not ranked", entry: func() joined {
 			j := golden(t, "submission_qwen35-27b_4632bca02a3846d5.json", budget)
 			j.Submission.Split = "ranked"
@@ -169,6 +175,7 @@ func TestDecide(t *testing.T) {
 				require.NotNil(t, out.DevScore.Reason)
 				require.Equal(t, c.reason, *out.DevScore.Reason)
 			}
+			require.Equal(t, c.also, out.DevScore.Also)
 		})
 	}
 }

@@ -127,7 +127,11 @@ func Fold(rec *record.Submission, e event.Event) (*record.Submission, bool, erro
 			return rec, false, err
 		}
 		st.FinishedAt, st.Reason = &t, d.Reason
-		next.Error = &record.Error{Stage: spec.Stage, Code: d.Reason, Message: d.Message}
+		// The record's error is the first failure's: quality and
+		// efficiency run side by side, and both may fail.
+		if next.Error == nil {
+			next.Error = &record.Error{Stage: spec.Stage, Code: d.Reason, Message: d.Message}
+		}
 		// A broken contract carries its contract block, so the record shows
 		// what the checkpoint really is beside why it was refused.
 		if spec.Stage == "contract" && len(d.Detail) > 0 {
@@ -137,8 +141,14 @@ func Fold(rec *record.Submission, e event.Event) (*record.Submission, bool, erro
 				next.Solution.DetectedPrecision = c.DetectedPrecision
 			}
 		}
-		// Later stages will not run: the record says so.
+		// The stages after it will not run: the record says so. Only
+		// those that wait on it: quality and efficiency both start when
+		// the contract completes, so a failed quality leaves efficiency
+		// to run, end and be charged, and the record to say so.
 		for j := i + 1; j < len(next.Stages); j++ {
+			if !waitsOn(next.Stages[j].Name, spec.Stage) {
+				continue
+			}
 			if rank[next.Stages[j].Status] < rank[record.StatusSkipped] {
 				next.Stages[j].Status, next.Stages[j].Reason = record.StatusSkipped, "after_"+spec.Stage+"_failed"
 			}
@@ -160,6 +170,33 @@ func Fold(rec *record.Submission, e event.Event) (*record.Submission, bool, erro
 	next.UpdatedAt = t
 	next.Events++
 	return next, true, nil
+}
+
+// needs is what each stage starts after: the contract after the build,
+// quality and efficiency both after the contract (side by side), the
+// score once the contract, quality and efficiency outcomes are in.
+var needs = map[string][]string{
+	"contract":   {"build"},
+	"quality":    {"contract"},
+	"efficiency": {"contract"},
+	"score":      {"contract", "quality", "efficiency"},
+}
+
+// waitsOn reports whether stage runs only after stage on has completed,
+// directly or through another stage. A stage needs does not name waits
+// on every stage before it in events.Stages.
+func waitsOn(stage, on string) bool {
+	direct, ok := needs[stage]
+	if !ok {
+		i, j := slices.Index(events.Stages, stage), slices.Index(events.Stages, on)
+		return j >= 0 && j < i
+	}
+	for _, n := range direct {
+		if n == on || waitsOn(n, on) {
+			return true
+		}
+	}
+	return false
 }
 
 // overall is running until every stage has ended, then failed when one

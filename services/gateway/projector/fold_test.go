@@ -160,6 +160,60 @@ func TestFold(t *testing.T) {
 	}
 }
 
+// TestFoldSideBySideStages: quality and efficiency both start when the
+// contract completes. A failed quality skips the score, which waits on
+// it, never efficiency, which ran beside it: whether quality fails before
+// or after efficiency ends, the record shows efficiency done with its
+// result and GPU-hours, and the score skipped after the quality failure.
+func TestFoldSideBySideStages(t *testing.T) {
+	buildDone := ev(t, events.BuildCompleted, 2, events.BuildCompletedData{SubmissionID: sub, BundleDigest: "ab12", Bytes: 2,
+		Artifact: events.BundleRef{Store: "jetstream", Bucket: "artifacts", Object: "x", SHA256: "ab12"}})
+	contractDone := ev(t, events.ContractCompleted, 3, events.ContractCompletedData{SubmissionID: sub, Contract: record.Contract{OK: true},
+		DetectedPrecision: "W8A8KV8", TaskID: "qwen3-8b"})
+	qualityFailed := ev(t, events.QualityFailed, 5, events.StageFailedData{SubmissionID: sub, Stage: "quality", Reason: "campaign_no_suite",
+		Message: "campaign qwen3-8b names no eval suite"})
+	effDone := ev(t, events.EfficiencyCompleted, 9, events.EfficiencyCompletedData{SubmissionID: sub, Efficiency: map[string]float64{"serve": 1234.5},
+		AnchorEfficiency: map[string]float64{"serve": 1000}, GPUHours: 0.25, GPU: "NVIDIA H200 (simulated)", Simulated: true,
+		Engine: record.Engine{Audit: &record.Audit{Verdict: record.VerdictSkipped}}})
+	for _, tc := range []struct {
+		name   string
+		events []event.Event
+	}{
+		{"quality fails, then efficiency completes", []event.Event{received(t), buildDone, contractDone, started(t, "quality", 4), started(t, "efficiency", 4),
+			qualityFailed, effDone}},
+		{"efficiency completes, then quality fails", []event.Event{received(t), buildDone, contractDone, started(t, "quality", 4), started(t, "efficiency", 4),
+			effDone, qualityFailed}},
+		{"quality fails before efficiency starts", []event.Event{received(t), buildDone, contractDone, started(t, "quality", 4), qualityFailed,
+			started(t, "efficiency", 6), effDone}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec, _ := foldAll(t, tc.events...)
+			require.Equal(t, want("failed", "pending", "build:done", "contract:done", "quality:failed", "efficiency:done", "score:skipped"), statuses(rec))
+			eff := rec.Stages[3]
+			require.Empty(t, eff.Reason, "efficiency ran: it is not skipped")
+			require.NotNil(t, eff.FinishedAt)
+			require.Equal(t, map[string]float64{"serve": 1234.5}, rec.Result.Efficiency, "its result is in the record")
+			require.NotNil(t, rec.Result.GPUHours)
+			require.InDelta(t, 0.25, *rec.Result.GPUHours, 1e-12, "and the GPU-hours it was charged")
+			require.Equal(t, "after_quality_failed", rec.Stages[4].Reason)
+			require.Equal(t, &record.Error{Stage: "quality", Code: "campaign_no_suite", Message: "campaign qwen3-8b names no eval suite"}, rec.Error)
+		})
+	}
+	// Both side-by-side stages fail: the record's error is the first.
+	effFailed := ev(t, events.EfficiencyFailed, 8, events.StageFailedData{SubmissionID: sub, Stage: "efficiency", Reason: "engine_oom", Message: "out of memory"})
+	rec, _ := foldAll(t, received(t), buildDone, contractDone, qualityFailed, effFailed)
+	require.Equal(t, want("failed", "pending", "build:done", "contract:done", "quality:failed", "efficiency:failed", "score:skipped"), statuses(rec))
+	require.Equal(t, "quality", rec.Error.Stage)
+	require.Equal(t, "engine_oom", rec.Stages[3].Reason)
+	// A failed contract still skips everything after it.
+	contractFailed := ev(t, events.ContractFailed, 3, events.StageFailedData{SubmissionID: sub, Stage: "contract", Reason: "precision_wider_than_declared", Message: "x"})
+	rec, _ = foldAll(t, received(t), buildDone, contractFailed)
+	for _, st := range rec.Stages[2:] {
+		require.Equal(t, record.StatusSkipped, st.Status, st.Name)
+		require.Equal(t, "after_contract_failed", st.Reason, st.Name)
+	}
+}
+
 func TestFoldDoesNotMutateItsInput(t *testing.T) {
 	rec, _ := foldAll(t, received(t))
 	before, _ := json.Marshal(rec)
