@@ -180,6 +180,13 @@ func TestSubmissionFailedAtEachStage(t *testing.T) {
 			}
 			evs = append(evs, sampleEvent(t, events.Type("dev.lowbarena."+stage+".started.v1"), 3, nil),
 				sampleEvent(t, events.Type("dev.lowbarena."+stage+".failed.v1"), 4, failed))
+			// Efficiency runs beside quality (both start when the
+			// contract completes): a failed quality does not skip it, and
+			// it ends on its own.
+			beside := stage == "quality"
+			if beside {
+				evs = append(evs, sampleEvent(t, events.EfficiencyStarted, 5, nil), sampleEvent(t, events.EfficiencyCompleted, 6, nil))
+			}
 			rec := fold(t, evs...)
 			require.Equal(t, record.StatusFailed, rec.Status)
 			page := render(t, KindSubmission, Page{Title: "x", Body: NewSubmission(rec, Telemetry{})})
@@ -188,13 +195,17 @@ func TestSubmissionFailedAtEachStage(t *testing.T) {
 			has(t, page, `<code class="reason">`+failed.Reason+`</code>: `+html.EscapeString(failed.Message))
 			require.NotContains(t, page, "<this>", "escaped")
 			for j, s := range events.Stages {
-				want := map[bool]string{true: "done", false: "skipped"}[j < i]
+				want := map[bool]string{true: "done", false: "skipped"}[j < i || (beside && s == "efficiency")]
 				if j == i {
 					want = "failed"
 				}
 				require.Contains(t, row(t, page, "data-stage", s), `data-status="`+want+`"`, s)
 			}
 			for _, s := range events.Stages[i+1:] {
+				if beside && s == "efficiency" {
+					require.NotContains(t, page, "the efficiency stage was skipped", "efficiency ran beside quality")
+					continue
+				}
 				has(t, page, "not measured: the "+s+" stage was skipped because the "+stage+" stage failed ("+failed.Reason+")")
 			}
 			if stage != "build" && stage != "contract" {
