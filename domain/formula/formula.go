@@ -185,13 +185,28 @@ type Replay struct {
 	Running, Full float64
 	// Rate is its output tokens per second, nil when it did not finish.
 	Rate *float64
+	// Upper is the upper end of the one-sided 95% confidence interval
+	// of the share of its rate it kept over interleaved pairs
+	// (KeptBound); 0 where one replay decided (then Kept compares Rate
+	// with the unconstrained rate).
+	Upper float64
 }
 
 // Held reports whether the engine held every request at once.
 func (r Replay) Held() bool { return r.Running == r.Full }
 
-// Kept reports whether it kept KeepRate of its unconstrained rate.
-func (r Replay) Kept(rate float64) bool { return r.Rate != nil && *r.Rate >= KeepRate*rate }
+// Kept reports whether it kept KeepRate of its unconstrained rate: where
+// interleaved pairs judged it, unless they say beyond their noise that
+// it kept less (Upper below KeepRate); else its rate against rate.
+func (r Replay) Kept(rate float64) bool {
+	switch {
+	case r.Rate == nil:
+		return false
+	case r.Upper > 0:
+		return r.Upper >= KeepRate
+	}
+	return *r.Rate >= KeepRate*rate
+}
 
 // Healthy is the budget verdict: held and kept.
 func (r Replay) Healthy(rate float64) bool { return r.Held() && r.Kept(rate) }
@@ -212,4 +227,75 @@ func Reason(workload string, b Budget, r Replay, rate float64) string {
 	}
 	return fmt.Sprintf("contract: limited to a hard cap of its %s peak plus %d%% (%.3f GiB with room for its CUDA context), %s",
 		workload, int(math.Round((b.Factor-1)*100)), b.CapGiB, what)
+}
+
+// KeepPairs is how many pairs judge a budget replay that held its
+// requests but fell below KeepRate of the candidate's rate: the first
+// pair (the candidate's run and the first replay) and KeepPairs-1 more,
+// each the unconstrained engine on the workload and then its replay
+// under the budget, run one after the other (interleaved).
+const KeepPairs = 5
+
+// KeptBound judges the rate a budget replay kept over interleaved pairs:
+// ratios[i] is the i-th replay's rate over the rate of the unconstrained
+// run measured just before it. It returns their geometric mean and the
+// upper end of its one-sided 95% confidence interval (Student's t over
+// the ratios' logarithms); ok is false under two ratios or with one that
+// is not a positive number. The replay kept its rate unless upper is
+// below KeepRate.
+//
+// Why pairs, and not requests: on a loaded machine the noise is the
+// run's, not the request's. A run's requests share its moments of
+// contention (those of a concurrent workload are decoded in the same
+// steps), so they slow together: measured on the example FP8 checkpoint
+// on a 2-core machine with four threads spinning beside it, the runs of
+// one workload spread by 3% (long_context) to 9% (serve), while the
+// ratios of one replay's requests to the same requests unconstrained
+// spread by 0.3% to 9% about a shift they share. A bound over one
+// replay's requests failed as many honest replays as the ratio of the
+// totals (4 and 5 of 65). Pairs of runs side by side, several of them,
+// sample the run's noise itself, while an engine that slows under its
+// cap does so in every pair.
+func KeptBound(ratios []float64) (ratio, upper float64, ok bool) {
+	n := len(ratios)
+	if n < 2 {
+		return 0, 0, false
+	}
+	logs := make([]float64, n)
+	mean := 0.0
+	for i, x := range ratios {
+		if !(x > 0) || math.IsInf(x, 0) {
+			return 0, 0, false
+		}
+		logs[i] = math.Log(x)
+		mean += logs[i]
+	}
+	mean /= float64(n)
+	ss := 0.0
+	for _, x := range logs {
+		ss += (x - mean) * (x - mean)
+	}
+	se := math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
+	return math.Exp(mean), math.Exp(mean + tOneSided95(n-1)*se), true
+}
+
+// tOneSided95 is Student's t quantile at 0.95 with df degrees of freedom
+// (df ≥ 1), the normal's 1.645 beyond 120.
+func tOneSided95(df int) float64 {
+	table := []float64{6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
+		1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725,
+		1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697}
+	switch {
+	case df < 1:
+		return math.Inf(1)
+	case df <= len(table):
+		return table[df-1]
+	case df <= 40:
+		return 1.684
+	case df <= 60:
+		return 1.671
+	case df <= 120:
+		return 1.658
+	}
+	return 1.645
 }

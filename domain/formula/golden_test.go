@@ -2,6 +2,7 @@ package formula_test
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -189,4 +190,43 @@ func TestReplayTerms(t *testing.T) {
 		})
 	}
 	require.Zero(t, formula.SizeReplay(formula.ReplayInput{BudgetGiB: 10, WeightsGiB: 12}).KVCacheBytes, "no pool when nothing is left and no context to floor it")
+}
+
+// TestKeptBound: over interleaved pairs, an engine whose replays keep its
+// rate beside each unconstrained run keeps it, however its first pair
+// went; one 30% slower in every pair does not, noisy or not; a bound of
+// pairs decides Kept over the totals, which still decide without one.
+func TestKeptBound(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ratios []float64
+		kept   bool
+		ok     bool
+	}{
+		{"honest, a fast first pair", []float64{0.85, 1.01, 1.02, 0.96, 1.02}, true, true},
+		{"honest, noisy pairs", []float64{0.83, 1.12, 0.91, 1.05, 0.94}, true, true},
+		{"30% slower in every pair", []float64{0.70, 0.72, 0.69, 0.71, 0.70}, false, true},
+		{"30% slower, noisy", []float64{0.61, 0.83, 0.64, 0.78, 0.71}, false, true},
+		{"one pair decides nothing", []float64{0.7}, false, false},
+		{"a rate that is not a number", []float64{0.9, math.NaN()}, false, false},
+		{"a zero rate", []float64{0.9, 0}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ratio, upper, ok := formula.KeptBound(tc.ratios)
+			require.Equal(t, tc.ok, ok)
+			if !ok {
+				return
+			}
+			require.LessOrEqual(t, ratio, upper)
+			low := 80.0
+			r := formula.Replay{Running: 32, Full: 32, Rate: &low, Upper: upper}
+			require.Equal(t, tc.kept, r.Kept(100), "upper %.3f", upper)
+			require.Equal(t, tc.kept, r.Healthy(100))
+		})
+	}
+	// Without a bound the totals decide, as the records' verdicts do.
+	low, ok := 80.0, 95.0
+	require.False(t, formula.Replay{Running: 1, Full: 1, Rate: &low}.Kept(100))
+	require.True(t, formula.Replay{Running: 1, Full: 1, Rate: &ok}.Kept(100))
+	require.False(t, formula.Replay{Running: 1, Full: 1, Upper: 1.2}.Kept(100), "a replay that did not finish keeps nothing")
 }

@@ -412,9 +412,21 @@ type Budget struct {
 	Running     float64  `json:"running"`
 	Value       *float64 `json:"value"`
 	// Attempts is how many replays the verdict took: a replay that held
-	// its requests but lost rate is run once more, and the better one
-	// kept. Absent from the arena's own records; added by this arena.
+	// its requests but lost rate is judged over formula.KeepPairs
+	// interleaved pairs (KeptRatio, KeptUpper); Value and Running stay
+	// the first replay's. Absent from the arena's own records; added by
+	// this arena.
 	Attempts int `json:"attempts,omitempty"`
+	// KeptRatio and KeptUpper judge a replay that held its requests
+	// but fell below 90% of the candidate's rate: Attempts pairs, each
+	// the unconstrained engine then its replay side by side (the first
+	// pair the candidate's run and this replay), KeptRatio the geometric
+	// mean of the replays' rates over their pairs' and KeptUpper the
+	// upper end of its one-sided 95% confidence interval; the rate is
+	// kept unless KeptUpper is below 0.9. Absent where the first replay
+	// decided. Added by this arena.
+	KeptRatio float64 `json:"kept_ratio,omitempty"`
+	KeptUpper float64 `json:"kept_upper,omitempty"`
 }
 
 // Startup is the engine's start-up report.

@@ -89,7 +89,7 @@ func Verdict(res events.EfficiencyJobResult) string {
 				continue
 			}
 			return formula.Reason(w.Name, formula.Budget{Factor: b.Factor, BudgetGiB: b.BudgetGiB, CapGiB: b.CapGiB},
-				formula.Replay{Running: b.Running, Full: b.FullRunning, Rate: b.Value}, res.Candidate.Workloads[w.Name].Rate)
+				formula.Replay{Running: b.Running, Full: b.FullRunning, Rate: b.Value, Upper: b.KeptUpper}, res.Candidate.Workloads[w.Name].Rate)
 		}
 	}
 	return ""

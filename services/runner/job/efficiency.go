@@ -145,9 +145,26 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 			v.Healthy = rp.Healthy(wr.Rate)
 			return v, nil
 		}
-		v, err := replayBudget(replay, wr.Rate)
+		// The unconstrained engine on this workload again, for an
+		// interleaved pair: its rate.
+		pair := 1
+		again := func() (float64, error) {
+			pair++
+			s, err := r.Serve(ctx, Launch{Run: fmt.Sprintf("candidate#%d", pair), Command: p.Engine.Command, Checkpoint: candidate,
+				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, []loadgen.Workload{w})
+			out.Seconds += s.Seconds
+			if err != nil {
+				return 0, fmt.Errorf("the candidate, again on %s beside its budget replay: %w", w.Name, err)
+			}
+			return s.Workloads[w.Name].Rate, nil
+		}
+		v, err := replayBudget(replay, again, wr.Rate)
 		if err != nil {
 			return out, err
+		}
+		if r.Log != nil && v.Attempts > 1 {
+			r.Log.Info("budget replay judged over interleaved pairs", "workload", w.Name, "pairs", v.Attempts, "kept_ratio", v.KeptRatio,
+				"kept_upper", v.KeptUpper, "healthy", v.Healthy)
 		}
 		out.Budget[key] = v
 	}
@@ -171,33 +188,54 @@ func replayTerms(b formula.Budget, wr WorkloadResult, cand Served, campaignLen i
 		KVBytesPerToken: perToken, ContextTokens: ctxTokens, FreeGiB: cand.DeviceTotalGiB - cand.BaselineGiB})
 }
 
-// replayBudget runs a workload's budget replay, and runs it once more
-// when the first held every request at once but fell below 90% of the
-// candidate's rate (rate): a moment of noise on the pod (another process
-// on its CPU, a slow clock) must not disqualify an engine, while one that
-// really slows under its cap does so twice. An engine that did not hold
-// its requests, or failed, is judged on its one replay: memory, unlike
-// speed, does not come and go with the pod's load. The verdict is the
-// better of the two; Attempts says how many ran.
-func replayBudget(replay func() (record.Budget, error), rate float64) (record.Budget, error) {
+// replayBudget runs a workload's budget replay and judges it. A replay
+// that held every request at once and kept 90% of the candidate's rate
+// (rate) is healthy; one that did not hold them, or failed, is not, on
+// its one replay: memory, unlike speed, does not come and go with the
+// pod's load. One that held them but fell below 90% is judged over
+// interleaved pairs (formula.KeepPairs): the unconstrained engine on the
+// workload again (again, its rate) and then the replay again, each pair
+// side by side, so a moment of noise on the pod (another process on its
+// CPU, a slow clock) falls on both runs of a pair or on one pair among
+// several, while an engine that really slows under its cap does so in
+// every pair. The rate is kept unless the pairs' bound says otherwise
+// (formula.KeptBound); a later replay that does not hold its requests,
+// or fails, is not healthy. Value and Running stay the first replay's;
+// Attempts counts the replays, KeptRatio and KeptUpper the pairs'
+// verdict.
+func replayBudget(replay func() (record.Budget, error), again func() (float64, error), rate float64) (record.Budget, error) {
 	first, err := replay()
 	if err != nil {
 		return first, err
 	}
 	first.Attempts = 1
 	rp := formula.Replay{Running: first.Running, Full: first.FullRunning, Rate: first.Value}
-	if first.Healthy || !rp.Held() {
+	if first.Healthy || !rp.Held() || first.Value == nil {
 		return first, nil
 	}
-	second, err := replay()
-	if err != nil {
-		return first, err
+	ratios := []float64{*first.Value / rate}
+	for len(ratios) < formula.KeepPairs {
+		base, err := again()
+		if err != nil {
+			return first, err
+		}
+		next, err := replay()
+		if err != nil {
+			return first, err
+		}
+		first.Attempts++
+		if !(formula.Replay{Running: next.Running, Full: next.FullRunning, Rate: next.Value}).Held() || next.Value == nil {
+			first.Healthy = false
+			return first, nil
+		}
+		ratios = append(ratios, *next.Value/base)
 	}
-	second.Attempts = 2
-	if second.Healthy || (second.Value != nil && (first.Value == nil || *second.Value > *first.Value)) {
-		return second, nil
+	ratio, upper, ok := formula.KeptBound(ratios)
+	if !ok {
+		return first, nil
 	}
-	first.Attempts = 2
+	first.KeptRatio, first.KeptUpper = formula.Round(ratio, 4), formula.Round(upper, 4)
+	first.Healthy = formula.Replay{Running: first.Running, Full: first.FullRunning, Rate: first.Value, Upper: first.KeptUpper}.Healthy(rate)
 	return first, nil
 }
 
