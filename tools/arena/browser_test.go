@@ -247,8 +247,23 @@ func TestPagesInABrowser(t *testing.T) {
 	// Its page, opened from the live list, moves through its stages
 	// without a reload: page.js draws the server's page again as the
 	// record changes. The tab keeps a mark a reload would wipe.
-	b.click(row + ` a`)
-	b.waitFor(`location.pathname === "/submissions/`+id+`" && !!document.getElementById("record-status")`, 30*time.Second, "the submission's page")
+	// The live list redraws as submissions arrive (newest first), so a
+	// click at the coordinates of a row can land on another: the link is
+	// clicked in the page itself, and again if the first did not
+	// navigate (a redraw replaced it mid-click).
+	opened := `location.pathname === "/submissions/` + id + `"`
+	for attempt := 0; attempt < 3; attempt++ {
+		// Errors are ignored here: a navigation under way destroys the
+		// page's context mid-call, and the poll below decides.
+		_, _ = chromedp.Run(b.ctx, chromedp.Evaluate[bool](`(function(){ if (`+opened+`) { return true; } const a = document.querySelector('`+row+` a'); if (a) { a.click(); } return !!a; })()`))
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](opened, chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(200*time.Millisecond)))
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	b.waitFor(opened+` && !!document.getElementById("record-status")`, 30*time.Second, "the submission's page")
 	b.js(`window.lowbarenaMark = "no reload"`)
 	stages := `Array.from(document.querySelectorAll("tr[data-stage]")).map(r => r.dataset.stage + ":" + r.dataset.status).join(" ")`
 	seen := map[string]bool{}
