@@ -89,21 +89,6 @@ func (b *browser) open(path string) {
 	require.NoError(b.t, chromedp.Do(b.ctx, chromedp.Navigate(b.base+path)), path)
 }
 
-// click clicks the first element sel matches, as a person would (the
-// mouse at its middle). The live page redraws its rows as records change,
-// so a node found may be gone by the click ("Could not find node with
-// given id"): it is found again, a few times at most.
-func (b *browser) click(sel string) {
-	b.t.Helper()
-	var err error
-	for range 5 {
-		if err = chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(sel))); err == nil || !strings.Contains(err.Error(), "Could not find node") {
-			break
-		}
-	}
-	require.NoError(b.t, err, "click %s", sel)
-}
-
 // js evaluates an expression and returns its value as a string.
 func (b *browser) js(expr string) string {
 	b.t.Helper()
