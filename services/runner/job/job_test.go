@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/domain/examples"
 	"github.com/lowbarena/lowbarena/domain/formula"
 	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
@@ -272,13 +273,12 @@ func imitation(engineName, template string) string {
 	return simengine + " --imitate " + engineName + " --scale 8192 --kv-scale 64 --startup-seconds 0.3 -- " + template
 }
 
-// The real engines' templates, with the placeholders the runner fills.
+// The real engines' templates, the ones the example campaign's
+// engines/*.json carry, so the imitations run exactly what an operator
+// switches to.
 const (
-	vllmTemplate = "vllm serve {{.Checkpoint}} --host 127.0.0.1 --port {{.Port}} --kv-cache-dtype {{vllmKV .KVCacheDType}} --max-num-seqs {{.MaxNumSeqs}}" +
-		"{{if .MaxModelLen}} --max-model-len {{.MaxModelLen}}{{end}} --no-enable-prefix-caching{{if .KVCacheBytes}} --kv-cache-memory-bytes {{.KVCacheBytes}}{{end}}"
-	sglangTemplate = "python3 -m sglang.launch_server --model-path {{.Checkpoint}} --host 127.0.0.1 --port {{.Port}} --kv-cache-dtype {{sglangKV .KVCacheDType}} " +
-		"--max-running-requests {{.MaxNumSeqs}}{{if .MaxModelLen}} --context-length {{.MaxModelLen}}{{end}} --disable-radix-cache --enable-metrics --decode-log-interval 1" +
-		"{{if .MemFractionStatic}} --mem-fraction-static {{.MemFractionStatic}}{{end}}"
+	vllmTemplate   = examples.VLLMEngineCommand
+	sglangTemplate = examples.SGLangEngineCommand
 )
 
 // TestServeWithoutArenaEndpoints runs a real engine process that serves
