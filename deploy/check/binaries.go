@@ -34,6 +34,8 @@ type Binary struct {
 	Campaigns bool
 	// User is its NATS user (platform/access).
 	User string
+	// Defaults are its flags' default values, by name.
+	Defaults map[string]string
 }
 
 // Subcommands are the commands a service binary takes besides its flags.
@@ -51,9 +53,10 @@ func Binaries() map[string]Binary {
 		efficiency.Component(), score.Component(), round.Component(), runner.Component()} {
 		cfg := app.DefaultConfig(c.Name)
 		fs := c.FlagSet(&cfg)
-		b := Binary{Name: c.Name, Flags: map[string]bool{}, Env: map[string]bool{}, Store: c.Store, User: c.Name}
+		b := Binary{Name: c.Name, Flags: map[string]bool{}, Env: map[string]bool{}, Store: c.Store, User: c.Name, Defaults: map[string]string{}}
 		fs.VisitAll(func(f *flag.Flag) {
 			b.Flags[f.Name] = true
+			b.Defaults[f.Name] = f.DefValue
 			for _, m := range envInUsage.FindAllStringSubmatch(f.Usage, -1) {
 				b.Env[m[1]] = true
 			}

@@ -2,8 +2,10 @@ package check
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,6 +24,7 @@ func TestDeployment(t *testing.T) {
 	p, err := LoadCompose(context.Background(), "../../docker-compose.yml")
 	require.NoError(t, err)
 	require.Empty(t, Compose(p, bins).String(), "docker-compose.yml")
+	require.Empty(t, ComposeState(p).String(), "docker-compose.yml's state")
 	prom, err := LoadPrometheus("../../" + PrometheusFile)
 	require.NoError(t, err)
 	require.Empty(t, ScrapeTargets(p, bins, prom).String(), PrometheusFile)
@@ -62,7 +65,9 @@ func TestComposeRefuses(t *testing.T) {
 		{"a flag the binary has not", `command: ["provision"]`, `command: ["provision", "--replica", "3"]`, CodeUnknownFlag, ""},
 		{"another service's credentials", "env_file: [deploy/secrets/score.env]", "env_file: [deploy/secrets/round.env]", CodeWrongCredentials, ""},
 		{"a service that names no binary", "args: {SERVICE: score}", "args: {SERVICE: scoring}", CodeUnknownBinary + " " + CodeMissingService, ""},
-		{"the campaigns on no volume", "      LOWBARENA_CAMPAIGNS: /campaigns\n      LOWBARENA_POD", "      LOWBARENA_CAMPAIGNS: /elsewhere\n      LOWBARENA_POD", CodeMissingVolume, ""},
+		{"a campaigns folder on no volume", "      LOWBARENA_METRICS_ADDR: 0.0.0.0:9466\n", "      LOWBARENA_METRICS_ADDR: 0.0.0.0:9466\n      LOWBARENA_CAMPAIGNS: /elsewhere\n", CodeMissingVolume, ""},
+		{"a grader without its sandbox", "    security_opt: [seccomp=unconfined, apparmor=unconfined, systempaths=unconfined]\n", "", CodeGraderSandbox, ""},
+		{"an arena verb that does not exist", `command: ["campaign", "push", "/campaigns"]`, `command: ["campaigns", "push", "/campaigns"]`, CodeUnknownFlag, ""},
 		{"an unknown field", "    ulimits:", "    ulimit:", "", "ulimit"},
 		{"a service without metrics", "      LOWBARENA_METRICS_ADDR: 0.0.0.0:9469\n", "", CodeMetrics, ""},
 		{"metrics on loopback only", "LOWBARENA_METRICS_ADDR: 0.0.0.0:9470", "LOWBARENA_METRICS_ADDR: 127.0.0.1:9470", CodeMetrics, ""},
@@ -148,7 +153,7 @@ func TestKubernetesRefuses(t *testing.T) {
 		{"no GPU for the runner", "runner.yaml", "              nvidia.com/gpu: 1\n", "              cpu: 1\n", CodeNoGPU},
 		{"a variable the runner does not read", "runner.yaml", "            - {name: LOWBARENA_RUNNER_WORK, value: /work}\n",
 			"            - {name: LOWBARENA_RUNNER_WORK, value: /work}\n            - {name: LOWBARENA_CAMPAIGNS, value: /campaigns}\n", CodeUnknownEnv},
-		{"a flag the runner has not", "runner.yaml", "args: [--ack-wait, 30s]", "args: [--ackwait, 30s]", CodeUnknownFlag},
+		{"a flag the runner has not", "runner.yaml", "args: [--ack-wait, 30s,", "args: [--ackwait, 30s,", CodeUnknownFlag},
 		{"the operator's seed in a service", "services.yaml", "secretRef: {name: lowbarena-nkey-score}", "secretRef: {name: lowbarena-nkey-operator}", CodeWrongCredentials},
 		{"a selector that owns no pod", "runner.yaml", "    matchLabels: {app: runner}", "    matchLabels: {app: runners}", CodeSelector},
 		{"the work folder on no volume", "runner.yaml", "            - {name: work, mountPath: /work}\n", "", CodeMissingVolume},
@@ -195,6 +200,103 @@ func TestNATSValuesRefuses(t *testing.T) {
 			ps, err := NATSValues(edit(t, "../kubernetes/nats-values.yaml", tc.old, tc.new))
 			require.NoError(t, err)
 			require.Equal(t, []string{CodeNATS}, ps.Codes())
+		})
+	}
+}
+
+// TestClusterRefuses: each class of mistake that would keep the arena
+// from starting on a GPU node, or lose its state, is refused with its
+// code, and only with it (and what follows from it).
+func TestClusterRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		// code lists the codes wanted, space-separated.
+		name, file, old, new, code string
+	}{
+		{"a user namespace beside a GPU", "runner.yaml", "      shareProcessNamespace: true\n", "      shareProcessNamespace: true\n      hostUsers: false\n", CodeGPUUserNamespace},
+		{"a GPU runner without /dev/shm", "runner.yaml", "            - {name: dshm, mountPath: /dev/shm}\n", "", CodeGPUShm},
+		{"/dev/shm on disk", "runner.yaml", "emptyDir: {medium: Memory, sizeLimit: 16Gi}", "emptyDir: {sizeLimit: 16Gi}", CodeGPUShm},
+		{"a GPU runner without the toleration", "runner.yaml", "        - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}\n", "        - {key: dedicated, operator: Exists, effect: NoSchedule}\n", CodeGPUToleration},
+		{"a GPU runner without requests", "runner.yaml", "            requests:\n              cpu: \"8\"\n              memory: 64Gi\n", "", CodeGPURequests},
+		{"a GPU runner without a memory request", "runner.yaml", "              memory: 64Gi\n", "", CodeGPURequests},
+		{"a surge rollout on GPUs", "runner.yaml", "    type: Recreate\n", "    type: RollingUpdate\n", CodeGPUSurge},
+		{"a surge of one on GPUs", "runner.yaml", "    type: Recreate\n", "    type: RollingUpdate\n    rollingUpdate: {maxSurge: 1, maxUnavailable: 0}\n", CodeGPUSurge},
+		{"a grace shorter than the engine's stop", "runner.yaml", "terminationGracePeriodSeconds: 90", "terminationGracePeriodSeconds: 30", CodeGPUGrace},
+		{"a work folder without a size limit", "runner.yaml", "emptyDir: {sizeLimit: 300Gi}", "emptyDir: {}", CodeUnboundedVolume},
+		{"the grader without its user namespace", "services.yaml", "      hostUsers: false\n", "", CodeGraderSandbox},
+		{"the grader with a masked /proc", "services.yaml", "            procMount: Unmasked\n", "", CodeGraderSandbox},
+		{"the store's password in a ConfigMap", "services.yaml", "  LOWBARENA_REPLICAS: \"3\"\n", "  LOWBARENA_REPLICAS: \"3\"\n  LOWBARENA_STORE: clickhouse://lowbarena:hunter2@clickhouse:9000/lowbarena\n", CodeSecretInConfigMap},
+		{"a pod no PodMonitor scrapes", "services.yaml", "      labels: {app: score, lowbarena.dev/metrics: \"true\"}", "      labels: {app: score}", CodeMetrics},
+		{"an arena verb that does not exist", "provision.yaml", "args: [campaign, push, /campaigns/campaigns]", "args: [campaigns, push, /campaigns/campaigns]", CodeUnknownFlag},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			files, err := filepath.Glob("../kubernetes/*.yaml")
+			require.NoError(t, err)
+			for _, f := range files {
+				raw, err := os.ReadFile(f)
+				require.NoError(t, err)
+				if filepath.Base(f) == tc.file {
+					raw = edit(t, f, tc.old, tc.new)
+				}
+				require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), raw, 0o644))
+			}
+			objs, ps, err := DecodeManifests(dir)
+			require.NoError(t, err)
+			ps = append(ps, Kubernetes(objs, Binaries())...)
+			require.ElementsMatch(t, strings.Fields(tc.code), ps.Codes(), "only the problem made, and what follows from it: %s", ps.String())
+		})
+	}
+}
+
+// TestUnfilledVolume: a ReadOnlyMany claim with no data source (what the
+// campaigns once were) is refused; one filled from a snapshot, or a
+// ReadWriteMany one, is not.
+func TestUnfilledVolume(t *testing.T) {
+	const claim = `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: lowbarena-campaigns, namespace: lowbarena}
+spec:
+  accessModes: [%s]
+  resources: {requests: {storage: 1Gi}}
+%s`
+	for _, tc := range []struct {
+		name, modes, extra string
+		refused            bool
+	}{
+		{"read-only many, nothing fills it", "ReadOnlyMany", "", true},
+		{"read-only many from a snapshot", "ReadOnlyMany", "  dataSource: {name: campaigns-v3, kind: VolumeSnapshot, apiGroup: snapshot.storage.k8s.io}\n", false},
+		{"read-write many", "ReadWriteMany", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, ps, err := DecodeManifest("campaigns.yaml", []byte(fmt.Sprintf(claim, tc.modes, tc.extra)))
+			require.NoError(t, err)
+			require.Empty(t, ps.String())
+			ps = Kubernetes(objs, map[string]Binary{})
+			require.Equal(t, tc.refused, slices.Contains(ps.Codes(), CodeUnfilledVolume), ps.String())
+		})
+	}
+}
+
+// TestComposeStateRefuses: compose state that `docker compose down`
+// would lose, services that start before their stores are healthy, and
+// a runner without an init are refused with their codes.
+func TestComposeStateRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, old, new, code string }{
+		{"NATS's JetStream in the container", "      - nats-2-data:/data\n", "", CodeComposeVolume},
+		{"NATS's JetStream on an anonymous volume", "      - nats-3-data:/data\n", "      - /data\n", CodeComposeVolume},
+		{"ClickHouse's tables in the container", "      - clickhouse-data:/var/lib/clickhouse\n", "", CodeComposeVolume},
+		{"ClickHouse without a health check", "    healthcheck:\n      test: [\"CMD\", \"wget\", \"-q\", \"-O\", \"/dev/null\", \"http://127.0.0.1:8123/ping\"]\n      interval: 5s\n      timeout: 3s\n      retries: 30\n", "", CodeComposeHealth},
+		{"a service that waits for a start only", "  score:\n    build: {context: ., dockerfile: deploy/Dockerfile, args: {SERVICE: score}}\n    env_file: [deploy/secrets/score.env]\n    environment:\n      <<: *service-env\n      LOWBARENA_METRICS_ADDR: 0.0.0.0:9469\n    expose: [\"9469\"]\n    depends_on:\n      nats-1: {condition: service_healthy}",
+			"  score:\n    build: {context: ., dockerfile: deploy/Dockerfile, args: {SERVICE: score}}\n    env_file: [deploy/secrets/score.env]\n    environment:\n      <<: *service-env\n      LOWBARENA_METRICS_ADDR: 0.0.0.0:9469\n    expose: [\"9469\"]\n    depends_on:\n      nats-1: {condition: service_started}", CodeComposeHealth},
+		{"a runner without an init", "    init: true\n", "", CodeComposeInit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "docker-compose.yml")
+			require.NoError(t, os.WriteFile(file, edit(t, "../../docker-compose.yml", tc.old, tc.new), 0o644))
+			p, err := LoadCompose(context.Background(), file)
+			require.NoError(t, err)
+			ps := ComposeState(p)
+			require.Equal(t, []string{tc.code}, ps.Codes(), ps.String())
 		})
 	}
 }

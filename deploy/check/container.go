@@ -101,11 +101,11 @@ func (c Container) Check(ps *Problems) {
 			ps.add(CodeMissingEnv, c.Where, "%s keeps rows: set LOWBARENA_STORE to the ClickHouse server (clickhouse://user:password@host:9000/db), not %q", b.Name, v)
 		}
 	}
+	// The campaigns come from the arena's store (`arena campaign push`)
+	// unless a folder is named, which must then be on a volume.
 	if b.Campaigns && sub == "" {
-		if v, ok := c.setting("campaigns", "LOWBARENA_CAMPAIGNS"); !ok {
-			ps.add(CodeMissingEnv, c.Where, "%s reads the campaigns: set LOWBARENA_CAMPAIGNS to a mounted folder", b.Name)
-		} else if !c.under(v) {
-			ps.add(CodeMissingVolume, c.Where, "the campaigns folder %s is on no volume: mount the campaigns there", v)
+		if v, ok := c.setting("campaigns", "LOWBARENA_CAMPAIGNS"); ok && v != "" && !c.under(v) {
+			ps.add(CodeMissingVolume, c.Where, "the campaigns folder %s is on no volume: mount the campaigns there, or leave it unset to load them from the arena's store", v)
 		}
 	}
 	for _, w := range []struct{ flag, env string }{{"work", "LOWBARENA_BUILD_WORK"}, {"work", "LOWBARENA_RUNNER_WORK"}} {

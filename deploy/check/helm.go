@@ -3,6 +3,7 @@ package check
 import (
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/lowbarena/lowbarena/platform/access"
@@ -17,13 +18,27 @@ type natsValues struct {
 			Replicas int  `json:"replicas"`
 		} `json:"cluster"`
 		JetStream struct {
-			Enabled bool `json:"enabled"`
+			Enabled   bool `json:"enabled"`
+			FileStore struct {
+				PVC struct {
+					Size string `json:"size"`
+				} `json:"pvc"`
+				MaxSize string `json:"maxSize"`
+			} `json:"fileStore"`
 		} `json:"jetstream"`
 		Merge map[string]any `json:"merge"`
 	} `json:"config"`
 	Container struct {
 		Env map[string]any `json:"env"`
 	} `json:"container"`
+	PodTemplate struct {
+		// TopologySpreadConstraints is the chart's map of topologyKey to
+		// constraint.
+		TopologySpreadConstraints map[string]struct {
+			MaxSkew           int    `json:"maxSkew"`
+			WhenUnsatisfiable string `json:"whenUnsatisfiable"`
+		} `json:"topologySpreadConstraints"`
+	} `json:"podTemplate"`
 }
 
 // NATSValues holds NATS's Helm values (deploy/kubernetes/nats-values.yaml)
@@ -44,6 +59,19 @@ func NATSValues(raw []byte) (Problems, error) {
 	}
 	if !v.Config.JetStream.Enabled {
 		ps.add(CodeNATS, where, "config.jetstream.enabled must be true")
+	}
+	if c, ok := v.PodTemplate.TopologySpreadConstraints["kubernetes.io/hostname"]; !ok || c.MaxSkew != 1 || c.WhenUnsatisfiable != "DoNotSchedule" {
+		ps.add(CodeNATS, where, "podTemplate.topologySpreadConstraints must spread the peers over nodes (kubernetes.io/hostname: {maxSkew: 1, whenUnsatisfiable: DoNotSchedule}): three R3 peers on one node do not survive it")
+	}
+	pvc, perr := resource.ParseQuantity(v.Config.JetStream.FileStore.PVC.Size)
+	max, merr := resource.ParseQuantity(v.Config.JetStream.FileStore.MaxSize)
+	switch {
+	case perr != nil:
+		ps.add(CodeNATS, where, "config.jetstream.fileStore.pvc.size %q is no size: size the volume (docs/operators/jetstream.md)", v.Config.JetStream.FileStore.PVC.Size)
+	case merr != nil:
+		ps.add(CodeNATS, where, "config.jetstream.fileStore.maxSize %q is no size: set it a little under the volume, so JetStream refuses writes before the disk is full", v.Config.JetStream.FileStore.MaxSize)
+	case max.Cmp(pvc) >= 0:
+		ps.add(CodeNATS, where, "config.jetstream.fileStore.maxSize %s is not under the volume's %s: JetStream would fail on a full disk instead of refusing writes", max.String(), pvc.String())
 	}
 	if _, ok := v.Config.Merge["$include"]; !ok {
 		ps.add(CodeNATS, where, "config.merge must $include auth.conf (deploy/nats/auth.conf): without it every user is refused")

@@ -14,7 +14,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +21,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
+
+	"github.com/lowbarena/lowbarena/platform/app"
 )
 
 // Object is one decoded manifest with the file it came from.
@@ -81,8 +82,17 @@ func DecodeManifest(name string, raw []byte) ([]Object, Problems, error) {
 		if tm.APIVersion == "" && tm.Kind == "" {
 			continue // not a Kubernetes object (Helm values, an empty document)
 		}
-		obj, _, err := strict.Decode(doc, nil, nil)
 		where := fmt.Sprintf("%s: document %d (%s %s)", name, i, tm.APIVersion, tm.Kind)
+		if tm.APIVersion == "monitoring.coreos.com/v1" && tm.Kind == "PodMonitor" {
+			var pm PodMonitor
+			if err := yaml.UnmarshalStrict(doc, &pm); err != nil {
+				ps.add(CodeUnknownField, where, "%v", err)
+				continue
+			}
+			objs = append(objs, Object{File: name, Object: &pm})
+			continue
+		}
+		obj, _, err := strict.Decode(doc, nil, nil)
 		switch {
 		case runtime.IsNotRegisteredError(err):
 			ps.add(CodeUnknownKind, where, "no Kubernetes type: %v", err)
@@ -117,8 +127,18 @@ func Kubernetes(objs []Object, bins map[string]Binary) Problems { //nolint:gocyc
 	var ps Problems
 	configMaps := map[string]map[string]string{}
 	for _, o := range objs {
-		if cm, ok := o.Object.(*corev1.ConfigMap); ok {
-			configMaps[cm.Name] = cm.Data
+		switch v := o.Object.(type) {
+		case *corev1.ConfigMap:
+			configMaps[v.Name] = v.Data
+			checkConfigMapSecrets(&ps, fmt.Sprintf("%s: ConfigMap %s", o.File, v.Name), v)
+		case *corev1.PersistentVolumeClaim:
+			checkPVC(&ps, fmt.Sprintf("%s: PersistentVolumeClaim %s", o.File, v.Name), v)
+		}
+	}
+	var monitors []*PodMonitor
+	for _, o := range objs {
+		if pm, ok := o.Object.(*PodMonitor); ok {
+			monitors = append(monitors, pm)
 		}
 	}
 	seen := map[string]bool{}
@@ -133,6 +153,8 @@ func Kubernetes(objs []Object, bins map[string]Binary) Problems { //nolint:gocyc
 			meta, sel, pod = w.ObjectMeta, w.Spec.Selector, w.Spec.Template
 		case *batchv1.Job:
 			meta, pod = w.ObjectMeta, w.Spec.Template
+		case *batchv1.CronJob:
+			meta, pod = w.ObjectMeta, w.Spec.JobTemplate.Spec.Template
 		default:
 			continue
 		}
@@ -152,6 +174,12 @@ func Kubernetes(objs []Object, bins map[string]Binary) Problems { //nolint:gocyc
 				volumes[claim.Name] = true
 			}
 		}
+		checkEmptyDirs(&ps, where, pod.Spec)
+		for _, ct := range pod.Spec.InitContainers {
+			if strings.TrimPrefix(strings.SplitN(ct.Image, ":", 2)[0], "lowbarena/") == CLI {
+				checkCLI(&ps, where+"/"+ct.Name, append(append([]string(nil), ct.Command...), ct.Args...))
+			}
+		}
 		for _, ct := range pod.Spec.Containers {
 			cw := where + "/" + ct.Name
 			for _, m := range ct.VolumeMounts {
@@ -162,7 +190,14 @@ func Kubernetes(objs []Object, bins map[string]Binary) Problems { //nolint:gocyc
 			image := strings.SplitN(ct.Image, ":", 2)[0]
 			name, ok := strings.CutPrefix(image, "lowbarena/")
 			if !ok {
+				if gpuLimit(ct) {
+					checkGPUPod(&ps, cw, pod.Spec, ct, nil)
+				}
 				continue // nats, clickhouse
+			}
+			if name == CLI {
+				checkCLI(&ps, cw, append(append([]string(nil), ct.Command...), ct.Args...))
+				continue
 			}
 			b, ok := bins[name]
 			if !ok {
@@ -182,6 +217,10 @@ func Kubernetes(objs []Object, bins map[string]Binary) Problems { //nolint:gocyc
 					}
 				}
 				if src.SecretRef != nil {
+					if src.SecretRef.Name == storeSecret {
+						c.Env[app.EnvStore] = "clickhouse://(Secret " + storeSecret + ")"
+						continue
+					}
 					user, ok := strings.CutPrefix(src.SecretRef.Name, nkeySecret)
 					if !ok {
 						continue
@@ -202,13 +241,20 @@ func Kubernetes(objs []Object, bins map[string]Binary) Problems { //nolint:gocyc
 			if _, job := o.Object.(*batchv1.Job); !job && c.servesMetrics() {
 				if port := c.checkMetrics(&ps); port > 0 {
 					checkPodMetrics(&ps, cw, pod, ct, port)
+					checkPodMonitors(&ps, monitors, cw, pod)
 				}
 			}
-			if name == "runner" {
-				q, ok := ct.Resources.Limits[gpuResource]
-				if !ok || q.Cmp(resource.MustParse("1")) < 0 {
-					ps.add(CodeNoGPU, cw, "the runner asks for no GPU: set resources.limits[%s] to 1 (one runner per GPU)", gpuResource)
+			if name == "runner" && !gpuLimit(ct) {
+				ps.add(CodeNoGPU, cw, "the runner asks for no GPU: set resources.limits[%s] to 1 (one runner per GPU)", gpuResource)
+			}
+			if gpuLimit(ct) {
+				checkGPUPod(&ps, cw, pod.Spec, ct, &c)
+				if d, ok := o.Object.(*appsv1.Deployment); ok {
+					checkRollout(&ps, where, d)
 				}
+			}
+			if name == "quality" {
+				checkGrader(&ps, cw, pod.Spec, ct)
 			}
 		}
 	}
