@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -40,13 +42,20 @@ func startClickHouse(dir string) (*ClickHouse, error) {
 	if err := chtest.WriteConfig(home, ports[0], ports[1], clickHouseUsers); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	// The password reaches the server as the deployments give it: in its
+	// environment, which users.xml reads (from_env), never in a file.
+	var pw [12]byte
+	if _, err := rand.Read(pw[:]); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	password := hex.EncodeToString(pw[:])
 	ch := &ClickHouse{
 		Proc: &Proc{Name: "clickhouse", Bin: bin, Args: []string{"--config-file=" + filepath.Join(home, "config.xml")}, Dir: home,
-			Log: filepath.Join(dir, "logs", "clickhouse.log")},
+			Log: filepath.Join(dir, "logs", "clickhouse.log"), Env: []string{"LOWBARENA_CLICKHOUSE_PASSWORD=" + password}},
 		Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		HTTP: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 	}
-	ch.URL = "clickhouse://lowbarena:lowbarena@" + ch.Addr + "/lowbarena"
+	ch.URL = "clickhouse://lowbarena:" + password + "@" + ch.Addr + "/lowbarena"
 	if err := ch.Start(); err != nil {
 		return nil, err
 	}
@@ -75,13 +84,14 @@ func (c *ClickHouse) WaitReady(ctx context.Context, wait time.Duration) error {
 }
 
 // clickHouseUsers holds the arena's user, lowbarena, as
-// deploy/clickhouse/users.xml has it, from loopback only.
+// deploy/clickhouse/users.xml has it (its password from the environment),
+// from loopback only.
 const clickHouseUsers = `<?xml version="1.0"?>
 <yandex>
     <profiles><default><max_memory_usage>2000000000</max_memory_usage></default></profiles>
     <users>
       <default><password></password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></default>
-      <lowbarena><password>lowbarena</password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></lowbarena>
+      <lowbarena><password from_env="LOWBARENA_CLICKHOUSE_PASSWORD"/><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></lowbarena>
     </users>
     <quotas><default><interval><duration>3600</duration><queries>0</queries><errors>0</errors><result_rows>0</result_rows><read_rows>0</read_rows><execution_time>0</execution_time></interval></default></quotas>
 </yandex>
