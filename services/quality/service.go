@@ -1,9 +1,11 @@
 // Package service is the quality stage: for every checkpoint that kept its
-// contract it has a GPU runner answer the campaign's eval suite, pairs the
-// graded items with the BF16 reference's (computed once per campaign and
-// suite version, stored per item in quality_items), and publishes the
-// record's dev_quality block: per-domain drops with paired standard
-// errors, recovery, the tier, length and KL against BF16.
+// contract it has a GPU runner answer the campaign's eval suite, grades
+// the code answers the runner left ungraded in its own sandbox (grade.go:
+// a GPU runner never runs a model's program), pairs the graded items with
+// the BF16 reference's (computed once per campaign and suite version,
+// stored per item in quality_items), and publishes the record's
+// dev_quality block: per-domain drops with paired standard errors,
+// recovery, the tier, length and KL against BF16.
 //
 // It is a job stage of the stage kit (platform/stage). A kept contract
 // becomes the candidate's job, and the BF16 reference's job when its rows
