@@ -145,8 +145,11 @@ type EfficiencyJobResult struct {
 }
 
 // JobQuality answers a campaign's eval suite with one checkpoint (the BF16
-// reference or a candidate), grades every sample and writes the graded
-// rows to quality_items.
+// reference or a candidate) on a GPU runner, which grades every sample
+// whose grader is pure Go and writes the graded rows to quality_items
+// and every answer to quality_answers. Code answers (suite.GraderCode)
+// are written ungraded: the quality stage runs their programs in its own
+// sandbox, never the GPU runner.
 const JobQuality = "quality"
 
 // Quality roles: the BF16 reference's rows are computed once per campaign
@@ -177,18 +180,26 @@ type Sampling = campaign.Sampling
 type TopK map[string]float64
 
 // QualityJobResult is the result of a quality job; the graded rows are in
-// quality_items.
+// quality_items, every answer's text in quality_answers.
 type QualityJobResult struct {
 	Campaign  string `json:"campaign,omitempty"`
 	Role      string `json:"role"`
 	SuiteKey  string `json:"suite_key"`
 	GPU       string `json:"gpu"`
 	Simulated bool   `json:"simulated"`
-	// Items and Generations are what was answered; Empty counts
-	// generations with no gradeable answer.
+	// Items and Generations are what was answered, every generation
+	// (graded or not); Empty counts generations with no gradeable answer
+	// (for a code answer: blank or over grade.MaxAnswerBytes, as every
+	// grader refuses them; one whose text holds no program is not
+	// counted).
 	Items       int `json:"items"`
 	Generations int `json:"generations"`
 	Empty       int `json:"empty"`
+	// Ungraded counts the generations the runner left ungraded, those of
+	// code items: their quality_answers rows are written with score 0 and
+	// no quality_items row, and the quality stage grades them before it
+	// pairs. Zero from a runner that graded everything itself.
+	Ungraded int `json:"ungraded,omitempty"`
 	// Logprobs holds, per KL sequence (the first KLSequences items, first
 	// sample), the top-k logprobs of each generated token.
 	Logprobs [][]TopK `json:"logprobs,omitempty"`

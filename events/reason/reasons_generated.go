@@ -687,9 +687,10 @@ const (
 	// Given by gateway.
 	RoundNotFound Code = "round_not_found"
 
-	// SandboxUnavailable is sandbox_unavailable. A job that could not grade
-	// code because its machine cannot run the code sandbox (bubblewrap); an
-	// operator's fix, not the participant's. Given by runner.
+	// SandboxUnavailable is sandbox_unavailable. Code answers that could not
+	// be graded because the quality stage's machine cannot run the code
+	// sandbox (bubblewrap with unprivileged user namespaces); an operator's
+	// fix, not the participant's. Given by quality.
 	SandboxUnavailable Code = "sandbox_unavailable"
 
 	// SchemaInvalid is schema_invalid. An event whose data does not match
@@ -1053,7 +1054,7 @@ var catalogue = []Info{
 	{Code: ResultUnencodable, Name: "ResultUnencodable", Description: "A job's result does not encode as JSON; the job is dead-lettered.", GivenBy: []string{"runner"}},
 	{Code: RopeChanged, Name: "RopeChanged", Description: "The checkpoint's rope_theta, rope_type or rope scaling differ from the source model's.", GivenBy: []string{"contract"}},
 	{Code: RoundNotFound, Name: "RoundNotFound", Description: "A round the arena does not have.", GivenBy: []string{"gateway"}, HTTPStatus: 404},
-	{Code: SandboxUnavailable, Name: "SandboxUnavailable", Description: "A job that could not grade code because its machine cannot run the code sandbox (bubblewrap); an operator's fix, not the participant's.", GivenBy: []string{"runner"}},
+	{Code: SandboxUnavailable, Name: "SandboxUnavailable", Description: "Code answers that could not be graded because the quality stage's machine cannot run the code sandbox (bubblewrap with unprivileged user namespaces); an operator's fix, not the participant's.", GivenBy: []string{"quality"}},
 	{Code: SchemaInvalid, Name: "SchemaInvalid", Description: "An event whose data does not match its type's JSON Schema; it is dead-lettered.", GivenBy: []string{"bus"}},
 	{Code: ScoreBadInputs, Name: "ScoreBadInputs", Description: "The outcomes the score needs are not all in, or do not decode, so nothing is scored.", GivenBy: []string{"score"}},
 	{Code: ScoreDigestMismatch, Name: "ScoreDigestMismatch", Description: "The outcomes to score were measured on different builds of the submission (their bundle digests differ).", GivenBy: []string{"score"}},

@@ -145,11 +145,21 @@ func ListenMetrics(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+// AddReadyCheck adds a check of the component's own to Ready, such as a
+// machine requirement (the quality stage's sandbox): nil when ready,
+// else why not. Build adds them; Ready runs them after its own, each time.
+func (rt *Runtime) AddReadyCheck(check func(context.Context) error) {
+	rt.readyMu.Lock()
+	defer rt.readyMu.Unlock()
+	rt.readyChecks = append(rt.readyChecks, check)
+}
+
 // Ready says whether the runtime can do its work: its NATS connection is
-// up and the arena's streams are there as this service expects them
-// (checkProvisioned: the ARENA stream, at this service's replicas). The
-// check asks the server each time, so a stream deleted or a cluster
-// replaced under a running service turns it unready.
+// up, the arena's streams are there as this service expects them
+// (checkProvisioned: the ARENA stream, at this service's replicas), and
+// the component's own checks (AddReadyCheck) pass. The check asks the
+// server each time, so a stream deleted or a cluster replaced under a
+// running service turns it unready.
 func (rt *Runtime) Ready(ctx context.Context) error {
 	if rt.NC == nil || rt.Bus == nil {
 		return fmt.Errorf("%w: not connected to NATS yet", ErrNotReady)
@@ -159,6 +169,14 @@ func (rt *Runtime) Ready(ctx context.Context) error {
 	}
 	if err := checkProvisioned(ctx, rt.Bus, rt.Config.Replicas); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
+	}
+	rt.readyMu.Lock()
+	checks := rt.readyChecks
+	rt.readyMu.Unlock()
+	for _, check := range checks {
+		if err := check(ctx); err != nil {
+			return fmt.Errorf("%w: %w", ErrNotReady, err)
+		}
 	}
 	return nil
 }

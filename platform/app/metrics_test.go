@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,6 +170,23 @@ func TestReadyz(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "alive while not ready")
 
 		require.NoError(t, bus.Provision(tctx(t), b.JetStream(), bus.Topology{}))
+		code, body = get(t, hs.URL+app.PathReadyz)
+		require.Equal(t, http.StatusOK, code, body)
+
+		// A component's own check (the quality stage's sandbox) turns
+		// the process unready with its reason, and ready once it passes.
+		var broken atomic.Bool
+		broken.Store(true)
+		rt.AddReadyCheck(func(context.Context) error {
+			if broken.Load() {
+				return errors.New("bubblewrap cannot create namespaces")
+			}
+			return nil
+		})
+		code, body = get(t, hs.URL+app.PathReadyz)
+		require.Equal(t, http.StatusServiceUnavailable, code)
+		require.Equal(t, "not ready: bubblewrap cannot create namespaces\n", body)
+		broken.Store(false)
 		code, body = get(t, hs.URL+app.PathReadyz)
 		require.Equal(t, http.StatusOK, code, body)
 	})

@@ -49,6 +49,10 @@ type Runtime struct {
 	// ownStore says Close closes Store: false for a store another
 	// runtime shares with this one (WithStore).
 	ownStore bool
+	// readyMu guards readyChecks, the component's own readiness checks
+	// (AddReadyCheck).
+	readyMu     sync.Mutex
+	readyChecks []func(context.Context) error
 }
 
 // Option adjusts Start.

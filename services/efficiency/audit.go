@@ -256,7 +256,7 @@ func (s *Service) quality(ctx context.Context, c events.RunnerJobCompletedData, 
 		// The stage never runs a model's program: code items are not
 		// mixed into the load (job.NewAuditPlan), and one here is refused.
 		if it.Grader == suite.GraderCode {
-			return 0, fmt.Errorf("efficiency: item %s is graded by running code, which only the runner's sandbox does", id)
+			return 0, fmt.Errorf("efficiency: item %s is graded by running code, which only the quality stage's sandbox does", id)
 		}
 		g, err := grade.For(it)
 		if err != nil {

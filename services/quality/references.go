@@ -117,6 +117,13 @@ func (s *Service) putRefState(ctx context.Context, campaign, suiteKey string, st
 // An outcome whose reference cannot be named (a failed job an arena
 // before this one requested) is logged and acked: its candidates are
 // ended by their own MaxDeliver.
+//
+// A done reference's code answers are graded before its state is kept
+// (gradeCode). Done means its answers are stored: a machine that cannot
+// sandbox, or a suite the campaigns no longer hold, leaves them
+// ungraded with a warning, and each candidate's pairing grades them
+// again or is refused (sandbox_unavailable, suite_invalid), so fixing
+// the machine needs no new reference job.
 func (s *Service) shared(ctx context.Context, o stage.Outcome) error {
 	job := o.JobID()
 	var (
@@ -149,10 +156,38 @@ func (s *Service) shared(ctx context.Context, o stage.Outcome) error {
 		}
 		campaign, suiteKey = r.Campaign, r.SuiteKey
 	}
+	if st.Status == StatusDone {
+		if err := s.gradeReference(ctx, res); err != nil {
+			return err
+		}
+	}
 	if err := s.putRefState(ctx, campaign, suiteKey, st); err != nil {
 		return err
 	}
 	s.log.Info("BF16 quality reference kept", "campaign", campaign, "suite", suiteKey, "status", st.Status, "reason", st.Reason,
 		"generations", st.Result.Generations)
 	return nil
+}
+
+// gradeReference grades a done reference's code answers (see shared): a
+// refusal (no sandbox here, a suite no campaign holds) is logged and left
+// to the candidates' pairing; any other error is a retry.
+func (s *Service) gradeReference(ctx context.Context, res events.QualityJobResult) error {
+	if res.Ungraded == 0 {
+		return nil
+	}
+	task, st, err := s.suiteOf(res.Campaign, res.SuiteKey)
+	if err == nil {
+		var n int
+		if n, err = s.gradeCode(ctx, task, st, res, ReferenceSubmission); err == nil {
+			s.log.Info("BF16 quality reference's code answers graded", "campaign", task, "suite", res.SuiteKey, "graded", n)
+			return nil
+		}
+	}
+	if r := stage.AsRefusal(err); r != nil {
+		s.log.Warn("BF16 quality reference's code answers left ungraded; its candidates' pairing grades them", "campaign", res.Campaign,
+			"suite", res.SuiteKey, "reason", r.Code, "err", r.Message)
+		return nil
+	}
+	return err
 }

@@ -24,8 +24,10 @@ func Failure(f events.RunnerJobFailedData) *stage.Refusal {
 
 // result turns a candidate's finished job into the stage's outcome: its
 // suite is found from what the result carries (suiteOf), its reference's
-// state is read from the bucket, and once that is done its rows are
-// paired with BF16's.
+// state is read from the bucket, and once that is done the code answers
+// of both roles the runners left ungraded are graded here (gradeCode: a
+// no-op for those graded already) and the candidate's rows are paired
+// with BF16's.
 func (s *Service) result(ctx context.Context, c events.RunnerJobCompletedData) (events.QualityCompletedData, error) {
 	res, err := events.QualityJob.Result(c)
 	if err != nil {
@@ -40,6 +42,15 @@ func (s *Service) result(ctx context.Context, c events.RunnerJobCompletedData) (
 		return events.QualityCompletedData{}, err
 	}
 	if err := Ready(res, ref); err != nil {
+		return events.QualityCompletedData{}, err
+	}
+	if _, err := s.gradeCode(ctx, task, st, res, c.SubmissionID); err != nil {
+		return events.QualityCompletedData{}, err
+	}
+	// The reference's are graded when its job completes (shared); here
+	// again in case that machine could not sandbox, or an older process
+	// kept it.
+	if _, err := s.gradeCode(ctx, task, st, ref.Result, ReferenceSubmission); err != nil {
 		return events.QualityCompletedData{}, err
 	}
 	cand, err := s.read(ctx, task, res.SuiteKey, c.SubmissionID, events.RoleCandidate)

@@ -1,9 +1,11 @@
 // Package service is the quality stage: for every checkpoint that kept its
-// contract it has a GPU runner answer the campaign's eval suite, pairs the
-// graded items with the BF16 reference's (computed once per campaign and
-// suite version, stored per item in quality_items), and publishes the
-// record's dev_quality block: per-domain drops with paired standard
-// errors, recovery, the tier, length and KL against BF16.
+// contract it has a GPU runner answer the campaign's eval suite, grades
+// the code answers the runner left ungraded in its own sandbox (grade.go:
+// a GPU runner never runs a model's program), pairs the graded items with
+// the BF16 reference's (computed once per campaign and suite version,
+// stored per item in quality_items), and publishes the record's
+// dev_quality block: per-domain drops with paired standard errors,
+// recovery, the tier, length and KL against BF16.
 //
 // It is a job stage of the stage kit (platform/stage). A kept contract
 // becomes the candidate's job, and the BF16 reference's job when its rows
@@ -21,6 +23,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -50,8 +54,11 @@ const ReferenceWait = 5 * time.Second
 // Options configure the stage.
 type Options struct {
 	Campaigns campaign.Set
-	// Store holds quality_items (required).
+	// Store holds quality_items and quality_answers (required).
 	Store store.Store
+	// GradeConcurrency is how many code answers are graded at a time in
+	// the process (default DefaultGradeConcurrency).
+	GradeConcurrency int
 }
 
 // Service is the quality stage bound to its stores.
@@ -67,6 +74,13 @@ type Service struct {
 	mu     sync.Mutex
 	suites map[string]*suite.Suite     // task id/split -> its suite
 	stored map[string]events.BundleRef // folder -> the folder in the artifact store
+
+	// The grading step (grade.go): slots bounds the programs running at
+	// a time, grading holds one mutex per role's answers, codeSuites are
+	// the campaigns' suites that have code items (readiness).
+	slots      chan struct{}
+	grading    sync.Map // campaign, suite key, submission, role -> *sync.Mutex
+	codeSuites []*suite.Suite
 }
 
 // New opens the stores the stage needs.
@@ -85,8 +99,29 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if err != nil {
 		return nil, fmt.Errorf("quality: open bucket %s: %w", bus.BucketQualityReferences, err)
 	}
-	return &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log,
-		suites: map[string]*suite.Suite{}, stored: map[string]events.BundleRef{}}, nil
+	if o.GradeConcurrency <= 0 {
+		o.GradeConcurrency = DefaultGradeConcurrency
+	}
+	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log,
+		suites: map[string]*suite.Suite{}, stored: map[string]events.BundleRef{}, slots: make(chan struct{}, o.GradeConcurrency)}
+	// The suites with code items, for readiness; a suite that does not
+	// load is refused when a submission needs it, not here.
+	for _, c := range o.Campaigns {
+		if c.Quality == nil {
+			continue
+		}
+		for _, split := range []string{suite.SplitDev, suite.SplitRanked} {
+			if split == suite.SplitRanked && c.RankedSuiteDir() == "" {
+				continue
+			}
+			if st, _, err := s.suite(c, split); err == nil {
+				if _, ids := codeItems(st); len(ids) > 0 {
+					s.codeSuites = append(s.codeSuites, st)
+				}
+			}
+		}
+	}
+	return s, nil
 }
 
 // Requests is the durable that turns kept contracts into quality jobs.
@@ -137,15 +172,33 @@ func (s *Service) Actors() []app.Actor {
 	return []app.Actor{app.StageActor(s.Stage().Bind(s.bus, s.log))}
 }
 
+// EnvGradeConcurrency names the environment variable of
+// --grade-concurrency.
+const EnvGradeConcurrency = "LOWBARENA_GRADE_CONCURRENCY"
+
 // Component is the quality service, for its binary and `arena up`. It
-// needs the store (quality_items) and refuses to start without one.
+// needs the store (quality_items) and refuses to start without one. It
+// grades the suites' code answers in its own process, so its machine
+// needs bubblewrap with unprivileged user namespaces (the GPU runners do
+// not); its readiness says so when a campaign's suite has code items and
+// the sandbox does not work here.
 func Component() app.Component {
-	var dir *string
+	var (
+		dir  *string
+		conc *int
+	)
 	return app.Component{
 		Name:   Name,
 		Stages: []string{Name},
 		Store:  true,
-		Flags:  func(fs *flag.FlagSet) { dir = app.CampaignsFlag(fs) },
+		Flags: func(fs *flag.FlagSet) {
+			dir = app.CampaignsFlag(fs)
+			def := DefaultGradeConcurrency
+			if n, err := strconv.Atoi(os.Getenv(EnvGradeConcurrency)); err == nil && n > 0 {
+				def = n
+			}
+			conc = fs.Int("grade-concurrency", def, "how many code answers the stage grades at a time, each one sandboxed python process (about a CPU core) (env "+EnvGradeConcurrency+")")
+		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
 			if dir == nil {
 				return nil, fmt.Errorf("quality: %w: the flags were never registered", app.ErrConfig)
@@ -157,10 +210,17 @@ func Component() app.Component {
 			if err != nil {
 				return nil, fmt.Errorf("quality: %w", err)
 			}
-			s, err := New(ctx, rt.Bus, rt.Log, Options{Campaigns: set, Store: rt.Store})
+			if conc == nil || *conc < 1 {
+				return nil, fmt.Errorf("quality: %w: --grade-concurrency must be at least 1", app.ErrConfig)
+			}
+			s, err := New(ctx, rt.Bus, rt.Log, Options{Campaigns: set, Store: rt.Store, GradeConcurrency: *conc})
 			if err != nil {
 				return nil, err
 			}
+			if err := s.sandboxReady(ctx); err != nil {
+				rt.Log.Warn("code answers cannot be graded on this machine: their submissions fail with sandbox_unavailable until it is fixed", "err", err)
+			}
+			rt.AddReadyCheck(s.sandboxReady)
 			return s.Actors(), nil
 		},
 	}

@@ -32,6 +32,7 @@ import (
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 type harness struct {
+	dir    string // the campaigns folder
 	b      *bus.Bus
 	st     store.Store
 	ctx    context.Context
@@ -42,12 +43,14 @@ type harness struct {
 
 // setup writes the example campaign with a tiny dev and ranked suite and
 // opens a bus and a store; the stage is not running yet (see start).
-func setup(t *testing.T) *harness {
+func setup(t *testing.T) *harness { return setupSuite(t, tinySuite()) }
+
+// setupSuite is setup with s as the dev suite.
+func setupSuite(t *testing.T, s *suite.Suite) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	_, err := examples.Write(dir)
 	require.NoError(t, err)
-	s := tinySuite()
 	require.NoError(t, suite.Write(filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "suite-dev"), s))
 	ranked := suite.Generate("tiny", "1", suite.SplitRanked, suite.SeedRanked, suite.Sizes{"math": 60, "commonsense": 60, "expert": 10})
 	require.NoError(t, suite.Write(filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "suite-ranked"), ranked))
@@ -59,7 +62,7 @@ func setup(t *testing.T) *harness {
 	st, err := store.Open(ctx, "chdb://"+t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	return &harness{b: b, st: st, ctx: ctx, set: set, suite: s, ranked: ranked}
+	return &harness{dir: filepath.Join(dir, examples.CampaignsDir), b: b, st: st, ctx: ctx, set: set, suite: s, ranked: ranked}
 }
 
 // start runs a new Service (nothing in memory) on the harness's bus and

@@ -2,11 +2,8 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 
-	"github.com/lowbarena/lowbarena/adapters/sandbox"
-	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
@@ -66,33 +63,21 @@ func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJo
 	return Result[events.EfficiencyJobResult]{Value: er, Seconds: er.Seconds, Attrs: []any{"reference_cached", er.Cached}}, err
 }
 
-// quality answers and grades the campaign's suite, writing the graded
-// rows to quality_items as they come.
+// quality answers the campaign's suite and grades what pure Go grades,
+// writing every answer to quality_answers and the graded ones to
+// quality_items as they come. Code answers stay ungraded for the quality
+// stage: a GPU runner never runs a model's program, so it needs no
+// sandbox (no bubblewrap, no user namespaces) whatever the suite holds.
 func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParams) (Result[events.QualityJobResult], error) {
 	st, err := suite.Load(env.Artifacts[0])
 	if err != nil {
 		return Result[events.QualityJobResult]{}, Fail(reason.SuiteInvalid, err.Error())
 	}
-	// A machine that cannot sandbox the suite's code answers fails the
-	// job before its engine starts.
-	if err := grade.Check(ctx, st); err != nil {
-		return Result[events.QualityJobResult]{}, sandboxFailure(err)
-	}
 	sim := env.Simulated()
 	qr, err := env.Job.Quality(ctx, p, env.Checkpoint, st, func(ctx context.Context, b []job.Graded) error {
 		return s.graded(ctx, env.Request, p, b, sim)
 	})
-	return Result[events.QualityJobResult]{Value: qr, Seconds: qr.Seconds}, sandboxFailure(err)
-}
-
-// sandboxFailure turns the code grader's refusal into the job's failure:
-// no retry on this machine would grade the answers, and the message tells
-// the operator what to install or enable.
-func sandboxFailure(err error) error {
-	if errors.Is(err, sandbox.ErrSandboxUnavailable) {
-		return Fail(reason.SandboxUnavailable, err.Error())
-	}
-	return err
+	return Result[events.QualityJobResult]{Value: qr, Seconds: qr.Seconds}, err
 }
 
 // sla serves one round entry through the standard workloads.

@@ -39,8 +39,16 @@ func (s *Service) samples(ctx context.Context, req events.RunnerJobRequestedData
 	return store.Insert(ctx, s.opts.Store, rows)
 }
 
-// graded writes a quality job's graded samples to quality_items. The
-// BF16 reference's rows carry the submission id "bf16-reference".
+// graded writes a quality job's samples: every answer to
+// quality_answers, the graded ones to quality_items. The BF16
+// reference's rows carry the submission id "bf16-reference".
+//
+// An ungraded (code) answer's quality_answers row has score 0 and no
+// quality_items row: the quality stage grades it and writes both rows
+// with this row's ts_ms, so that a quality_items row of the same ts_ms is
+// what marks an answer graded, and an answer a redelivered job writes
+// again (a later ts_ms) is graded again. Rows of one key are
+// ReplacingMergeTree's: read with FINAL, the last inserted wins.
 func (s *Service) graded(ctx context.Context, req events.RunnerJobRequestedData, p events.QualityJobParams, b []job.Graded, simulated bool) error {
 	if s.opts.Store == nil {
 		return nil
@@ -55,18 +63,21 @@ func (s *Service) graded(ctx context.Context, req events.RunnerJobRequestedData,
 	}
 	now := uint64(time.Now().UnixMilli())
 	name, _, _ := strings.Cut(p.SuiteKey, "@")
-	rows := make([]store.QualityItem, len(b))
+	rows := make([]store.QualityItem, 0, len(b))
 	answers := make([]store.QualityAnswer, len(b))
 	for i, g := range b {
+		answers[i] = store.QualityAnswer{TsMs: now, Campaign: p.Campaign, SuiteVersion: p.SuiteKey, SubmissionID: sub, Role: p.Role,
+			ItemID: g.Item.ID, Sample: uint32(g.Sample), Score: g.Score, OutputTokens: uint32(g.OutputTokens), Answer: g.Answer}
+		if g.Ungraded {
+			continue
+		}
 		f := uint8(0)
 		if g.Formatted {
 			f = 1
 		}
-		rows[i] = store.QualityItem{TsMs: now, Campaign: p.Campaign, Suite: name, SuiteVersion: p.SuiteKey, SubmissionID: sub, Role: p.Role,
+		rows = append(rows, store.QualityItem{TsMs: now, Campaign: p.Campaign, Suite: name, SuiteVersion: p.SuiteKey, SubmissionID: sub, Role: p.Role,
 			Domain: g.Item.Domain, ItemID: g.Item.ID, Sample: uint32(g.Sample), Score: g.Score, Formatted: f,
-			OutputTokens: uint32(g.OutputTokens), Simulated: sim}
-		answers[i] = store.QualityAnswer{TsMs: now, Campaign: p.Campaign, SuiteVersion: p.SuiteKey, SubmissionID: sub, Role: p.Role,
-			ItemID: g.Item.ID, Sample: uint32(g.Sample), Score: g.Score, OutputTokens: uint32(g.OutputTokens), Answer: g.Answer}
+			OutputTokens: uint32(g.OutputTokens), Simulated: sim})
 	}
 	// The answers first: quality_items complete is what the quality
 	// stage reads as done, and the audits read the answers after it.

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	_ "github.com/lowbarena/lowbarena/adapters/sandbox" // the code grader, under suite.GraderCode
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
@@ -21,7 +20,7 @@ import (
 // KindQuality is the job kind that answers and grades an eval suite.
 const KindQuality = events.JobQuality
 
-// Graded is one graded sample of one item.
+// Graded is one answered sample of one item, graded unless Ungraded.
 type Graded struct {
 	Item         suite.Item
 	Sample       int
@@ -31,16 +30,24 @@ type Graded struct {
 	OutputTokens int
 	// Answer is the engine's text.
 	Answer string
+	// Ungraded marks a code answer (suite.GraderCode), which the GPU
+	// runner never runs: Score and Formatted are zero, Empty says only
+	// whether the answer is blank or too long (grade.Refuse), and the
+	// quality stage grades it in its own sandbox.
+	Ungraded bool
 }
 
 // Quality starts the engine on the checkpoint, answers every item of the
 // suite (each sample with seed = its index, the campaign's temperature),
-// grades every answer (code runs in a sandboxed subprocess, never here),
-// hands the graded rows to rows in batches, and keeps the top-k logprobs
-// of the first KLSequences items for the KL against BF16. An engine
-// failure is an *engine.Failure; an unreadable answer a *loadgen.Error.
-// A job that fails leaves no result: its rows are tagged with its run and
-// never read as complete.
+// grades every answer whose grader is pure Go (exact, numeric, choice,
+// regex), hands the rows to rows in batches, and keeps the top-k logprobs
+// of the first KLSequences items for the KL against BF16. Code answers
+// are handed over ungraded (Graded.Ungraded, counted in the result's
+// Ungraded): a GPU runner never runs a model's program, so it needs no
+// sandbox, and the quality stage grades them. An engine failure is an
+// *engine.Failure; an unreadable answer a *loadgen.Error. A job that
+// fails leaves no result: its rows are tagged with its run and never
+// read as complete.
 //
 //nolint:gocyclo // one job's steps in order: plan the items, run them against the engine, grade and hand over rows, keep the KL sequences
 func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpoint string, s *suite.Suite,
@@ -77,8 +84,14 @@ func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpo
 	}
 	out.Generations = len(tasks)
 	out.Logprobs = make([][]events.TopK, klIndex)
+	// graders holds the grader of every item but code items, whose
+	// answers are left to the quality stage.
 	graders := map[string]grade.Grader{}
 	for _, t := range tasks {
+		if t.it.Grader == suite.GraderCode {
+			out.Ungraded++
+			continue
+		}
 		if _, ok := graders[t.it.ID]; ok {
 			continue
 		}
@@ -117,8 +130,15 @@ func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpo
 				for t := range work {
 					g, err := r.answer(ss, hc, p, t.it, t.sample, t.kl >= 0)
 					var gr grade.Result
-					if err == nil {
-						gr, err = graders[t.it.ID].Grade(ss.jctx, t.it, g.text)
+					gd := graders[t.it.ID] // nil for a code item
+					switch {
+					case err != nil:
+					case gd == nil:
+						// A code answer: only what every grader refuses
+						// unread is known here.
+						gr, _ = grade.Refuse(g.text, false)
+					default:
+						gr, err = gd.Grade(ss.jctx, t.it, g.text)
 					}
 					mu.Lock()
 					if err != nil {
@@ -135,7 +155,7 @@ func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpo
 						out.Empty++
 					}
 					batch = append(batch, Graded{Item: t.it, Sample: t.sample, Score: gr.Score, Formatted: gr.Formatted,
-						Empty: gr.Empty, OutputTokens: g.tokens, Answer: g.text})
+						Empty: gr.Empty, OutputTokens: g.tokens, Answer: g.text, Ungraded: gd == nil})
 					done++
 					if done%max(len(tasks)/10, 1) == 0 {
 						r.progress("answering "+p.Role, done, len(tasks))
