@@ -1,6 +1,9 @@
 package events
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // PodEntry is a runner's entry in the pods registry (bus.BucketPods,
 // key <pod>.<runner>): who it is, which GPU it drives, and what it runs
@@ -44,3 +47,7 @@ type PodJob struct {
 	// Delivery is the job's delivery number (2 and up: redelivered).
 	Delivery uint64 `json:"delivery"`
 }
+
+// Serves reports whether the runner runs jobs of kind. A pod can take a
+// round when one of its live runners serves JobSLA.
+func (e PodEntry) Serves(kind string) bool { return slices.Contains(e.Kinds, kind) }

@@ -687,6 +687,17 @@ const (
 	// Given by gateway.
 	RoundNotFound Code = "round_not_found"
 
+	// RoundPodNotServed is round_pod_not_served. A round start naming a pod
+	// that no live runner serves for SLA jobs (the pods registry, `arena
+	// pods`), or naming none when no live runner serves any; the sentence
+	// lists the pods that can take a round. Given by round.
+	RoundPodNotServed Code = "round_pod_not_served"
+
+	// RoundPodRequired is round_pod_required. A round start that names no
+	// pod while several live pods serve SLA jobs; the sentence lists them,
+	// to name one with --pod. Given by round.
+	RoundPodRequired Code = "round_pod_required"
+
 	// SandboxUnavailable is sandbox_unavailable. Code answers that could not
 	// be graded because the quality stage's machine cannot run the code
 	// sandbox (bubblewrap with unprivileged user namespaces); an operator's
@@ -1054,6 +1065,8 @@ var catalogue = []Info{
 	{Code: ResultUnencodable, Name: "ResultUnencodable", Description: "A job's result does not encode as JSON; the job is dead-lettered.", GivenBy: []string{"runner"}},
 	{Code: RopeChanged, Name: "RopeChanged", Description: "The checkpoint's rope_theta, rope_type or rope scaling differ from the source model's.", GivenBy: []string{"contract"}},
 	{Code: RoundNotFound, Name: "RoundNotFound", Description: "A round the arena does not have.", GivenBy: []string{"gateway"}, HTTPStatus: 404},
+	{Code: RoundPodNotServed, Name: "RoundPodNotServed", Description: "A round start naming a pod that no live runner serves for SLA jobs (the pods registry, `arena pods`), or naming none when no live runner serves any; the sentence lists the pods that can take a round.", GivenBy: []string{"round"}},
+	{Code: RoundPodRequired, Name: "RoundPodRequired", Description: "A round start that names no pod while several live pods serve SLA jobs; the sentence lists them, to name one with --pod.", GivenBy: []string{"round"}},
 	{Code: SandboxUnavailable, Name: "SandboxUnavailable", Description: "Code answers that could not be graded because the quality stage's machine cannot run the code sandbox (bubblewrap with unprivileged user namespaces); an operator's fix, not the participant's.", GivenBy: []string{"quality"}},
 	{Code: SchemaInvalid, Name: "SchemaInvalid", Description: "An event whose data does not match its type's JSON Schema; it is dead-lettered.", GivenBy: []string{"bus"}},
 	{Code: ScoreBadInputs, Name: "ScoreBadInputs", Description: "The outcomes the score needs are not all in, or do not decode, so nothing is scored.", GivenBy: []string{"score"}},

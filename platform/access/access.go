@@ -223,7 +223,9 @@ var Users = []User{
 		Jobs:      []string{events.JobSLA},
 		Consumers: []Consumer{{Stream: events.StreamArena, Name: "round-jobs",
 			Filters: append(events.JobOutcomeFilters(events.JobSLA), events.Job.Progress.Filter())}},
-		KV:      []Bucket{{Name: bus.BucketRounds, Mode: Write}},
+		// A round starts only on a pod a live runner serves: the pods
+		// registry, read at each start.
+		KV:      []Bucket{{Name: bus.BucketRounds, Mode: Write}, {Name: bus.BucketPods, Mode: Read}},
 		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Write}},
 		Serves:  []Service{{Name: ctl.ServiceRound, Subjects: []string{ctl.SubjectRoundStart, ctl.SubjectRoundList}}},
 		Calls:   []string{ctl.SubjectStanding},

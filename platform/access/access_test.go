@@ -117,6 +117,12 @@ func TestEachBucketHasOneWriter(t *testing.T) {
 	require.False(t, r.Permissions().Allows("$JS.API.DIRECT.GET.KV_rounds.$KV.rounds.round.r1"))
 	require.True(t, r.Permissions().Allows("$JS.API.CONSUMER.CREATE.KV_rounds.Xy12.$KV.rounds.pod.*"))
 	require.False(t, r.Permissions().Allows("$JS.API.CONSUMER.CREATE.KV_rounds.Xy12.$KV.rounds.>"))
+	// The round service reads the pods registry (a round starts only on a
+	// pod a live runner serves) and writes none of it.
+	rd, _ := access.Lookup(access.Round)
+	require.True(t, rd.Permissions().Allows("$JS.API.DIRECT.GET.KV_pods.$KV.pods.gpu-node-1.runner-0"))
+	require.True(t, rd.Permissions().Allows("$JS.API.CONSUMER.CREATE.KV_pods.Xy12.$KV.pods.>"))
+	require.False(t, rd.Permissions().Allows("$KV.pods.gpu-node-1.runner-0"))
 }
 
 func TestObjectStores(t *testing.T) {

@@ -66,6 +66,9 @@ type PodView struct {
 	LeaseExpires *time.Time `json:"lease_expires_at,omitempty"`
 	// Runners are the registry's live entries, by GPU index.
 	Runners []events.PodEntry `json:"runners"`
+	// TakesRounds is true when a live runner of the pod serves SLA jobs:
+	// a round may name the pod (HeldBy says whether one holds it now).
+	TakesRounds bool `json:"takes_rounds"`
 	// GPUs is the GPU time per GPU index; GPUHours and Jobs the pod's
 	// totals (GPUHours nil when unknown).
 	GPUs     []GPUHours `json:"gpus"`
@@ -107,6 +110,7 @@ func Pods(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, wait time.
 		}
 		p := get(e.Pod)
 		p.Runners = append(p.Runners, e)
+		p.TakesRounds = p.TakesRounds || e.Serves(events.JobSLA)
 	}
 	leases, err := readBucket(ctx, js, bus.BucketRounds, podlease.Key("*"))
 	if err != nil {

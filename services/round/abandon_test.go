@@ -33,6 +33,7 @@ func TestAbandonedJobEndsItsEntry(t *testing.T) {
 	script := fmt.Sprintf("#!/bin/sh\ncase \"$2\" in */%s) kill -9 $PPID; exit 1;; esac\nexec %s \"$@\"\n", digest, simengine)
 	require.NoError(t, os.WriteFile(filepath.Join(h.dir, "engine.sh"), []byte(script), 0o755))
 	starts := h.supervisedRunner()
+	h.awaitRunner()
 	h.service(round.Options{})
 	h.submit("c1", h.bundle("fp8-w8a8"), true, true, 1.4)
 	h.submit("killer", h.bundle("int4-w4a16-g32"), true, true, 1.66)

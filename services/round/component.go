@@ -8,17 +8,15 @@ import (
 	"github.com/lowbarena/lowbarena/platform/app"
 )
 
-// EnvPod names the default pod's environment variable.
-const EnvPod = "LOWBARENA_POD"
-
 // Component is the round service as its binary and `arena up` run it:
-// --campaigns, --pod, --drift-threshold, --lease-ttl and --entry-timeout.
+// --campaigns, --drift-threshold, --lease-ttl and --entry-timeout. It has
+// no pod of its own: each round names one a live runner serves, or takes
+// the only one (see Service.Start).
 // It serves no pipeline stage; its round_steps rows go to the runtime's
 // store when there is one.
 func Component() app.Component {
 	var (
 		dir          *string
-		pod          *string
 		drift        *float64
 		leaseTTL     *time.Duration
 		entryTimeout *time.Duration
@@ -28,7 +26,6 @@ func Component() app.Component {
 		Store: true,
 		Flags: func(fs *flag.FlagSet) {
 			dir = app.CampaignsFlag(fs)
-			pod = fs.String("pod", app.EnvOr(EnvPod, DefaultPod), "default pod of a round (env "+EnvPod+")")
 			drift = fs.Float64("drift-threshold", DefaultDrift, "mark a round whose drift baseline moved more than this share of the baseline's rate")
 			leaseTTL = fs.Duration("lease-ttl", DefaultLeaseTTL, "how long a pod's lease lasts unless renewed; a dead instance's round is taken over after it")
 			entryTimeout = fs.Duration("entry-timeout", DefaultEntryTimeout, "longest an entry's SLA job may take, queue time included")
@@ -38,7 +35,7 @@ func Component() app.Component {
 			if err != nil {
 				return nil, err
 			}
-			s, err := New(ctx, rt.Bus, rt.Log, Options{Campaigns: set, Store: rt.Store, Pod: *pod, DriftThreshold: *drift,
+			s, err := New(ctx, rt.Bus, rt.Log, Options{Campaigns: set, Store: rt.Store, DriftThreshold: *drift,
 				LeaseTTL: *leaseTTL, EntryTimeout: *entryTimeout})
 			if err != nil {
 				return nil, err

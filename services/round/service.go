@@ -49,7 +49,6 @@ const MaxCandidates = 5
 
 // Defaults of the options.
 const (
-	DefaultPod          = "pod-0"
 	DefaultDrift        = 0.05
 	DefaultLeaseTTL     = 30 * time.Second
 	DefaultEntryTimeout = 30 * time.Minute
@@ -60,8 +59,6 @@ type Options struct {
 	Campaigns campaign.Set
 	// Store receives round_steps rows; may be nil.
 	Store store.Store
-	// Pod is the default pod of a round.
-	Pod string
 	// DriftThreshold marks a round whose drift baseline moved more than
 	// this share of the baseline's rate; default 0.05.
 	DriftThreshold float64
@@ -81,8 +78,11 @@ type Options struct {
 
 // Service runs rounds.
 type Service struct {
-	bus       *bus.Bus
-	rounds    jetstream.KeyValue
+	bus    *bus.Bus
+	rounds jetstream.KeyValue
+	// pods is the runners' registry (bus.BucketPods), read at each start:
+	// a round runs only on a pod a live runner serves (see choosePod).
+	pods      jetstream.KeyValue
 	artifacts artifact.Store
 	policy    policy.Policy
 	opts      Options
@@ -94,9 +94,6 @@ type Service struct {
 // that the consumer's position precedes every round this instance
 // starts).
 func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service, error) {
-	if o.Pod == "" {
-		o.Pod = DefaultPod
-	}
 	if o.DriftThreshold <= 0 {
 		o.DriftThreshold = DefaultDrift
 	}
@@ -121,11 +118,15 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if err != nil {
 		return nil, fmt.Errorf("round: %w", err)
 	}
+	pods, err := js.KeyValue(ctx, bus.BucketPods)
+	if err != nil {
+		return nil, fmt.Errorf("round: %w", err)
+	}
 	arts, err := artifact.NewJetStream(ctx, js, bus.ObjectArtifacts)
 	if err != nil {
 		return nil, fmt.Errorf("round: %w", err)
 	}
-	s := &Service{bus: b, rounds: rounds, artifacts: arts, policy: p, opts: o, log: log, id: o.Instance}
+	s := &Service{bus: b, rounds: rounds, pods: pods, artifacts: arts, policy: p, opts: o, log: log, id: o.Instance}
 	if _, err := b.EnsureConsumer(ctx, s.Consumer()); err != nil {
 		return nil, fmt.Errorf("round: %w", err)
 	}

@@ -145,6 +145,40 @@ func (h *harness) runner() {
 			}
 		}
 	})
+	h.awaitRunner()
+}
+
+// awaitRunner waits until a live runner of the harness's pod is in the
+// pods registry: a round starts only on a pod a live runner serves.
+func (h *harness) awaitRunner() {
+	h.t.Helper()
+	kv, err := h.b.JetStream().KeyValue(h.ctx, bus.BucketPods)
+	require.NoError(h.t, err)
+	require.Eventually(h.t, func() bool {
+		keys, err := kv.ListKeysFiltered(h.ctx, h.pod+".>")
+		if err != nil {
+			return false
+		}
+		defer func() { _ = keys.Stop() }()
+		for range keys.Keys() {
+			return true
+		}
+		return false
+	}, time.Minute, 20*time.Millisecond, "the runner of pod %s registers", h.pod)
+}
+
+// register writes a runner's entry in the pods registry, as a live runner
+// of pod serving kinds would, without a runner: the round's jobs then
+// wait for none. It lapses with the bucket's TTL.
+func (h *harness) register(pod, runner string, kinds ...string) {
+	h.t.Helper()
+	kv, err := h.b.JetStream().KeyValue(h.ctx, bus.BucketPods)
+	require.NoError(h.t, err)
+	now := time.Now().UTC()
+	body, err := json.Marshal(events.PodEntry{Pod: pod, Runner: runner, GPU: "stand-in (simulated)", Simulated: true, Kinds: kinds, StartedAt: now, SeenAt: now})
+	require.NoError(h.t, err)
+	_, err = kv.Put(h.ctx, bus.Key(pod, runner), body)
+	require.NoError(h.t, err)
 }
 
 func tail(s string, n int) string {
@@ -170,7 +204,7 @@ func (i *instance) stop() {
 
 func (h *harness) service(o round.Options) *instance {
 	h.t.Helper()
-	o.Campaigns, o.Store, o.Pod = h.set, h.st, h.pod
+	o.Campaigns, o.Store = h.set, h.st
 	ctx, cancel := context.WithCancel(h.ctx)
 	svc, err := round.New(ctx, h.b, slog.New(slog.NewTextHandler(io.Discard, nil)), o)
 	require.NoError(h.t, err)
@@ -437,6 +471,7 @@ func TestRoundOfFiveWithOneDeadEngine(t *testing.T) {
 // is disqualified at its deadline and the round ends instead of hanging.
 func TestRoundWithoutRunnerEnds(t *testing.T) {
 	h := setup(t, "lonely", nil)
+	h.register(h.pod, "stand-in", events.JobSLA)
 	h.service(round.Options{EntryTimeout: 500 * time.Millisecond, LeaseTTL: 1500 * time.Millisecond})
 	h.submit("c1", h.bundle("fp8-w8a8"), true, true, 1.4)
 	rep, err := h.start(ctl.StartRequest{Campaign: examples.TaskID, Candidates: []string{"c1"}})
@@ -557,6 +592,7 @@ func TestStalePodKeyDoesNotBlock(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := setup(t, "pod-old", nil)
+			h.register(h.pod, "stand-in", events.JobSLA)
 			kv, err := h.b.JetStream().KeyValue(h.ctx, bus.BucketRounds)
 			require.NoError(t, err)
 			_, err = kv.Put(h.ctx, "pod.pod-old", c.key)
@@ -614,6 +650,7 @@ func TestStalePodKeyDoesNotBlock(t *testing.T) {
 // campaign_no_reference, and nothing is stored.
 func TestRoundWithoutReference(t *testing.T) {
 	h := setup(t, "pod-n", nil)
+	h.register(h.pod, "stand-in", events.JobSLA)
 	c := h.set[examples.TaskID]
 	weights, err := filepath.Glob(filepath.Join(c.ReferenceDir(), "*.safetensors"))
 	require.NoError(t, err)

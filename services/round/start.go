@@ -33,7 +33,9 @@ import (
 // (400), an unknown submission (404), a submission of another campaign or
 // whose contract has not been kept (400), a campaign without BF16 weights
 // (campaign_no_reference, 503, nothing stored), the score service not
-// answering (503), and a pod already running a round (409).
+// answering (503), a pod no live runner serves or none named among several
+// (round_pod_not_served, round_pod_required: see choosePod), and a pod
+// already running a round (409).
 //
 // The round's trace starts here: a span of the request, whose context the
 // round keeps (Round.Trace), so every event of the round, carried out now
@@ -74,12 +76,9 @@ func (s *Service) start(ctx context.Context, req ctl.StartRequest) (*Round, erro
 		}
 		seen[id] = true
 	}
-	pod := req.Pod
-	if pod == "" {
-		pod = s.opts.Pod
-	}
-	if !events.ValidID(pod) {
-		return nil, ctl.Refuse(ctl.CodeBadRequest, "pod %q is not a valid name", pod)
+	pod, err := s.choosePod(ctx, req.Pod)
+	if err != nil {
+		return nil, err
 	}
 	now := time.Now().UTC()
 	r := &Round{Version: stateVersion, Campaign: camp.TaskID, Pod: pod, Status: StatusRunning, StartedAt: now,

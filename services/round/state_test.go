@@ -287,17 +287,18 @@ func TestInRound(t *testing.T) {
 	require.Less(t, less, same)
 }
 
-// The component holds the service's flags with the binary's defaults.
+// The component holds the service's flags with the binary's defaults; it
+// has no pod flag: a round names its pod or takes the only live one.
 func TestComponentFlags(t *testing.T) {
-	t.Setenv(EnvPod, "")
 	cfg := app.DefaultConfig(Name)
 	fs := Component().FlagSet(&cfg)
 	got := map[string]string{}
-	for _, n := range []string{"pod", "drift-threshold", "lease-ttl", "entry-timeout"} {
+	for _, n := range []string{"drift-threshold", "lease-ttl", "entry-timeout"} {
 		f := fs.Lookup(n)
 		require.NotNil(t, f, n)
 		got[n] = f.DefValue
 	}
-	require.Equal(t, map[string]string{"pod": "pod-0", "drift-threshold": "0.05", "lease-ttl": "30s", "entry-timeout": "30m0s"}, got)
+	require.Equal(t, map[string]string{"drift-threshold": "0.05", "lease-ttl": "30s", "entry-timeout": "30m0s"}, got)
 	require.NotNil(t, fs.Lookup("campaigns"))
+	require.Nil(t, fs.Lookup("pod"), "no default pod")
 }

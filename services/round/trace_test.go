@@ -27,6 +27,7 @@ func TestRoundIsOneTrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	h := setup(t, "traced", nil, bus.WithTracerProvider(tp))
+	h.register(h.pod, "stand-in", events.JobSLA)
 	h.service(round.Options{EntryTimeout: 500 * time.Millisecond, LeaseTTL: 1500 * time.Millisecond})
 	h.submit("c1", h.bundle("fp8-w8a8"), true, true, 1.4)
 	rep, err := h.start(ctl.StartRequest{Campaign: examples.TaskID, Candidates: []string{"c1"}})

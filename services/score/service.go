@@ -27,6 +27,7 @@ import (
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/store"
+	"github.com/lowbarena/lowbarena/platform/store/retention"
 )
 
 // Name is the score service's name: its event source and durable.
@@ -44,6 +45,9 @@ type Options struct {
 	// ReplyChunkBytes bounds one chunk of a chunked reply of rows (0: the
 	// connection's max_payload; tests set less to cut many chunks).
 	ReplyChunkBytes int
+	// Retention is the periodic telemetry retention; its zero value runs
+	// none.
+	Retention Retention
 }
 
 // Service is the score stage.
@@ -97,25 +101,37 @@ var Consumer = bus.ConsumerConfig{
 
 // Actors returns the stage's consumer and its micro services.
 func (s *Service) Actors() []app.Actor {
-	return []app.Actor{
+	actors := []app.Actor{
 		{Name: "score", Run: func(ctx context.Context) error { return s.bus.Consume(ctx, Consumer, s.Handle) }},
 		{Name: "score-requests", Run: s.serveRequests},
 		{Name: "query-requests", Run: func(ctx context.Context) error { return ServeSQL(ctx, s.bus.Conn(), s.opts.Store, s.log) }},
 	}
+	if s.opts.Retention.Every > 0 {
+		actors = append(actors, app.Actor{Name: "retention", Run: retentionActor(s.opts.Store, s.opts.Retention, s.log)})
+	}
+	return actors
 }
 
 // Component is the score service, for its command and `arena up`.
 func Component() app.Component {
-	var pol string
+	var pol, every, olderThan string
 	return app.Component{
 		Name:   Name,
 		Stages: []string{Name},
 		Store:  true,
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&pol, "policy", app.EnvOr(EnvPolicy, policy.Default), "scoring policy version of new scores (env "+EnvPolicy+")")
+			fs.StringVar(&every, "retention-every", app.EnvOr(EnvRetentionEvery, "0"),
+				"drop gpu_samples and requests partitions past --retention-older-than at start and then this often, e.g. 24h; 0 drops none (env "+EnvRetentionEvery+")")
+			fs.StringVar(&olderThan, "retention-older-than", app.EnvOr(EnvRetentionOlderThan, retention.FormatAge(DefaultRetentionAge)),
+				"age past which the periodic retention drops telemetry: days like 30d or a duration, at least 1d (env "+EnvRetentionOlderThan+")")
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
-			s, err := New(ctx, rt.Bus, rt.Log, Options{Policy: pol, Store: rt.Store})
+			ret, err := parseRetention(every, olderThan)
+			if err != nil {
+				return nil, err
+			}
+			s, err := New(ctx, rt.Bus, rt.Log, Options{Policy: pol, Store: rt.Store, Retention: ret})
 			if err != nil {
 				return nil, err
 			}

@@ -62,6 +62,9 @@ other verb asks a running arena and needs nothing else):
                recompute scores from stored outcomes under policy V (no GPU work)
   arena sql    "SELECT ..." [--json|--csv|--tsv] [--max-rows 1000] [--timeout 10s] [--nats URL]
                one read-only statement (SELECT, SHOW, DESCRIBE, EXPLAIN) on the arena's store
+  arena retention --older-than 30d [--dry-run] [--json] [--store URL]
+               drop the gpu_samples and requests day partitions older than the age
+               from the store (LOWBARENA_STORE); the history tables are kept
   arena credentials DIR
                write the NATS users' nkeys for a cluster (deploy/nats, docker-compose.yml)
 
@@ -149,6 +152,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdSQL(ctx, rest, stdout, stderr)
 	case "round":
 		return cmdRound(ctx, rest, stdout, stderr)
+	case "retention":
+		return cmdRetention(ctx, rest, stdout, stderr)
 	case "credentials":
 		return cmdCredentials(ctx, rest, stdout, stderr)
 	case "gpu-check":

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -52,7 +53,7 @@ func cmdPods(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // line of its own), and each pod's GPU-hours.
 func writePods(w io.Writer, v ctl.PodsView, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD\tGPU\tDEVICE\tRUNNER\tNOW\tHELD BY\tGPU-HOURS\tJOBS")
+	fmt.Fprintln(tw, "POD\tGPU\tDEVICE\tRUNNER\tNOW\tHELD BY\tGPU-HOURS\tJOBS\tKINDS")
 	hours := func(p ctl.PodView, gpu int) (string, string) {
 		if p.GPUHours == nil {
 			return "?", "?"
@@ -76,18 +77,18 @@ func writePods(w io.Writer, v ctl.PodsView, now time.Time) error {
 				h, jobs = hours(p, r.GPUIndex)
 			}
 			listed[r.GPUIndex] = true
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Pod, r.GPUIndex, r.GPU, r.Runner, doing(r, now), held, h, jobs)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Pod, r.GPUIndex, r.GPU, r.Runner, doing(r, now), held, h, jobs, strings.Join(r.Kinds, ","))
 		}
 		// GPUs with history but no live runner.
 		for _, g := range p.GPUs {
 			if !listed[g.GPU] {
 				h, jobs := hours(p, g.GPU)
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Pod, g.GPU, "-", "-", "no runner", held, h, jobs)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t-\n", p.Pod, g.GPU, "-", "-", "no runner", held, h, jobs)
 				listed[g.GPU] = true
 			}
 		}
 		if len(listed) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\tno runner\t%s\t0\t0\n", p.Pod, held)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\tno runner\t%s\t0\t0\t-\n", p.Pod, held)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -97,8 +98,31 @@ func writePods(w io.Writer, v ctl.PodsView, now time.Time) error {
 	for _, p := range v.Pods {
 		runners += len(p.Runners)
 	}
-	_, err := fmt.Fprintf(w, "(%s, %s)\n", plural(len(v.Pods), "pod"), plural(runners, "runner"))
+	if _, err := fmt.Fprintf(w, "(%s, %s)\n", plural(len(v.Pods), "pod"), plural(runners, "runner")); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, roundPods(v))
 	return err
+}
+
+// roundPods says which pods a round may name: those a live runner serves
+// for SLA jobs, each free or held by its round.
+func roundPods(v ctl.PodsView) string {
+	var can []string
+	for _, p := range v.Pods {
+		if !p.TakesRounds {
+			continue
+		}
+		state := "free"
+		if p.HeldBy != "" {
+			state = "held by " + p.HeldBy
+		}
+		can = append(can, p.Pod+" ("+state+")")
+	}
+	if len(can) == 0 {
+		return "rounds: no pod can take one (no live runner serves " + events.JobSLA + " jobs)"
+	}
+	return "rounds can run on (arena round start --pod P; the only one is taken by default): " + strings.Join(can, ", ")
 }
 
 // doing says what a runner runs now.

@@ -128,20 +128,25 @@ func TestPodsListsRunnersLeasesAndGPUHours(t *testing.T) {
 	out.Reset()
 	require.NoError(t, run(ctx, []string{"pods", "--nats", url}, &out, &errs), errs.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 5, out.String())
-	require.Equal(t, []string{"POD", "GPU", "DEVICE", "RUNNER", "NOW", "HELD", "BY", "GPU-HOURS", "JOBS"}, strings.Fields(lines[0]))
+	require.Len(t, lines, 6, out.String())
+	require.Equal(t, []string{"POD", "GPU", "DEVICE", "RUNNER", "NOW", "HELD", "BY", "GPU-HOURS", "JOBS", "KINDS"}, strings.Fields(lines[0]))
+	kinds := strings.Join(a.Runners[0].Kinds, ",")
+	require.Contains(t, a.Runners[0].Kinds, events.JobSLA, "a runner serves the rounds' jobs by default")
+	require.True(t, a.TakesRounds)
+	require.True(t, bp.TakesRounds)
 	for i, want := range [][]string{
-		{"pod-a", "0", "a0", "idle", "round-0123456789abcdef", "0.002361", "2"},
-		{"pod-b", "0", "b0", "idle", "-", "0.002500", "1"},
-		{"pod-b", "1", "b1", "idle", "-", "0", "0"},
+		{"pod-a", "0", "a0", "idle", "round-0123456789abcdef", "0.002361", "2", kinds},
+		{"pod-b", "0", "b0", "idle", "-", "0.002500", "1", kinds},
+		{"pod-b", "1", "b1", "idle", "-", "0", "0", kinds},
 	} {
 		f := strings.Fields(lines[i+1])
 		// The device's name has spaces: compare around it.
-		got := append(append([]string{}, f[:2]...), f[len(f)-5:]...)
+		got := append(append([]string{}, f[:2]...), f[len(f)-6:]...)
 		require.Equal(t, want, got, lines[i+1])
 		require.Contains(t, lines[i+1], "simulated")
 	}
 	require.Equal(t, "(2 pods, 3 runners)", lines[4])
+	require.Contains(t, lines[5], "pod-a (held by round-0123456789abcdef), pod-b (free)", "which pods a round may name")
 }
 
 // TestRunnerPodsUnderItsPermissions runs a runner as the runner's NATS

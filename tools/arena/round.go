@@ -18,7 +18,7 @@ func cmdRound(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("round start", stderr)
 	natsURL := natsFlag(fs)
 	camp := fs.String("campaign", "", "the campaign (task id) of the round (required)")
-	pod := fs.String("pod", "", "the pod to run on (default the round service's)")
+	pod := fs.String("pod", "", "the pod to run on, one a live runner serves (see arena pods); default: the only such pod, refused when there are several")
 	wait := fs.Bool("wait", false, "follow the round step by step until it ends")
 	candidates := fs.String("candidates", "", "candidate submission ids, comma-separated (more may follow as arguments)")
 	pos, err := parseFlags(fs, args[1:])

@@ -249,7 +249,7 @@ func (c *Cluster) services() []*Service {
 	if c.RoundEntryTimeout > 0 {
 		roundArgs = append(roundArgs, "--entry-timeout", c.RoundEntryTimeout.String())
 	}
-	add("round", "round", []string{"LOWBARENA_POD=" + c.Pods[0]}, roundArgs...)
+	add("round", "round", nil, roundArgs...)
 	for _, pod := range c.Pods {
 		// A runner finds the campaign's engine (simengine, a bare
 		// command) on its PATH, as the runner's image has it.

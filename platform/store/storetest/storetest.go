@@ -46,6 +46,7 @@ func Run(t *testing.T, open Opener) {
 		{"Concurrent", testConcurrent},
 		{"Closed", testClosed},
 		{"Table", testTable},
+		{"Retention", testRetention},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })
