@@ -49,7 +49,10 @@ const ReferenceWait = 5 * time.Second
 
 // Options configure the stage.
 type Options struct {
-	Campaigns campaign.Set
+	// Campaigns are the tasks this arena runs, looked up when a
+	// submission's job is made and when its result comes back (nil:
+	// none).
+	Campaigns campaign.Source
 	// Store holds quality_items (required).
 	Store store.Store
 }
@@ -71,6 +74,9 @@ type Service struct {
 
 // New opens the stores the stage needs.
 func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service, error) {
+	if o.Campaigns == nil {
+		o.Campaigns = campaign.Set{}
+	}
 	if o.Store == nil {
 		return nil, errors.New("quality: a store is required (quality_items)")
 	}
@@ -140,20 +146,20 @@ func (s *Service) Actors() []app.Actor {
 // Component is the quality service, for its binary and `arena up`. It
 // needs the store (quality_items) and refuses to start without one.
 func Component() app.Component {
-	var dir *string
+	var camps *app.Campaigns
 	return app.Component{
 		Name:   Name,
 		Stages: []string{Name},
 		Store:  true,
-		Flags:  func(fs *flag.FlagSet) { dir = app.CampaignsFlag(fs) },
+		Flags:  func(fs *flag.FlagSet) { camps = app.CampaignsFlags(fs) },
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
-			if dir == nil {
+			if camps == nil {
 				return nil, fmt.Errorf("quality: %w: the flags were never registered", app.ErrConfig)
 			}
 			if rt.Store == nil {
 				return nil, fmt.Errorf("quality: %w: a store is required (--store or $%s): the runners write quality_items there", app.ErrConfig, app.EnvStore)
 			}
-			set, err := app.LoadCampaigns(*dir, rt.Log)
+			set, follow, err := camps.Open(ctx, rt)
 			if err != nil {
 				return nil, fmt.Errorf("quality: %w", err)
 			}
@@ -161,7 +167,7 @@ func Component() app.Component {
 			if err != nil {
 				return nil, err
 			}
-			return s.Actors(), nil
+			return append(s.Actors(), follow...), nil
 		},
 	}
 }

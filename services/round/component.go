@@ -17,7 +17,7 @@ const EnvPod = "LOWBARENA_POD"
 // store when there is one.
 func Component() app.Component {
 	var (
-		dir          *string
+		camps        *app.Campaigns
 		pod          *string
 		drift        *float64
 		leaseTTL     *time.Duration
@@ -27,14 +27,14 @@ func Component() app.Component {
 		Name:  Name,
 		Store: true,
 		Flags: func(fs *flag.FlagSet) {
-			dir = app.CampaignsFlag(fs)
+			camps = app.CampaignsFlags(fs)
 			pod = fs.String("pod", app.EnvOr(EnvPod, DefaultPod), "default pod of a round (env "+EnvPod+")")
 			drift = fs.Float64("drift-threshold", DefaultDrift, "mark a round whose drift baseline moved more than this share of the baseline's rate")
 			leaseTTL = fs.Duration("lease-ttl", DefaultLeaseTTL, "how long a pod's lease lasts unless renewed; a dead instance's round is taken over after it")
 			entryTimeout = fs.Duration("entry-timeout", DefaultEntryTimeout, "longest an entry's SLA job may take, queue time included")
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
-			set, err := app.LoadCampaigns(*dir, rt.Log)
+			set, follow, err := camps.Open(ctx, rt)
 			if err != nil {
 				return nil, err
 			}
@@ -43,7 +43,7 @@ func Component() app.Component {
 			if err != nil {
 				return nil, err
 			}
-			return s.Actors(), nil
+			return append(s.Actors(), follow...), nil
 		},
 	}
 }
