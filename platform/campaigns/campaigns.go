@@ -100,26 +100,37 @@ type Pushed struct {
 	New bool
 }
 
-// Push validates every campaign under dir (Folders), then stores each as
-// a bundle in arts and makes it its task's current version in kv. It
-// stores nothing when any campaign fails to load, or two name one task.
-func Push(ctx context.Context, kv jetstream.KeyValue, arts artifact.Store, dir, by string, now func() time.Time) ([]Pushed, error) {
+// Check loads every campaign under dir (Folders) with campaign.Load and
+// returns them with their folders; an error wrapping ErrInvalid when one
+// does not load or two run one task.
+func Check(dir string) ([]string, []*campaign.Campaign, error) {
 	dirs, err := Folders(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	camps := make([]*campaign.Campaign, len(dirs))
 	seen := map[string]string{}
 	for i, d := range dirs {
 		c, err := campaign.Load(d)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		if other, dup := seen[c.TaskID]; dup {
-			return nil, fmt.Errorf("%w: %s and %s both run task %s", ErrInvalid, other, d, c.TaskID)
+			return nil, nil, fmt.Errorf("%w: %s and %s both run task %s", ErrInvalid, other, d, c.TaskID)
 		}
 		seen[c.TaskID] = d
 		camps[i] = c
+	}
+	return dirs, camps, nil
+}
+
+// Push checks every campaign under dir (Check), then stores each as a
+// bundle in arts and makes it its task's current version in kv. It
+// stores nothing when any campaign fails to load, or two name one task.
+func Push(ctx context.Context, kv jetstream.KeyValue, arts artifact.Store, dir, by string, now func() time.Time) ([]Pushed, error) {
+	dirs, camps, err := Check(dir)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Pushed, 0, len(dirs))
 	for i, d := range dirs {

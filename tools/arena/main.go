@@ -62,6 +62,11 @@ other verb asks a running arena and needs nothing else):
                recompute scores from stored outcomes under policy V (no GPU work)
   arena sql    "SELECT ..." [--json|--csv|--tsv] [--max-rows 1000] [--timeout 10s] [--nats URL]
                one read-only statement (SELECT, SHOW, DESCRIBE, EXPLAIN) on the arena's store
+  arena campaign push DIR | list | history TASK [--json] [--nats URL]
+               campaigns as versions in the arena's store: push a campaign folder (or a
+               folder of them, as arena example writes) after checking every one; list
+               what each task runs; a task's versions. Running services take a new
+               version without a restart
   arena credentials DIR
                write the NATS users' nkeys for a cluster (deploy/nats, docker-compose.yml)
 
@@ -149,6 +154,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdSQL(ctx, rest, stdout, stderr)
 	case "round":
 		return cmdRound(ctx, rest, stdout, stderr)
+	case "campaign":
+		return cmdCampaign(ctx, rest, stdout, stderr)
 	case "credentials":
 		return cmdCredentials(ctx, rest, stdout, stderr)
 	case "gpu-check":
