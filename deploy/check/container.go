@@ -101,10 +101,10 @@ func (c Container) Check(ps *Problems) {
 			ps.add(CodeMissingEnv, c.Where, "%s keeps rows: set LOWBARENA_STORE to the ClickHouse server (clickhouse://user:password@host:9000/db), not %q", b.Name, v)
 		}
 	}
+	// The campaigns come from the campaigns bucket unless a local folder
+	// replaces it; such a folder must be on a volume.
 	if b.Campaigns && sub == "" {
-		if v, ok := c.setting("campaigns", "LOWBARENA_CAMPAIGNS"); !ok {
-			ps.add(CodeMissingEnv, c.Where, "%s reads the campaigns: set LOWBARENA_CAMPAIGNS to a mounted folder", b.Name)
-		} else if !c.under(v) {
+		if v, ok := c.setting("campaigns", "LOWBARENA_CAMPAIGNS"); ok && !c.under(v) {
 			ps.add(CodeMissingVolume, c.Where, "the campaigns folder %s is on no volume: mount the campaigns there", v)
 		}
 	}
