@@ -132,7 +132,7 @@ func TestEachBucketHasOneWriter(t *testing.T) {
 
 func TestObjectStores(t *testing.T) {
 	writers := map[string][]string{
-		bus.ObjectUploads:   {access.Gateway, access.Operator},
+		bus.ObjectUploads: {access.Gateway, access.Operator},
 		// The operator pushes campaigns' files (arena campaign push).
 		bus.ObjectArtifacts: {access.Build, access.Quality, access.Efficiency, access.Round, access.Operator},
 	}

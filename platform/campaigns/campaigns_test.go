@@ -29,9 +29,9 @@ const (
 func writeCampaign(t *testing.T, dir, task, name string) {
 	t.Helper()
 	files := map[string]string{
-		campaign.File:        fmt.Sprintf(`{"task_id":%q,"name":%q,"policy":{"allow_sparse":false},"quality":{"suite":"suite/dev","sampling":{}}}`, task, name),
-		campaign.ConfigFile:  config,
-		campaign.TensorsFile: tensors,
+		campaign.File:           fmt.Sprintf(`{"task_id":%q,"name":%q,"policy":{"allow_sparse":false},"quality":{"suite":"suite/dev","sampling":{}}}`, task, name),
+		campaign.ConfigFile:     config,
+		campaign.TensorsFile:    tensors,
 		"suite/dev/items.jsonl": `{"q":"` + name + `"}` + "\n",
 	}
 	for p, body := range files {
