@@ -103,21 +103,6 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return enc.Encode(out)
 }
 
-// pushCampaigns pushes the campaign folders of dir into the arena js
-// reaches, as `arena campaign push` does; `arena up` and the cluster
-// harness push their campaigns with it.
-func pushCampaigns(ctx context.Context, js jetstream.JetStream, dir string) ([]campaigns.Pushed, error) {
-	kv, err := js.KeyValue(ctx, bus.BucketCampaigns)
-	if err != nil {
-		return nil, fmt.Errorf("campaigns bucket: %w", err)
-	}
-	arts, err := artifact.NewJetStream(ctx, js, bus.ObjectArtifacts)
-	if err != nil {
-		return nil, err
-	}
-	return campaigns.Push(ctx, kv, arts, dir, pusher(), time.Now)
-}
-
 // pusher names who pushes: the local user and host.
 func pusher() string {
 	who := "operator"

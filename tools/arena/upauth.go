@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/platform/access"
 	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/campaigns"
 )
@@ -122,6 +124,21 @@ func (a *arenaProc) pushCampaigns(ctx context.Context, dir string) ([]string, er
 		tasks[i] = e.TaskID
 	}
 	return tasks, nil
+}
+
+// pushCampaigns pushes the campaign folders of dir into the arena js
+// reaches, as `arena campaign push` does; `arena up` and the cluster
+// harness push their campaigns with it.
+func pushCampaigns(ctx context.Context, js jetstream.JetStream, dir string) ([]campaigns.Pushed, error) {
+	kv, err := js.KeyValue(ctx, bus.BucketCampaigns)
+	if err != nil {
+		return nil, fmt.Errorf("campaigns bucket: %w", err)
+	}
+	arts, err := artifact.NewJetStream(ctx, js, bus.ObjectArtifacts)
+	if err != nil {
+		return nil, err
+	}
+	return campaigns.Push(ctx, kv, arts, dir, pusher(), time.Now)
 }
 
 // dial connects to this arena as the operator.
