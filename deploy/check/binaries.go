@@ -30,7 +30,8 @@ type Binary struct {
 	Env map[string]bool
 	// Store says it keeps or reads rows: it needs LOWBARENA_STORE.
 	Store bool
-	// Campaigns says it reads the campaigns folder (its --campaigns).
+	// Campaigns says it reads campaigns (its --campaigns, a local folder
+	// that replaces the campaigns bucket when set).
 	Campaigns bool
 	// User is its NATS user (platform/access).
 	User string

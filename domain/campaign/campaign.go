@@ -208,8 +208,24 @@ func Load(dir string) (*Campaign, error) {
 	return &c, nil
 }
 
-// Set is the campaigns of an arena, by task id.
+// Source is where a service finds the campaigns the arena runs now: a
+// Set loaded once from a folder, or a live holder that follows the
+// campaigns bucket and swaps in each new version as it is pushed. A
+// service asks it at the moment it needs a campaign, so what it gets is
+// the version current then.
+type Source interface {
+	// Lookup returns the campaign of a task, or an error wrapping
+	// ErrUnknownTask.
+	Lookup(taskID string) (*Campaign, error)
+	// Tasks returns the task ids, sorted.
+	Tasks() []string
+}
+
+// Set is the campaigns of an arena, by task id. It is a Source whose
+// campaigns never change.
 type Set map[string]*Campaign
+
+var _ Source = Set(nil)
 
 // LoadDir loads every campaign folder under dir (each sub-folder holding a
 // campaign.json). Two campaigns with one task id are an error.

@@ -178,7 +178,10 @@ var Users = []User{
 		Name: Contract, Role: "the contract stage",
 		Publishes: stageTypes("contract"),
 		Consumers: []Consumer{{Stream: events.StreamArena, Name: "contract", Filters: []string{events.Build.Completed.Filter()}}},
-		Objects:   []Bucket{{Name: bus.ObjectArtifacts, Mode: Read}},
+		// The campaigns it checks against, watched; their files are
+		// in the artifact store.
+		KV:      []Bucket{{Name: bus.BucketCampaigns, Mode: Read}},
+		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Read}},
 	},
 	{
 		Name: Quality, Role: "the quality stage",
@@ -188,7 +191,7 @@ var Users = []User{
 			{Stream: events.StreamArena, Name: "quality", Filters: []string{events.Contract.Completed.Filter()}},
 			{Stream: events.StreamArena, Name: "quality-results", Filters: events.JobOutcomeFilters(events.JobQuality)},
 		},
-		KV: []Bucket{{Name: bus.BucketQualityReferences, Mode: Write}},
+		KV: []Bucket{{Name: bus.BucketQualityReferences, Mode: Write}, {Name: bus.BucketCampaigns, Mode: Read}},
 		// The campaign's suite and BF16 reference go to the artifact
 		// store for the runner.
 		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Write}},
@@ -201,6 +204,7 @@ var Users = []User{
 			{Stream: events.StreamArena, Name: "efficiency", Filters: []string{events.Contract.Completed.Filter()}},
 			{Stream: events.StreamArena, Name: "efficiency-results", Filters: events.JobOutcomeFilters(events.JobEfficiency)},
 		},
+		KV:      []Bucket{{Name: bus.BucketCampaigns, Mode: Read}},
 		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Write}},
 		// The engine audits wait for the submission's quality outcome,
 		// read back from the stream.
@@ -225,7 +229,7 @@ var Users = []User{
 			Filters: append(events.JobOutcomeFilters(events.JobSLA), events.Job.Progress.Filter())}},
 		// A round starts only on a pod a live runner serves: the pods
 		// registry, read at each start.
-		KV:      []Bucket{{Name: bus.BucketRounds, Mode: Write}, {Name: bus.BucketPods, Mode: Read}},
+		KV:      []Bucket{{Name: bus.BucketRounds, Mode: Write}, {Name: bus.BucketPods, Mode: Read}, {Name: bus.BucketCampaigns, Mode: Read}},
 		Objects: []Bucket{{Name: bus.ObjectArtifacts, Mode: Write}},
 		Serves:  []Service{{Name: ctl.ServiceRound, Subjects: []string{ctl.SubjectRoundStart, ctl.SubjectRoundList}}},
 		Calls:   []string{ctl.SubjectStanding},
@@ -247,8 +251,11 @@ var Users = []User{
 	{
 		Name: Operator, Role: "the CLI (`arena submit`, `watch`, `show`, ...) and `arena up` itself",
 		Publishes: []events.Type{events.SubmissionReceived},
-		Objects:   []Bucket{{Name: bus.ObjectUploads, Mode: Write}},
-		Operates:  true,
+		// `arena campaign push`: the campaign's files go to the
+		// artifact store, its version to the campaigns bucket.
+		KV:       []Bucket{{Name: bus.BucketCampaigns, Mode: Write}},
+		Objects:  []Bucket{{Name: bus.ObjectUploads, Mode: Write}, {Name: bus.ObjectArtifacts, Mode: Write}},
+		Operates: true,
 	},
 }
 
@@ -277,7 +284,7 @@ var Streams = []string{
 	events.StreamArena, events.StreamRunnerJobs, events.StreamDLQ,
 	KVStream(bus.BucketSubmissions), KVStream(bus.BucketRounds), KVStream(bus.BucketBundles),
 	KVStream(bus.BucketReferences), KVStream(bus.BucketQualityReferences), KVStream(bus.BucketRoundViews),
-	KVStream(bus.BucketScoreInputs), KVStream(bus.BucketParticipants), KVStream(bus.BucketUsage), KVStream(bus.BucketPods),
+	KVStream(bus.BucketScoreInputs), KVStream(bus.BucketParticipants), KVStream(bus.BucketUsage), KVStream(bus.BucketPods), KVStream(bus.BucketCampaigns),
 	ObjectStream(bus.ObjectUploads), ObjectStream(bus.ObjectArtifacts),
 }
 

@@ -48,7 +48,7 @@ var bucketOwners = map[string]string{
 	bus.BucketSubmissions: access.Gateway, bus.BucketRoundViews: access.Gateway, bus.BucketBundles: access.Build,
 	bus.BucketQualityReferences: access.Quality, bus.BucketReferences: access.Runner, bus.BucketScoreInputs: access.Score,
 	bus.BucketRounds: access.Round, bus.BucketParticipants: access.Gateway, bus.BucketUsage: access.Gateway,
-	bus.BucketPods: access.Runner,
+	bus.BucketPods: access.Runner, bus.BucketCampaigns: access.Operator,
 }
 
 // subjectOf is the subject an event of type t about id is published to
@@ -123,12 +123,24 @@ func TestEachBucketHasOneWriter(t *testing.T) {
 	require.True(t, rd.Permissions().Allows("$JS.API.DIRECT.GET.KV_pods.$KV.pods.gpu-node-1.runner-0"))
 	require.True(t, rd.Permissions().Allows("$JS.API.CONSUMER.CREATE.KV_pods.Xy12.$KV.pods.>"))
 	require.False(t, rd.Permissions().Allows("$KV.pods.gpu-node-1.runner-0"))
+	// The stages that need campaigns watch the campaigns bucket and read
+	// the campaigns' files; the others do not see them.
+	for _, u := range access.Users {
+		reads := slices.Contains([]string{access.Contract, access.Quality, access.Efficiency, access.Round, access.Operator}, u.Name)
+		p := u.Permissions()
+		require.Equal(t, reads, p.Allows("$JS.API.CONSUMER.CREATE.KV_campaigns.Xy12.$KV.campaigns.>"), "%s watching the campaigns", u.Name)
+		require.Equal(t, reads, p.Allows("$JS.API.DIRECT.GET.KV_campaigns.$KV.campaigns.qwen3-8b"), "%s reading a campaign", u.Name)
+		if reads {
+			require.True(t, p.Allows("$JS.API.DIRECT.GET.OBJ_artifacts.$O.artifacts.M.abc"), "%s reading a campaign's files", u.Name)
+		}
+	}
 }
 
 func TestObjectStores(t *testing.T) {
 	writers := map[string][]string{
-		bus.ObjectUploads:   {access.Gateway, access.Operator},
-		bus.ObjectArtifacts: {access.Build, access.Quality, access.Efficiency, access.Round},
+		bus.ObjectUploads: {access.Gateway, access.Operator},
+		// The operator pushes campaigns' files (arena campaign push).
+		bus.ObjectArtifacts: {access.Build, access.Quality, access.Efficiency, access.Round, access.Operator},
 	}
 	readers := map[string][]string{
 		bus.ObjectUploads:   {access.Gateway, access.Build, access.Operator},

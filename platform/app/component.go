@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/lowbarena/lowbarena/domain/campaign"
+	"github.com/lowbarena/lowbarena/platform/artifact"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/campaigns"
 	"github.com/lowbarena/lowbarena/platform/stage"
 )
 
@@ -72,13 +76,64 @@ func Set(fs *flag.FlagSet, values map[string]string) error {
 // StageActor is a bound stage as an actor.
 func StageActor(b *stage.Bound) Actor { return Actor{Name: b.Name(), Run: b.Run} }
 
-// EnvCampaigns names the campaigns folder's environment variable.
-const EnvCampaigns = "LOWBARENA_CAMPAIGNS"
+// Environment variables of the campaign flags.
+const (
+	// EnvCampaigns names a local campaigns folder that replaces the
+	// campaigns bucket (development, tests).
+	EnvCampaigns = "LOWBARENA_CAMPAIGNS"
+	// EnvCampaignsCache names the folder the campaigns pushed to the
+	// store are unpacked into.
+	EnvCampaignsCache = "LOWBARENA_CAMPAIGNS_CACHE"
+)
 
-// CampaignsFlag registers --campaigns on fs (default $LOWBARENA_CAMPAIGNS,
-// else "campaigns") and returns its value.
-func CampaignsFlag(fs *flag.FlagSet) *string {
-	return fs.String("campaigns", EnvOr(EnvCampaigns, "campaigns"), "folder of campaign folders (campaign.json, config.json, tensors.json each) (env "+EnvCampaigns+")")
+// Campaigns are a service's campaign settings: where its campaigns come
+// from.
+type Campaigns struct {
+	// Dir is a local folder of campaign folders that replaces the
+	// campaigns bucket; empty (the default) reads the bucket.
+	Dir string
+	// Cache is where the bucket's campaigns are unpacked, one folder per
+	// bundle digest, kept across restarts.
+	Cache string
+}
+
+// CampaignsFlags registers --campaigns (default $LOWBARENA_CAMPAIGNS,
+// else empty: the campaigns bucket) and --campaigns-cache on fs.
+func CampaignsFlags(fs *flag.FlagSet) *Campaigns {
+	c := &Campaigns{}
+	fs.StringVar(&c.Dir, "campaigns", EnvOr(EnvCampaigns, ""),
+		"local folder of campaign folders that replaces the arena's campaigns bucket (development, tests); empty: the campaigns pushed with `arena campaign push` (env "+EnvCampaigns+")")
+	fs.StringVar(&c.Cache, "campaigns-cache", EnvOr(EnvCampaignsCache, filepath.Join(os.TempDir(), "lowbarena-campaigns")),
+		"folder the pushed campaigns are unpacked into, one folder per content digest, re-used after a restart (env "+EnvCampaignsCache+")")
+	return c
+}
+
+// Open returns the campaigns the service runs: the folder Dir, loaded
+// once, or else the campaigns bucket's current versions, with the actor
+// that follows the bucket so that a push reaches the service without a
+// restart.
+func (c *Campaigns) Open(ctx context.Context, rt *Runtime) (campaign.Source, []Actor, error) {
+	if c.Dir != "" {
+		set, err := LoadCampaigns(c.Dir, rt.Log)
+		if err != nil {
+			return nil, nil, err
+		}
+		return set, nil, nil
+	}
+	kv, err := rt.Bus.JetStream().KeyValue(ctx, bus.BucketCampaigns)
+	if err != nil {
+		return nil, nil, fmt.Errorf("campaigns bucket %s (provision the arena with this version): %w", bus.BucketCampaigns, err)
+	}
+	arts, err := artifact.NewJetStream(ctx, rt.Bus.JetStream(), bus.ObjectArtifacts)
+	if err != nil {
+		return nil, nil, err
+	}
+	live, err := campaigns.Open(ctx, kv, arts, c.Cache, rt.Log.With("campaigns", bus.BucketCampaigns))
+	if err != nil {
+		return nil, nil, err
+	}
+	rt.Log.Info("campaigns from the campaigns bucket", "tasks", strings.Join(live.Tasks(), ","), "cache", c.Cache)
+	return live, []Actor{{Name: "campaigns", Run: live.Run}}, nil
 }
 
 // LoadCampaigns loads the campaigns in dir. A folder that does not exist

@@ -257,3 +257,111 @@ func putPath(ctx context.Context, s Store, path, name string) (events.FileDigest
 	}
 	return fd, nil
 }
+
+// PutTree stores every regular file under dir, its sub-folders included,
+// as one bundle whose paths are slash-separated and relative to dir, and
+// returns the bundle's reference. A symbolic link to a regular file is
+// stored as that file's content; any other non-regular entry is skipped.
+// Each file is content addressed, so storing a tree again stores nothing
+// new and gives the same digest. A campaign folder is pushed this way.
+func PutTree(ctx context.Context, s Store, dir string) (events.BundleRef, error) {
+	var files []events.FileDigest
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		if d.Type()&os.ModeSymlink != 0 {
+			st, err := os.Stat(path)
+			if err != nil || !st.Mode().IsRegular() {
+				return nil
+			}
+		} else if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return fmt.Errorf("artifact: %w", err)
+		}
+		f, err := putPath(ctx, s, path, filepath.ToSlash(rel))
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+		return nil
+	})
+	if err != nil {
+		return events.BundleRef{}, err
+	}
+	if len(files) == 0 {
+		return events.BundleRef{}, fmt.Errorf("%w: no files in %s", os.ErrNotExist, dir)
+	}
+	return s.PutManifest(ctx, NewManifest(files))
+}
+
+// GetTree writes every file of the bundle ref names into dir, which must
+// not exist yet, checking each file's size and sha256 on the way. It
+// writes into a temporary folder beside dir and renames it into place
+// once every file landed, so dir exists only complete: a reader that
+// finds dir may use it. A path that would leave dir is refused (os.Root).
+func GetTree(ctx context.Context, s Store, ref events.BundleRef, dir string) error {
+	m, err := s.Manifest(ctx, ref)
+	if err != nil {
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("artifact: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, ".get-")
+	if err != nil {
+		return fmt.Errorf("artifact: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	root, err := os.OpenRoot(tmp)
+	if err != nil {
+		return fmt.Errorf("artifact: %w", err)
+	}
+	defer root.Close()
+	for _, f := range m.Files {
+		if err := getFile(ctx, s, root, f); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("artifact: %w", err)
+	}
+	return nil
+}
+
+// getFile copies one stored file into root and checks it against f.
+func getFile(ctx context.Context, s Store, root *os.Root, f events.FileDigest) error {
+	if d := filepath.Dir(filepath.FromSlash(f.Path)); d != "." {
+		if err := root.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("artifact: %w", err)
+		}
+	}
+	r, err := s.OpenFile(ctx, f.SHA256)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w, err := root.Create(filepath.FromSlash(f.Path))
+	if err != nil {
+		return fmt.Errorf("artifact: %w", err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(w, h), r)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("artifact: get %s: %w", f.Path, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != f.Size || got != f.SHA256 {
+		return fmt.Errorf("%w: %s is %d bytes with sha256 %s, the manifest says %d bytes with %s", ErrCorrupt, f.Path, n, got, f.Size, f.SHA256)
+	}
+	return nil
+}

@@ -141,13 +141,14 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	require.NoError(t, bus.Provision(ctx, b.JetStream(), bus.Topology{}))
 	require.Equal(t, before, streamConfigs(t, b), "a second Provision changes nothing")
 	require.Len(t, bustest.StreamMsgs(t, b, events.StreamArena), 1, "and keeps the messages")
-	require.Len(t, before, 15, "3 streams, 10 KV buckets, 2 object stores")
+	require.Len(t, before, 16, "3 streams, 11 KV buckets, 2 object stores")
 	for _, name := range []string{events.StreamArena, events.StreamRunnerJobs, events.StreamDLQ,
-		"KV_" + bus.BucketSubmissions, "KV_" + bus.BucketRounds, "KV_" + bus.BucketBundles, "KV_" + bus.BucketReferences, "KV_" + bus.BucketScoreInputs, "KV_" + bus.BucketParticipants, "KV_" + bus.BucketUsage, "KV_" + bus.BucketPods, "OBJ_" + bus.ObjectUploads, "OBJ_" + bus.ObjectArtifacts} {
+		"KV_" + bus.BucketSubmissions, "KV_" + bus.BucketRounds, "KV_" + bus.BucketBundles, "KV_" + bus.BucketReferences, "KV_" + bus.BucketScoreInputs, "KV_" + bus.BucketParticipants, "KV_" + bus.BucketUsage, "KV_" + bus.BucketPods, "KV_" + bus.BucketCampaigns, "OBJ_" + bus.ObjectUploads, "OBJ_" + bus.ObjectArtifacts} {
 		require.Contains(t, before, name)
 	}
 	require.Equal(t, 24*time.Hour, before[events.StreamArena].Duplicates)
 	require.Equal(t, bus.DefaultPodsTTL, before["KV_"+bus.BucketPods].MaxAge, "a runner's entry lapses a TTL after its last heartbeat")
+	require.Equal(t, int64(bus.CampaignsHistory), before["KV_"+bus.BucketCampaigns].MaxMsgsPerSubject, "the campaigns bucket keeps each task's versions")
 }
 
 // TestCheckStream: a service set for another cluster than the one it

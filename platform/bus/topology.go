@@ -58,6 +58,15 @@ const (
 	// a TTL after its runner stopped renewing it (Topology.PodsTTL). The
 	// runners own it; `arena pods` reads it.
 	BucketPods = "pods"
+	// BucketCampaigns maps each task id to the campaign version the arena
+	// runs now (package platform/campaigns: its bundle in ObjectArtifacts,
+	// its version number, who pushed it and when). Its history is the
+	// list of versions. The operator writes it (`arena campaign push`);
+	// the stages that need campaigns watch it.
+	BucketCampaigns = "campaigns"
+	// CampaignsHistory is how many versions of a campaign BucketCampaigns
+	// keeps.
+	CampaignsHistory = 16
 	// ObjectUploads holds bundles as participants upload them.
 	ObjectUploads = "uploads"
 	// ObjectArtifacts holds bundles the build stage accepted, content
@@ -161,6 +170,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 		{Bucket: BucketScoreInputs, Description: "stage outcomes joined per submission for its score", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketParticipants, Description: "participants, operators and their API tokens (hashed)", History: 4, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketUsage, Description: "each participant's submissions and GPU-hours within its quota windows", History: 1, Storage: jetstream.FileStorage, Replicas: t.Replicas},
+		{Bucket: BucketCampaigns, Description: "each task's campaign: its current version and the versions before it", History: CampaignsHistory, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 		{Bucket: BucketPods, Description: "the runners: pod, GPU and what each runs now; an entry lapses a TTL after its last heartbeat", History: 1, TTL: t.PodsTTL, Storage: jetstream.FileStorage, Replicas: t.Replicas},
 	} {
 		if err := placed(ctx, func() error { _, err := js.CreateOrUpdateKeyValue(ctx, kv); return err }); err != nil {

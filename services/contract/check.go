@@ -31,7 +31,7 @@ type Checker struct {
 	// Artifacts holds the built bundles.
 	Artifacts artifact.Store
 	// Campaigns are the tasks this arena runs.
-	Campaigns campaign.Set
+	Campaigns campaign.Source
 	// Hub reads the shards' headers of checkpoints by reference; nil
 	// allows no repository host, so they are refused.
 	Hub *hub.Client

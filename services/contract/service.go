@@ -71,7 +71,7 @@ func describe(out events.ContractCompletedData) []any {
 // Options configure the contract stage.
 type Options struct {
 	// Campaigns are the tasks this arena runs.
-	Campaigns campaign.Set
+	Campaigns campaign.Source
 	// Hub configures the client that reads checkpoints by reference.
 	Hub hub.Options
 }
@@ -89,7 +89,10 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if err != nil {
 		return nil, fmt.Errorf("contract: %w", err)
 	}
-	if len(o.Campaigns) == 0 {
+	if o.Campaigns == nil {
+		o.Campaigns = campaign.Set{}
+	}
+	if len(o.Campaigns.Tasks()) == 0 {
 		log.Warn("no campaigns: every submission will be refused with " + string(reason.CampaignUnknownTask))
 	}
 	return &Service{bus: b, log: log, checker: &Checker{Artifacts: arts, Campaigns: o.Campaigns, Hub: hub.New(o.Hub)}}, nil
@@ -108,17 +111,17 @@ func (s *Service) Actors() []app.Actor {
 // Component is the contract service, for its command and `arena up`
 // (which sets --campaigns to its campaigns folder).
 func Component() app.Component {
-	var dir *string
+	var camps *app.Campaigns
 	var hubOptions func(*slog.Logger) (hub.Options, error)
 	return app.Component{
 		Name:   Name,
 		Stages: []string{Name},
 		Flags: func(fs *flag.FlagSet) {
-			dir = app.CampaignsFlag(fs)
+			camps = app.CampaignsFlags(fs)
 			hubOptions = app.HubFlags(fs)
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
-			set, err := app.LoadCampaigns(*dir, rt.Log)
+			set, follow, err := camps.Open(ctx, rt)
 			if err != nil {
 				return nil, fmt.Errorf("contract: %w", err)
 			}
@@ -130,7 +133,7 @@ func Component() app.Component {
 			if err != nil {
 				return nil, err
 			}
-			return s.Actors(), nil
+			return append(s.Actors(), follow...), nil
 		},
 	}
 }

@@ -62,12 +62,21 @@ func writeExamples(t *testing.T) (string, campaign.Set, map[string]examples.Exam
 func start(t *testing.T) *harness {
 	t.Helper()
 	campaigns, set, exs := writeExamples(t)
+	h := startWith(t, map[string]string{"campaigns": campaigns, "work": t.TempDir()})
+	h.set, h.exs = set, exs
+	return h
+}
+
+// startWith runs the contract service with settings (its flags by name)
+// on a real embedded NATS until the test ends.
+func startWith(t *testing.T, settings map[string]string) *harness {
+	t.Helper()
 	srv := bustest.Server(t, "")
 	c := contract.Component()
 	cfg := app.DefaultConfig(c.Name)
 	fs := c.FlagSet(&cfg)
 	require.NoError(t, fs.Parse([]string{"--nats", srv.ClientURL()}))
-	require.NoError(t, app.Set(fs, map[string]string{"campaigns": campaigns, "work": t.TempDir()}))
+	require.NoError(t, app.Set(fs, settings))
 	cfg.Store = ""
 	ctx, cancel := context.WithCancel(context.Background())
 	rt, err := app.Start(ctx, cfg, app.WithLogOutput(io.Discard), app.WithoutTelemetry())
@@ -83,7 +92,7 @@ func start(t *testing.T) *harness {
 		require.NoError(t, <-done)
 		rt.Close()
 	})
-	return &harness{t: t, b: rt.Bus, store: store, set: set, exs: exs, ctx: ctx}
+	return &harness{t: t, b: rt.Bus, store: store, ctx: ctx}
 }
 
 // built stores a bundle folder as the build stage would and returns its

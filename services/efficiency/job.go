@@ -33,7 +33,7 @@ func JobID(submission string) string { return "eff-" + events.DeriveID(submissio
 // the submission's split; a campaign without a quality suite is measured
 // without gathering the audits' evidence. Its error is a retry unless it
 // is a refusal.
-func Job(in events.ContractCompletedData, set campaign.Set, store func(*campaign.Campaign) (events.BundleRef, error), audit AuditSuite) (stage.Job, error) {
+func Job(in events.ContractCompletedData, set campaign.Source, store func(*campaign.Campaign) (events.BundleRef, error), audit AuditSuite) (stage.Job, error) {
 	if in.Artifact == nil {
 		return stage.Job{}, stage.Refuse(reason.ArtifactMissing, "the contract stage passed on no artifact to serve; submit again")
 	}

@@ -38,7 +38,10 @@ const Name = "efficiency"
 
 // Options configure the stage.
 type Options struct {
-	Campaigns campaign.Set
+	// Campaigns are the tasks this arena runs, looked up when a
+	// submission's job is made and when its result comes back (nil:
+	// none).
+	Campaigns campaign.Source
 	// Store holds the quality job's answers (quality_answers), which the
 	// audits compare with the engine's answers under load; nil leaves
 	// those two audits skipped.
@@ -69,6 +72,9 @@ type stored struct {
 
 // New opens the artifact store and the ARENA stream.
 func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service, error) {
+	if o.Campaigns == nil {
+		o.Campaigns = campaign.Set{}
+	}
 	arts, err := artifact.NewJetStream(ctx, b.JetStream(), bus.ObjectArtifacts)
 	if err != nil {
 		return nil, fmt.Errorf("efficiency: %w", err)
@@ -149,17 +155,17 @@ func (s *Service) Actors() []app.Actor {
 
 // Component is the efficiency service, for its binary and `arena up`.
 func Component() app.Component {
-	var dir *string
+	var camps *app.Campaigns
 	return app.Component{
 		Name:   Name,
 		Stages: []string{Name},
 		Store:  true,
-		Flags:  func(fs *flag.FlagSet) { dir = app.CampaignsFlag(fs) },
+		Flags:  func(fs *flag.FlagSet) { camps = app.CampaignsFlags(fs) },
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
-			if dir == nil {
+			if camps == nil {
 				return nil, fmt.Errorf("efficiency: %w: the flags were never registered", app.ErrConfig)
 			}
-			set, err := app.LoadCampaigns(*dir, rt.Log)
+			set, follow, err := camps.Open(ctx, rt)
 			if err != nil {
 				return nil, fmt.Errorf("efficiency: %w", err)
 			}
@@ -167,7 +173,7 @@ func Component() app.Component {
 			if err != nil {
 				return nil, err
 			}
-			return s.Actors(), nil
+			return append(s.Actors(), follow...), nil
 		},
 	}
 }
@@ -179,7 +185,7 @@ func Component() app.Component {
 func (s *Service) reference(ctx context.Context, c *campaign.Campaign) (events.BundleRef, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ref, ok := s.refs[c.TaskID]; ok {
+	if ref, ok := s.refs[c.ReferenceDir()]; ok {
 		return ref, nil
 	}
 	ref, err := artifact.PutDir(ctx, s.artifacts, c.ReferenceDir())
@@ -187,7 +193,7 @@ func (s *Service) reference(ctx context.Context, c *campaign.Campaign) (events.B
 		return events.BundleRef{}, fmt.Errorf("efficiency: store the BF16 reference of %s: %w", c.TaskID, err)
 	}
 	s.log.Info("BF16 reference stored", "campaign", c.TaskID, "digest", ref.SHA256[:12], "files", ref.Files, "bytes", ref.Size)
-	s.refs[c.TaskID] = ref
+	s.refs[c.ReferenceDir()] = ref
 	return ref, nil
 }
 

@@ -247,10 +247,37 @@ func (s *Service) lockRole(task, suiteKey, submission, role string) func() {
 // that says what to install or enable. It probes the sandbox (once, on
 // success; grade.Check) and is the stage's readiness check.
 func (s *Service) sandboxReady(ctx context.Context) error {
-	for _, st := range s.codeSuites {
+	for _, st := range s.codeSuites() {
 		if err := grade.Check(ctx, st); err != nil {
 			return fmt.Errorf("quality: suite %s has code items: %w", st.Key(), err)
 		}
 	}
 	return nil
+}
+
+// codeSuites are the suites with code items of the campaigns the stage
+// runs now (they change when a campaign version is pushed); a suite that
+// does not load is refused when a submission needs it, not here.
+func (s *Service) codeSuites() []*suite.Suite {
+	if s.opts.Campaigns == nil {
+		return nil
+	}
+	var out []*suite.Suite
+	for _, task := range s.opts.Campaigns.Tasks() {
+		c, err := s.opts.Campaigns.Lookup(task)
+		if err != nil || c.Quality == nil {
+			continue
+		}
+		for _, split := range []string{suite.SplitDev, suite.SplitRanked} {
+			if split == suite.SplitRanked && c.RankedSuiteDir() == "" {
+				continue
+			}
+			if st, _, err := s.suite(c, split); err == nil {
+				if _, ids := codeItems(st); len(ids) > 0 {
+					out = append(out, st)
+				}
+			}
+		}
+	}
+	return out
 }

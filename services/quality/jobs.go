@@ -111,8 +111,9 @@ func (s *Service) jobs(ctx context.Context, in events.ContractCompletedData) ([]
 
 // suite loads a campaign's suite of a split (a ranked submission is
 // evaluated on the held-out ranked suite, never on the dev items shown to
-// participants), once per campaign and split per process, and returns
-// it with its folder.
+// participants), once per suite folder per process (a new campaign
+// version is a new folder, so its suite is loaded anew), and returns it
+// with its folder.
 func (s *Service) suite(c *campaign.Campaign, split string) (*suite.Suite, string, error) {
 	dir := c.SuiteDir()
 	if split == suite.SplitRanked {
@@ -122,7 +123,7 @@ func (s *Service) suite(c *campaign.Campaign, split string) (*suite.Suite, strin
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st, ok := s.suites[c.TaskID+"/"+split]; ok {
+	if st, ok := s.suites[dir]; ok {
 		return st, dir, nil
 	}
 	st, err := suite.Load(dir)
@@ -132,7 +133,7 @@ func (s *Service) suite(c *campaign.Campaign, split string) (*suite.Suite, strin
 	if st.Split != split {
 		return nil, "", fmt.Errorf("%w: the suite at %s is the %s split, the submission is %s", suite.ErrBadSuite, dir, st.Split, split)
 	}
-	s.suites[c.TaskID+"/"+split] = st
+	s.suites[dir] = st
 	s.log.Info("suite loaded", "campaign", c.TaskID, "suite", st.Key(), "items", st.Count())
 	return st, dir, nil
 }

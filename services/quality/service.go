@@ -53,7 +53,10 @@ const ReferenceWait = 5 * time.Second
 
 // Options configure the stage.
 type Options struct {
-	Campaigns campaign.Set
+	// Campaigns are the tasks this arena runs, looked up when a
+	// submission's job is made and when its result comes back (nil:
+	// none).
+	Campaigns campaign.Source
 	// Store holds quality_items and quality_answers (required).
 	Store store.Store
 	// GradeConcurrency is how many code answers are graded at a time in
@@ -76,15 +79,16 @@ type Service struct {
 	stored map[string]events.BundleRef // folder -> the folder in the artifact store
 
 	// The grading step (grade.go): slots bounds the programs running at
-	// a time, grading holds one mutex per role's answers, codeSuites are
-	// the campaigns' suites that have code items (readiness).
-	slots      chan struct{}
-	grading    sync.Map // campaign, suite key, submission, role -> *sync.Mutex
-	codeSuites []*suite.Suite
+	// a time, grading holds one mutex per role's answers.
+	slots   chan struct{}
+	grading sync.Map // campaign, suite key, submission, role -> *sync.Mutex
 }
 
 // New opens the stores the stage needs.
 func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service, error) {
+	if o.Campaigns == nil {
+		o.Campaigns = campaign.Set{}
+	}
 	if o.Store == nil {
 		return nil, errors.New("quality: a store is required (quality_items)")
 	}
@@ -104,23 +108,6 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	}
 	s := &Service{bus: b, artifacts: arts, refs: refs, opts: o, log: log,
 		suites: map[string]*suite.Suite{}, stored: map[string]events.BundleRef{}, slots: make(chan struct{}, o.GradeConcurrency)}
-	// The suites with code items, for readiness; a suite that does not
-	// load is refused when a submission needs it, not here.
-	for _, c := range o.Campaigns {
-		if c.Quality == nil {
-			continue
-		}
-		for _, split := range []string{suite.SplitDev, suite.SplitRanked} {
-			if split == suite.SplitRanked && c.RankedSuiteDir() == "" {
-				continue
-			}
-			if st, _, err := s.suite(c, split); err == nil {
-				if _, ids := codeItems(st); len(ids) > 0 {
-					s.codeSuites = append(s.codeSuites, st)
-				}
-			}
-		}
-	}
 	return s, nil
 }
 
@@ -184,15 +171,15 @@ const EnvGradeConcurrency = "LOWBARENA_GRADE_CONCURRENCY"
 // the sandbox does not work here.
 func Component() app.Component {
 	var (
-		dir  *string
-		conc *int
+		camps *app.Campaigns
+		conc  *int
 	)
 	return app.Component{
 		Name:   Name,
 		Stages: []string{Name},
 		Store:  true,
 		Flags: func(fs *flag.FlagSet) {
-			dir = app.CampaignsFlag(fs)
+			camps = app.CampaignsFlags(fs)
 			def := DefaultGradeConcurrency
 			if n, err := strconv.Atoi(os.Getenv(EnvGradeConcurrency)); err == nil && n > 0 {
 				def = n
@@ -200,13 +187,13 @@ func Component() app.Component {
 			conc = fs.Int("grade-concurrency", def, "how many code answers the stage grades at a time, each one sandboxed python process (about a CPU core) (env "+EnvGradeConcurrency+")")
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
-			if dir == nil {
+			if camps == nil {
 				return nil, fmt.Errorf("quality: %w: the flags were never registered", app.ErrConfig)
 			}
 			if rt.Store == nil {
 				return nil, fmt.Errorf("quality: %w: a store is required (--store or $%s): the runners write quality_items there", app.ErrConfig, app.EnvStore)
 			}
-			set, err := app.LoadCampaigns(*dir, rt.Log)
+			set, follow, err := camps.Open(ctx, rt)
 			if err != nil {
 				return nil, fmt.Errorf("quality: %w", err)
 			}
@@ -221,7 +208,7 @@ func Component() app.Component {
 				rt.Log.Warn("code answers cannot be graded on this machine: their submissions fail with sandbox_unavailable until it is fixed", "err", err)
 			}
 			rt.AddReadyCheck(s.sandboxReady)
-			return s.Actors(), nil
+			return append(s.Actors(), follow...), nil
 		},
 	}
 }

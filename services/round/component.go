@@ -16,7 +16,7 @@ import (
 // store when there is one.
 func Component() app.Component {
 	var (
-		dir          *string
+		camps        *app.Campaigns
 		drift        *float64
 		leaseTTL     *time.Duration
 		entryTimeout *time.Duration
@@ -25,13 +25,13 @@ func Component() app.Component {
 		Name:  Name,
 		Store: true,
 		Flags: func(fs *flag.FlagSet) {
-			dir = app.CampaignsFlag(fs)
+			camps = app.CampaignsFlags(fs)
 			drift = fs.Float64("drift-threshold", DefaultDrift, "mark a round whose drift baseline moved more than this share of the baseline's rate")
 			leaseTTL = fs.Duration("lease-ttl", DefaultLeaseTTL, "how long a pod's lease lasts unless renewed; a dead instance's round is taken over after it")
 			entryTimeout = fs.Duration("entry-timeout", DefaultEntryTimeout, "longest an entry's SLA job may take, queue time included")
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
-			set, err := app.LoadCampaigns(*dir, rt.Log)
+			set, follow, err := camps.Open(ctx, rt)
 			if err != nil {
 				return nil, err
 			}
@@ -40,7 +40,7 @@ func Component() app.Component {
 			if err != nil {
 				return nil, err
 			}
-			return s.Actors(), nil
+			return append(s.Actors(), follow...), nil
 		},
 	}
 }

@@ -101,7 +101,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		}
 		// The plan moves on from here when this instance has the
 		// round's campaign; otherwise its holder's tick moves it.
-		if camp, ok := s.opts.Campaigns[r.Campaign]; ok && camp.Engine != nil {
+		if camp, ok := s.campaign(r.Campaign); ok && camp.Engine != nil {
 			advance(r, camp, now, s.opts.EntryTimeout)
 		}
 		return true

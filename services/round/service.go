@@ -56,7 +56,9 @@ const (
 
 // Options configure the round service.
 type Options struct {
-	Campaigns campaign.Set
+	// Campaigns are the tasks rounds may run, looked up when a round
+	// starts and at each of its steps (nil: none).
+	Campaigns campaign.Source
 	// Store receives round_steps rows; may be nil.
 	Store store.Store
 	// DriftThreshold marks a round whose drift baseline moved more than
@@ -94,6 +96,9 @@ type Service struct {
 // that the consumer's position precedes every round this instance
 // starts).
 func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service, error) {
+	if o.Campaigns == nil {
+		o.Campaigns = campaign.Set{}
+	}
 	if o.DriftThreshold <= 0 {
 		o.DriftThreshold = DefaultDrift
 	}
@@ -285,4 +290,11 @@ func (s *Service) do(ctx context.Context, r *Round, ef Effect) error {
 		return s.release(ctx, r.Pod, r.ID)
 	}
 	return nil
+}
+
+// campaign returns the campaign a round runs, as its source holds it
+// now; false when the arena no longer runs that task.
+func (s *Service) campaign(task string) (*campaign.Campaign, bool) {
+	c, err := s.opts.Campaigns.Lookup(task)
+	return c, err == nil
 }

@@ -120,7 +120,7 @@ func (s *Service) recover(ctx context.Context, id string) (bool, error) {
 	if r.Status != StatusRunning {
 		return false, s.flush(ctx, id)
 	}
-	camp, ok := s.opts.Campaigns[r.Campaign]
+	camp, ok := s.campaign(r.Campaign)
 	why := ""
 	switch {
 	case r.Version != stateVersion:
@@ -208,7 +208,7 @@ func (s *Service) drive(ctx context.Context, id string) error {
 			return false
 		}
 		now := time.Now().UTC()
-		camp, ok := s.opts.Campaigns[r.Campaign]
+		camp, ok := s.campaign(r.Campaign)
 		if !ok || camp.Engine == nil {
 			return fail(r, reason.Interrupted, fmt.Sprintf("the round cannot go on: its campaign %s is no longer loaded", r.Campaign), now)
 		}

@@ -65,6 +65,11 @@ other verb asks a running arena and needs nothing else):
   arena retention --older-than 30d [--dry-run] [--json] [--store URL]
                drop the gpu_samples and requests day partitions older than the age
                from the store (LOWBARENA_STORE); the history tables are kept
+  arena campaign push DIR | list | history TASK [--json] [--nats URL]
+               campaigns as versions in the arena's store: push a campaign folder (or a
+               folder of them, as arena example writes) after checking every one; list
+               what each task runs; a task's versions. Running services take a new
+               version without a restart
   arena credentials DIR
                write the NATS users' nkeys for a cluster (deploy/nats, docker-compose.yml)
 
@@ -154,6 +159,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdRound(ctx, rest, stdout, stderr)
 	case "retention":
 		return cmdRetention(ctx, rest, stdout, stderr)
+	case "campaign":
+		return cmdCampaign(ctx, rest, stdout, stderr)
 	case "credentials":
 		return cmdCredentials(ctx, rest, stdout, stderr)
 	case "gpu-check":

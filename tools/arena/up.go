@@ -85,7 +85,7 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.logLevel, "log-level", app.EnvOr(app.EnvLogLevel, "info"), "log level: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", app.EnvOr(app.EnvLogFormat, "text"),
 		"text: structured logs to DATA/"+LogFile+", the terminal shows submissions, runners, records, rounds and the leaderboard; json: the logs on standard error (env "+app.EnvLogFormat+")")
-	fs.StringVar(&o.campaigns, "campaigns", app.EnvOr("LOWBARENA_CAMPAIGNS", ""), "folder of campaign folders (default DIR/campaigns; `arena example DIR` writes one)")
+	fs.StringVar(&o.campaigns, "campaigns", app.EnvOr("LOWBARENA_CAMPAIGNS", ""), "folder of campaign folders pushed into the arena's store at start, as `arena campaign push` does (default DIR/campaigns; `arena example DIR` writes one)")
 	fs.IntVar(&o.runners, "runners", 1, "GPU runners in this process, one per GPU (0: jobs wait for runners started elsewhere)")
 	fs.StringVar(&o.pod, "pod", app.EnvOr("LOWBARENA_POD", "pod-0"), "name of this machine for its runners: BF16 references are measured once per pod")
 	fs.DurationVar(&o.ackWait, "runner-ack-wait", 30*time.Second, "a runner job's ack deadline (a dead runner's job moves on after about this long)")
@@ -174,10 +174,13 @@ func components(listening func(net.Addr)) []app.Component {
 }
 
 // settings are the component flags `arena up` owns: the folders under its
-// data folder, its campaigns, its pod and HTTP address. A component
-// without a flag of that name ignores it.
-func (o upOptions) settings(data, campaigns, component string, runnerIndex int) map[string]string {
-	m := map[string]string{"campaigns": campaigns, "pod": o.pod, "http": o.httpAddr, "ref-hosts": o.refHosts}
+// data folder, its pod and HTTP address. A component without a flag of
+// that name ignores it. The stages read their campaigns from the store,
+// as in a cluster (no --campaigns folder), unpacked under
+// DATA/campaigns-cache.
+func (o upOptions) settings(data, component string, runnerIndex int) map[string]string {
+	m := map[string]string{"campaigns": "", "campaigns-cache": filepath.Join(data, "campaigns-cache"),
+		"pod": o.pod, "http": o.httpAddr, "ref-hosts": o.refHosts}
 	// The build, contract and runners read repositories with these (their
 	// own defaults, the same, apply when arena up's are unset).
 	if o.refTokensFile != "" {
@@ -271,8 +274,8 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	if campaignsDir == "" {
 		campaignsDir = filepath.Join(data, "campaigns")
 	}
-	if set, err := app.LoadCampaigns(campaignsDir, log); err == nil {
-		a.campaigns = set.Tasks()
+	if a.campaigns, err = a.pushCampaigns(ctx, campaignsDir); err != nil {
+		return nil, err
 	}
 
 	// start builds one component's runtime and actors with this arena's
@@ -281,7 +284,7 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	start := func(c app.Component, runnerIndex int) error {
 		cfg := app.DefaultConfig(c.Name)
 		fs := c.FlagSet(&cfg)
-		if err := app.Set(fs, o.settings(data, campaignsDir, c.Name, runnerIndex)); err != nil {
+		if err := app.Set(fs, o.settings(data, c.Name, runnerIndex)); err != nil {
 			return err
 		}
 		cfg.NATSURL, cfg.OTel, cfg.LogLevel, cfg.Store = a.natsURL, o.otel, o.logLevel, ""

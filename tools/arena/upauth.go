@@ -14,10 +14,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/platform/access"
 	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/campaigns"
 )
 
 // serverTLS are the embedded NATS server's TLS files.
@@ -82,6 +85,60 @@ func (a *arenaProc) provision(ctx context.Context) error {
 		return fmt.Errorf("up: provision the arena's streams: %w", err)
 	}
 	return nil
+}
+
+// pushCampaigns pushes the campaign folders of dir into the store as the
+// operator (the same path as `arena campaign push`), so that the stages
+// read them from there as they do in a cluster, and returns the tasks
+// the arena runs. A dir that does not exist pushes nothing: the stages
+// run what earlier pushes left in DATA/nats, or nothing.
+func (a *arenaProc) pushCampaigns(ctx context.Context, dir string) ([]string, error) {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	defer c.close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if _, err := os.Stat(dir); err == nil {
+		pushed, err := pushCampaigns(pctx, c.js, dir)
+		if err != nil {
+			return nil, fmt.Errorf("up: push the campaigns of %s: %w", dir, err)
+		}
+		for _, p := range pushed {
+			a.log.Info("campaign pushed", "task", p.TaskID, "version", p.Version, "digest", p.Digest(), "new", p.New, "folder", dir)
+		}
+	} else {
+		a.log.Warn("no campaigns folder to push; the stages run the campaigns already in the store (arena example DIR writes one, arena campaign push DIR pushes one)", "folder", dir)
+	}
+	kv, err := c.js.KeyValue(pctx, bus.BucketCampaigns)
+	if err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	list, err := campaigns.List(pctx, kv)
+	if err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	tasks := make([]string, len(list))
+	for i, e := range list {
+		tasks[i] = e.TaskID
+	}
+	return tasks, nil
+}
+
+// pushCampaigns pushes the campaign folders of dir into the arena js
+// reaches, as `arena campaign push` does; `arena up` and the cluster
+// harness push their campaigns with it.
+func pushCampaigns(ctx context.Context, js jetstream.JetStream, dir string) ([]campaigns.Pushed, error) {
+	kv, err := js.KeyValue(ctx, bus.BucketCampaigns)
+	if err != nil {
+		return nil, fmt.Errorf("campaigns bucket: %w", err)
+	}
+	arts, err := artifact.NewJetStream(ctx, js, bus.ObjectArtifacts)
+	if err != nil {
+		return nil, err
+	}
+	return campaigns.Push(ctx, kv, arts, dir, pusher(), time.Now)
 }
 
 // dial connects to this arena as the operator.

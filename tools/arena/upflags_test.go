@@ -40,7 +40,7 @@ func TestUpRefFlagsReachTheServices(t *testing.T) {
 		for _, c := range []app.Component{build.Component(), contract.Component(), runner.Component()} {
 			cfg := app.DefaultConfig(c.Name)
 			cfs := c.FlagSet(&cfg)
-			require.NoError(t, app.Set(cfs, o.settings(t.TempDir(), "campaigns", c.Name, 0)))
+			require.NoError(t, app.Set(cfs, o.settings(t.TempDir(), c.Name, 0)))
 			for name, want := range tc.want {
 				f := cfs.Lookup(name)
 				require.NotNil(t, f, "%s has no --%s", c.Name, name)

@@ -17,6 +17,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/platform/app/apptest"
+	"github.com/lowbarena/lowbarena/platform/artifact"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/campaigns"
 	"github.com/lowbarena/lowbarena/platform/store/clickhouse/chtest"
 )
 
@@ -29,8 +32,9 @@ type Options struct {
 	Dir string
 	// Bin are the binaries Build built.
 	Bin Binaries
-	// Campaigns is the campaigns folder the stages read (`arena example
-	// DIR` writes DIR/campaigns).
+	// Campaigns is the campaigns folder pushed into the cluster's store
+	// at start, as `arena campaign push` pushes it (`arena example DIR`
+	// writes DIR/campaigns); the stages read it from there.
 	Campaigns string
 	// Pods name the machines, one runner each; default pod-a, pod-b. The
 	// first is the rounds' default pod.
@@ -147,6 +151,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if c.JS, err = jetstream.New(c.NC); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	if err := c.pushCampaigns(ctx); err != nil {
+		return nil, err
+	}
 	// The gateway's HTTP port, then a metrics port per service.
 	free, err := chtest.FreePorts(1 + len(Services) + len(c.Pods))
 	if err != nil {
@@ -219,6 +226,27 @@ func (c *Cluster) provision(ctx context.Context) error {
 	}
 }
 
+// pushCampaigns pushes Options.Campaigns into the cluster's store as
+// the operator, through the code `arena campaign push` runs; the stages
+// load it from the campaigns bucket, as in a deployment.
+func (c *Cluster) pushCampaigns(ctx context.Context) error {
+	if c.Campaigns == "" {
+		return nil
+	}
+	kv, err := c.JS.KeyValue(ctx, bus.BucketCampaigns)
+	if err != nil {
+		return fmt.Errorf("cluster: campaigns bucket: %w", err)
+	}
+	arts, err := artifact.NewJetStream(ctx, c.JS, bus.ObjectArtifacts)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	if _, err := campaigns.Push(ctx, kv, arts, c.Campaigns, "cluster-harness", time.Now); err != nil {
+		return fmt.Errorf("cluster: push the campaigns: %w", err)
+	}
+	return nil
+}
+
 // services are the cluster's service processes, not yet started.
 func (c *Cluster) services() []*Service {
 	var out []*Service
@@ -227,7 +255,7 @@ func (c *Cluster) services() []*Service {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			panic(err)
 		}
-		env = append(append(append(c.Env(), c.userEnv(kind)...), "LOWBARENA_CAMPAIGNS="+c.Campaigns), env...)
+		env = append(append(append(c.Env(), c.userEnv(kind)...), "LOWBARENA_CAMPAIGNS_CACHE="+filepath.Join(dir, "campaigns-cache")), env...)
 		metrics := fmt.Sprintf("127.0.0.1:%d", c.metricsPorts[len(out)])
 		env = append(env, "LOWBARENA_METRICS_ADDR="+metrics)
 		env = append(env, c.ServiceEnv...)
