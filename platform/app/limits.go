@@ -62,7 +62,7 @@ func RegisterLimitFlags(fs *flag.FlagSet, l *bus.Limits) {
 	fs.Var((*bytesFlag)(&l.ArenaMaxBytes), "js-arena-max-bytes",
 		"most bytes of the ARENA event log per node; once full it refuses new events (default 10% of --js-volume) (env "+EnvJSArenaMaxBytes+")")
 	fs.Var((*bytesFlag)(&l.UploadsMaxBytes), "js-uploads-max-bytes",
-		"most bytes of the uploads object store per node (default 30% of --js-volume) (env "+EnvJSUploadsMaxBytes+")")
+		"most bytes of the uploads object store per node (default 25% of --js-volume) (env "+EnvJSUploadsMaxBytes+")")
 	fs.DurationVar(&l.UploadsMaxAge, "js-uploads-max-age", l.UploadsMaxAge,
 		"how long an upload never built is kept (default 168h) (env "+EnvJSUploadsMaxAge+")")
 	fs.Var((*bytesFlag)(&l.ArtifactsMaxBytes), "js-artifacts-max-bytes",

@@ -135,12 +135,12 @@ type Limits struct {
 // store's own indexes and for a stream that briefly holds more than its
 // limit while it is updated.
 const (
-	shareUploads   = 300 // 30%: uploads wait only until they are built
+	shareUploads   = 250 // 25%: uploads wait only until they are built
 	shareArtifacts = 450 // 45%: accepted bundles, collected by `arena gc`
 	shareArena     = 100 // 10%: the event log, a few KiB per event
 	shareJobs      = 10  // 1%: jobs are small and short lived
 	shareDLQ       = 20  // 2%
-	shareKV        = 5   // 0.5% per bucket, 10 buckets: 5%
+	shareKV        = 10  // 1% per bucket, 10 buckets: 10% (records keep 8 revisions)
 	// kvBuckets is how many KV buckets Provision creates.
 	kvBuckets = 10
 )

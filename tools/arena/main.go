@@ -62,6 +62,10 @@ other verb asks a running arena and needs nothing else):
                recompute scores from stored outcomes under policy V (no GPU work)
   arena sql    "SELECT ..." [--json|--csv|--tsv] [--max-rows 1000] [--timeout 10s] [--nats URL]
                one read-only statement (SELECT, SHOW, DESCRIBE, EXPLAIN) on the arena's store
+  arena gc     [--delete] [--grace 6h] [--keep-failed 168h] [--json] [--nats URL]
+               the artifacts nothing needs (submissions failed or disqualified
+               long ago): what collecting them frees, and with --delete collect them;
+               then each stream's bytes against its limit
   arena credentials DIR
                write the NATS users' nkeys for a cluster (deploy/nats, docker-compose.yml)
 
@@ -153,6 +157,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdCredentials(ctx, rest, stdout, stderr)
 	case "gpu-check":
 		return cmdGPUCheck(ctx, rest, stdout, stderr)
+	case "gc":
+		return cmdGC(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
