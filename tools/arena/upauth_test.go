@@ -16,8 +16,8 @@ import (
 
 	"github.com/lowbarena/lowbarena/platform/access"
 	"github.com/lowbarena/lowbarena/platform/app"
-	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/app/apptest"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // natsFor starts the embedded NATS of an arena on data, as `arena up`
