@@ -172,7 +172,11 @@ var Users = []User{
 		Publishes: stageTypes("build"),
 		Consumers: []Consumer{{Stream: events.StreamArena, Name: "build", Filters: []string{events.Submission.Received.Filter()}}},
 		KV:        []Bucket{{Name: bus.BucketBundles, Mode: Write}},
-		Objects:   []Bucket{{Name: bus.ObjectUploads, Mode: Read}, {Name: bus.ObjectArtifacts, Mode: Write}},
+		// It deletes an upload once the build's outcome is published.
+		Objects: []Bucket{{Name: bus.ObjectUploads, Mode: Write}, {Name: bus.ObjectArtifacts, Mode: Write}},
+		// A redelivered submission.received whose build outcome ARENA
+		// holds is acked, not built again from a deleted upload.
+		ReadsEvents: true,
 	},
 	{
 		Name: Contract, Role: "the contract stage",
@@ -254,6 +258,8 @@ var Users = []User{
 		// `arena campaign push`: the campaign's files go to the
 		// artifact store, its version to the campaigns bucket.
 		KV:       []Bucket{{Name: bus.BucketCampaigns, Mode: Write}},
+		// Uploads: arena submit. Artifacts: arena gc deletes those
+		// nothing needs (package gc).
 		Objects:  []Bucket{{Name: bus.ObjectUploads, Mode: Write}, {Name: bus.ObjectArtifacts, Mode: Write}},
 		Operates: true,
 	},

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/lowbarena/lowbarena/observability"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // Environment variables read by DefaultConfig. A flag given on the command
@@ -62,6 +63,10 @@ type Config struct {
 	// Replicas is the replica count of streams this service provisions: 1
 	// on one machine, 3 on a cluster.
 	Replicas int
+	// Limits bound the streams, buckets and object stores this service
+	// provisions (zero fields: bus.Limits' defaults). A service that only
+	// checks the arena's streams ignores them.
+	Limits bus.Limits
 	// ShutdownTimeout bounds the graceful drain at exit.
 	ShutdownTimeout time.Duration
 	// NATSAuth are the credentials the service connects with, and
@@ -95,6 +100,7 @@ func DefaultConfig(service string) Config {
 		NATSTLS:         TLSFromEnv(),
 		Provision:       EnvOr(EnvProvision, ProvisionAuto),
 		MetricsAddr:     os.Getenv(EnvMetricsAddr),
+		Limits:          LimitsFromEnv(),
 	}
 	if v := os.Getenv(EnvReplicas); v != "" {
 		// A malformed value is kept as -1 and reported by Validate, rather
@@ -119,6 +125,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Replicas, "replicas", c.Replicas, "stream replicas: 1 on one machine, 3 on a cluster (env "+EnvReplicas+")")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address of /metrics (Prometheus), /healthz and /readyz, e.g. 0.0.0.0:9464; empty serves none (env "+EnvMetricsAddr+")")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take")
+	RegisterLimitFlags(fs, &c.Limits)
 	c.registerNATSFlags(fs)
 }
 
@@ -182,6 +189,7 @@ func (c Config) Validate() error {
 			errs = append(errs, err.Error())
 		}
 	}
+	errs = append(errs, ValidateLimits(c.Limits)...)
 	errs = append(errs, c.NATSAuth.problems()...)
 	errs = append(errs, c.NATSTLS.problems()...)
 	switch c.Provision {
@@ -202,4 +210,10 @@ func EnvOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// Topology is the streams' topology this configuration provisions: its
+// replicas and its JetStream limits.
+func (c Config) Topology() bus.Topology {
+	return bus.Topology{Replicas: c.Replicas, Limits: c.Limits}
 }

@@ -146,7 +146,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Runtime, err err
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
 	if cfg.provisions() {
-		err = waitForNATS(ctx, rt.Log, "provision", func(ctx context.Context) error { return provision(ctx, rt.Bus, cfg.Replicas) })
+		err = waitForNATS(ctx, rt.Log, "provision", func(ctx context.Context) error { return provision(ctx, rt.Bus, cfg.Topology()) })
 	} else {
 		err = waitForNATS(ctx, rt.Log, "check the arena's streams", func(ctx context.Context) error { return checkProvisioned(ctx, rt.Bus, cfg.Replicas) })
 	}
@@ -226,9 +226,9 @@ var ErrNotProvisioned = errors.New("the arena's streams are not provisioned")
 // provision creates or updates the arena's streams, buckets and object
 // stores (idempotent). A user the server does not allow to is told so at
 // once (code permission_denied).
-func provision(ctx context.Context, b *bus.Bus, replicas int) error {
+func provision(ctx context.Context, b *bus.Bus, t bus.Topology) error {
 	err := b.Guard(ctx, func(ctx context.Context) error {
-		return bus.Provision(ctx, b.JetStream(), bus.Topology{Replicas: replicas})
+		return bus.Provision(ctx, b.JetStream(), t)
 	}, "$JS.API.STREAM.>")
 	if errors.Is(err, bus.ErrDenied) {
 		return fmt.Errorf("runtime: provision the arena's streams: %w (provision as the operator: `arena up`, or any service binary's `provision` command with the operator's credentials; or start with --provision no)", err)
@@ -404,7 +404,10 @@ func run(cfg *Config, fs *flag.FlagSet, args []string, build Build) int {
 			}
 			return 1
 		}
-		rt.Log.Info("provisioned the arena's streams, buckets and object stores", "nats", rt.NC.ConnectedUrlRedacted(), "replicas", c.Replicas)
+		l := c.Limits.WithDefaults()
+		rt.Log.Info("provisioned the arena's streams, buckets and object stores", "nats", rt.NC.ConnectedUrlRedacted(), "replicas", c.Replicas,
+			"volume", FormatBytes(l.Volume), "reserved", FormatBytes(l.Total()), "uploads_max_bytes", FormatBytes(l.UploadsMaxBytes),
+			"uploads_max_age", l.UploadsMaxAge, "artifacts_max_bytes", FormatBytes(l.ArtifactsMaxBytes), "arena_max_bytes", FormatBytes(l.ArenaMaxBytes))
 		rt.Close()
 		return 0
 	}

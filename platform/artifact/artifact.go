@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // ErrNotFound is returned for a file or manifest the store does not hold.
@@ -129,13 +130,21 @@ func (s *JetStream) PutFile(ctx context.Context, sha string, size int64, r io.Re
 	}
 	name := FileObject(sha)
 	if info, err := s.os.GetInfo(ctx, name); err == nil && info.Digest == want && int64(info.Size) == size {
+		// Touch it: the artifact collector (package gc) never deletes
+		// an object younger than its grace period, so a file this put
+		// shares with a bundle the collector may be sweeping is kept
+		// for the bundle being stored. Rewriting the meta is the
+		// object store's only way to renew its time.
+		if err := s.os.UpdateMeta(ctx, name, info.ObjectMeta); err != nil {
+			return false, fmt.Errorf("artifact: touch %s: %w", name, bus.FullObjectStore(err, s.bucket))
+		}
 		return false, nil
 	} else if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return false, fmt.Errorf("artifact: look up %s: %w", name, err)
 	}
 	info, err := s.os.Put(ctx, jetstream.ObjectMeta{Name: name}, r)
 	if err != nil {
-		return false, fmt.Errorf("artifact: put %s: %w", name, err)
+		return false, fmt.Errorf("artifact: put %s: %w", name, bus.FullObjectStore(err, s.bucket))
 	}
 	if info.Digest != want || int64(info.Size) != size {
 		_ = s.os.Delete(ctx, name)
@@ -165,7 +174,7 @@ func (s *JetStream) PutManifest(ctx context.Context, m Manifest) (events.BundleR
 	}
 	name := ManifestObject(m.Digest)
 	if _, err := s.os.PutBytes(ctx, name, data); err != nil {
-		return events.BundleRef{}, fmt.Errorf("artifact: put %s: %w", name, err)
+		return events.BundleRef{}, fmt.Errorf("artifact: put %s: %w", name, bus.FullObjectStore(err, s.bucket))
 	}
 	return events.BundleRef{Store: "jetstream", Bucket: s.bucket, Object: name, Size: m.Bytes, SHA256: m.Digest, Files: len(m.Files)}, nil
 }

@@ -43,6 +43,9 @@ type Bus struct {
 	consumed     metric.Int64Counter
 	deadLettered metric.Int64Counter
 	handlerTime  metric.Float64Histogram
+	// refusedFull counts publishes refused because their stream is at
+	// its limit (ErrStoreFull), by stream.
+	refusedFull metric.Int64Counter
 
 	// denials turns the server's refusals into errors of the operations
 	// that wait on them (see Guard).
@@ -91,6 +94,10 @@ func New(nc *nats.Conn, opts ...Option) (*Bus, error) {
 	b := &Bus{nc: nc, js: js, validator: v, log: o.log, tracer: o.tp.Tracer(instrumentation), tp: o.tp, prop: observability.Propagator()}
 	if b.published, err = m.Int64Counter("lowbarena.events.published", metric.WithUnit("{event}"),
 		metric.WithDescription("Events published, by type.")); err != nil {
+		return nil, err
+	}
+	if b.refusedFull, err = m.Int64Counter("lowbarena.events.refused_full", metric.WithUnit("{event}"),
+		metric.WithDescription("Events JetStream refused because their stream is at its limit, by stream.")); err != nil {
 		return nil, err
 	}
 	if b.consumed, err = m.Int64Counter("lowbarena.events.consumed", metric.WithUnit("{event}"),
@@ -223,6 +230,10 @@ func (b *Bus) Publish(ctx context.Context, e event.Event) (*jetstream.PubAck, er
 	}, subject)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
+		if Full(err) {
+			b.refusedFull.Add(ctx, 1, metric.WithAttributes(attribute.String("stream", spec.Stream)))
+			err = storeFull(err, "stream", spec.Stream)
+		}
 		return nil, fmt.Errorf("bus: publish %s to %s: %w", e.Type(), subject, err)
 	}
 	if span.IsRecording() {

@@ -93,7 +93,7 @@ func putObjectOnce(ctx context.Context, js jetstream.JetStream, bucket string, m
 	}
 	info, err := store.Put(ctx, meta, in)
 	if err != nil {
-		return nil, fmt.Errorf("bus: put %s into %s: %w", meta.Name, bucket, err)
+		return nil, fmt.Errorf("bus: put %s into %s: %w", meta.Name, bucket, FullObjectStore(err, bucket))
 	}
 	return info, nil
 }

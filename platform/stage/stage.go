@@ -17,7 +17,11 @@
 //   - a *Wait (RetryAfter): Retry after its delay, a deliberate wait;
 //   - any other error: Retry with backoff, dead-lettered after MaxDeliver;
 //   - success: <stage>.completed, then Ack;
-//   - a publish that fails: Retry (the ids make the next try safe).
+//   - a publish that fails: Retry (the ids make the next try safe);
+//   - ErrSettled (the outcome was published before): Ack, nothing
+//     published.
+//
+// Settled, when a stage sets it, runs after the outcome is published.
 //
 // GPU stages are job stages (see Job): their input becomes runner jobs and
 // the runner's outcome of each becomes the stage's.
@@ -126,7 +130,19 @@ type Stage[In, Out any] struct {
 	// Describe, when set, names what the log line of a completed input
 	// says of its output (slog key-value pairs).
 	Describe func(out Out) []any
+	// Settled, when set, runs once the input's outcome is published
+	// (completed or failed), or Run found it published before
+	// (ErrSettled), and before the input is acked: it lets go of what
+	// only this input needed (the build deletes the upload). Its
+	// failure is the hook's to log; the input is acked all the same.
+	Settled func(ctx context.Context, in In)
 }
+
+// ErrSettled is what Run returns, wrapped, for an input whose outcome was
+// published before (a redelivery after the outcome was published and what
+// the input needed was let go of): the kit acks it, publishes nothing and
+// runs Settled again.
+var ErrSettled = errors.New("stage: the input's outcome was published before")
 
 // Name is the stage's name.
 func (s Stage[In, Out]) Name() string { return s.Output.Name }
@@ -169,8 +185,21 @@ func handleStage[In, Out any](ctx context.Context, k *kit, s Stage[In, Out], d *
 	}
 	t0 := time.Now()
 	out, err := s.Run(ctx, in)
+	if errors.Is(err, ErrSettled) {
+		k.record(ctx, "settled", t0)
+		k.log.Info("settled before: acked", "submission", id, "attempt", d.NumDelivered)
+		s.settled(ctx, in)
+		return bus.Ack()
+	}
 	if err != nil {
-		return settle(ctx, k, s.Output, cause, id, t0, err)
+		o := settle(ctx, k, s.Output, cause, id, t0, err)
+		// Invariant: Settled runs only after the outcome (here the
+		// refusal's failed) is stored; a refusal whose publish failed
+		// is retried, and keeps what it needs.
+		if AsRefusal(err) != nil && o.IsAck() {
+			s.settled(ctx, in)
+		}
+		return o
 	}
 	if _, err := bus.Emit(ctx, k.bus, k.source, s.Output.Completed, id, out, bus.CausedBy(cause)); err != nil {
 		return bus.Retry(0, err)
@@ -180,7 +209,14 @@ func handleStage[In, Out any](ctx context.Context, k *kit, s Stage[In, Out], d *
 		attrs = s.Describe(out)
 	}
 	k.done(ctx, id, t0, attrs)
+	s.settled(ctx, in)
 	return bus.Ack()
+}
+
+func (s Stage[In, Out]) settled(ctx context.Context, in In) {
+	if s.Settled != nil {
+		s.Settled(ctx, in)
+	}
 }
 
 // Consumer is one consumer loop of a bound stage.

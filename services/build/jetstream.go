@@ -57,6 +57,22 @@ func (u JetStreamUploads) Open(ctx context.Context, ref events.BundleRef) (io.Re
 	return obj, nil
 }
 
+// Delete deletes the upload ref names. One already gone, or a bucket
+// that does not exist, is no error: what Delete is for holds.
+func (u JetStreamUploads) Delete(ctx context.Context, ref events.BundleRef) error {
+	os, err := u.JS.ObjectStore(ctx, ref.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("build: open bucket %s: %w", ref.Bucket, err)
+	}
+	if err := os.Delete(ctx, ref.Object); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("build: delete upload %s from %s: %w", ref.Object, ref.Bucket, err)
+	}
+	return nil
+}
+
 // settled calls get until it finds the object, fails otherwise than
 // with jetstream.ErrObjectNotFound, ctx ends or settle has passed, with
 // pauses that double from 100 ms.

@@ -17,6 +17,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/platform/app"
@@ -87,6 +89,8 @@ type Service struct {
 	bus     *bus.Bus
 	log     *slog.Logger
 	builder *Builder
+	// arena is the ARENA stream, read for a submission's build outcome.
+	arena jetstream.Stream
 }
 
 // New opens the stores the stage needs on b's JetStream: the uploads,
@@ -101,6 +105,10 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if err != nil {
 		return nil, fmt.Errorf("build: open bucket %s: %w", bus.BucketBundles, err)
 	}
+	arena, err := js.Stream(ctx, events.StreamArena)
+	if err != nil {
+		return nil, fmt.Errorf("build: look up stream %s: %w", events.StreamArena, err)
+	}
 	if o.WorkDir == "" {
 		o.WorkDir = os.TempDir()
 	}
@@ -109,12 +117,65 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	}
 	builder := &Builder{Uploads: JetStreamUploads{JS: js}, Artifacts: arts, Bundles: KVBundles{KV: kv}, WorkDir: o.WorkDir, Limits: o.Limits,
 		MaxUploadBytes: o.MaxUploadBytes, Hub: hub.New(o.Hub)}
-	return &Service{bus: b, log: log, builder: builder}, nil
+	return &Service{bus: b, log: log, builder: builder, arena: arena}, nil
 }
 
-// Stage is the service's stage, bound to its stores.
+// Stage is the service's stage, bound to its stores: Stage's, with the
+// upload deleted once the build's outcome is published.
+//
+// Invariant: an upload is deleted only after its submission's
+// build.completed or build.failed is stored in ARENA (the kit's Settled),
+// and a submission.received whose build outcome ARENA already holds is
+// acked as settled (stage.ErrSettled), never built again: so a
+// redelivery after the delete (the ack lost, the process killed between
+// the delete and the ack) neither refuses the submission for its missing
+// upload (bundle_not_found) nor publishes a second outcome. The check
+// reads ARENA, the source of truth, not a projection of it that may lag.
+// An upload whose delete failed is dropped by the uploads store's TTL
+// (bus.Limits.UploadsMaxAge).
 func (s *Service) Stage() stage.Stage[events.SubmissionReceivedData, events.BuildCompletedData] {
-	return Stage(s.builder)
+	st := Stage(s.builder)
+	build := st.Run
+	st.Run = func(ctx context.Context, in events.SubmissionReceivedData) (events.BuildCompletedData, error) {
+		done, err := s.published(ctx, in.SubmissionID)
+		if err != nil {
+			return events.BuildCompletedData{}, err
+		}
+		if done {
+			return events.BuildCompletedData{}, fmt.Errorf("%w: %s was built", stage.ErrSettled, in.SubmissionID)
+		}
+		return build(ctx, in)
+	}
+	st.Settled = s.deleteUpload
+	return st
+}
+
+// published says ARENA holds a build outcome (completed or failed) for
+// the submission id.
+func (s *Service) published(ctx context.Context, id string) (bool, error) {
+	if _, ok, err := bus.Last(ctx, s.arena, events.Build.Completed, id); err != nil || ok {
+		return ok, err
+	}
+	_, ok, err := bus.Last(ctx, s.arena, events.Build.Failed, id)
+	return ok, err
+}
+
+// deleteUpload deletes the submission's upload once its outcome is
+// published: the artifact (or the refusal) is what the arena keeps. A
+// bundle submitted by reference with no upload, or an upload already
+// gone, leaves nothing to do; a failed delete is logged, and the upload
+// expires with the store's TTL.
+func (s *Service) deleteUpload(ctx context.Context, in events.SubmissionReceivedData) {
+	ref := in.Bundle
+	if ref.Store != "jetstream" || ref.Bucket != bus.ObjectUploads || ref.Object == "" {
+		return
+	}
+	err := JetStreamUploads{JS: s.bus.JetStream()}.Delete(ctx, ref)
+	if err != nil {
+		s.log.Warn("delete the built upload (it expires with the uploads store's TTL)", "submission", in.SubmissionID, "object", ref.Object, "err", err)
+		return
+	}
+	s.log.Debug("deleted the built upload", "submission", in.SubmissionID, "object", ref.Object, "bytes", ref.Size)
 }
 
 // Actors returns the stage's consumer.

@@ -101,10 +101,14 @@ func (h *harness) upload(id string, archive []byte, announce string) {
 
 func (h *harness) publish(id string, ref events.BundleRef) {
 	h.t.Helper()
-	data := events.SubmissionReceivedData{SubmissionID: id, Participant: "team", TaskID: "qwen3-tiny", Split: "dev", Track: "engine",
-		Solution: events.DeclaredSolution{Checkpoint: "ck", Method: "m", Precision: "W4A16KV8"}, Bundle: ref, SubmittedAt: time.Now().UTC()}
-	_, err := bus.Emit(h.ctx, h.b, events.Source("test"), events.Submission.Received, id, data, bus.CausedBy(id))
+	_, err := bus.Emit(h.ctx, h.b, events.Source("test"), events.Submission.Received, id, receivedOf(id, ref), bus.CausedBy(id))
 	require.NoError(h.t, err)
+}
+
+// receivedOf is the submission.received of id for the upload ref.
+func receivedOf(id string, ref events.BundleRef) events.SubmissionReceivedData {
+	return events.SubmissionReceivedData{SubmissionID: id, Participant: "team", TaskID: "qwen3-tiny", Split: "dev", Track: "engine",
+		Solution: events.DeclaredSolution{Checkpoint: "ck", Method: "m", Precision: "W4A16KV8"}, Bundle: ref, SubmittedAt: time.Now().UTC()}
 }
 
 func pack(t *testing.T, dir string) []byte {

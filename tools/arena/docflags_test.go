@@ -20,7 +20,7 @@ var verbs = map[string][]string{
 	"up": nil, "demo": nil, "example": nil, "submit": nil, "reference": nil,
 	"participant": {"add", "token", "list", "revoke"}, "operator": {"add", "token", "list", "revoke"},
 	"watch": nil, "show": nil, "pods": nil, "leaderboard": nil, "history": nil, "rescore": nil,
-	"sql": nil, "round": {"start"}, "retention": nil, "campaign": {"push", "list", "history"}, "credentials": nil, "gpu-check": nil,
+	"sql": nil, "round": {"start"}, "retention": nil, "campaign": {"push", "list", "history"}, "credentials": nil, "gpu-check": nil, "gc": nil,
 }
 
 // docFlag is a flag the documentation gives a verb, and where.

@@ -70,6 +70,10 @@ other verb asks a running arena and needs nothing else):
                folder of them, as arena example writes) after checking every one; list
                what each task runs; a task's versions. Running services take a new
                version without a restart
+  arena gc     [--delete] [--grace 6h] [--keep-failed 168h] [--json] [--nats URL]
+               the artifacts nothing needs (submissions failed or disqualified
+               long ago): what collecting them frees, and with --delete collect them;
+               then each stream's bytes against its limit
   arena credentials DIR
                write the NATS users' nkeys for a cluster (deploy/nats, docker-compose.yml)
 
@@ -165,6 +169,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdCredentials(ctx, rest, stdout, stderr)
 	case "gpu-check":
 		return cmdGPUCheck(ctx, rest, stdout, stderr)
+	case "gc":
+		return cmdGC(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -25,6 +25,7 @@ import (
 	"github.com/lowbarena/lowbarena/platform/access"
 	"github.com/lowbarena/lowbarena/platform/access/enforce"
 	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/store"
 	_ "github.com/lowbarena/lowbarena/platform/store/chdb"
 	_ "github.com/lowbarena/lowbarena/platform/store/clickhouse"
@@ -72,6 +73,12 @@ type upOptions struct {
 	// tracer, when set, takes every service's spans instead of the
 	// provider --otel sets up (a test reads them back from memory).
 	tracer trace.TracerProvider
+	// limits bound the arena's streams, buckets and object stores; the
+	// embedded server's JetStream store is their volume.
+	limits bus.Limits
+	// gc is how often the artifact collector runs (0: never), gcGrace
+	// and gcKeepFailed its ages (see package gc).
+	gc gcOptions
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
@@ -95,6 +102,9 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 		"file of host=token lines: the bearer token sent to each repository host (env "+app.EnvRefTokensFile+"; also "+app.EnvRefTokens+" and "+app.EnvHFToken+")")
 	fs.DurationVar(&o.refIdle, "ref-idle-timeout", hub.DefaultIdleTimeout, "longest a repository may stay silent while it sends a file")
 	o.tls.register(fs)
+	o.limits = app.LimitsFromEnv()
+	app.RegisterLimitFlags(fs, &o.limits)
+	o.gc.register(fs, true)
 }
 
 func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -107,6 +117,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(pos) != 0 {
 		return usageErr("up takes no arguments")
+	}
+	if problems := app.ValidateLimits(o.limits); len(problems) > 0 {
+		return usageErr("up: %s", strings.Join(problems, "; "))
 	}
 	logOut, logWhere, closeLog, err := logDestination(o.data, o.logFormat, stderr)
 	if err != nil {
@@ -123,6 +136,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "metrics: http://%s%s · probes %s %s\n", a.metricsAddr, app.PathMetrics, app.PathHealthz, app.PathReadyz)
 	}
 	fmt.Fprintf(stdout, "in another terminal: arena watch · arena submit DIR · arena show ID --json · arena sql \"SHOW TABLES\" (Ctrl-C stops)\n")
+	if o.gc.every > 0 {
+		go collectEvery(ctx, a.dial, o.gc, a.log.With("component", "gc"))
+	}
 	go func() {
 		f := newFollower(a.natsURL, a.stages, stdout)
 		f.connect = a.dial
@@ -136,6 +152,8 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // arenaProc is an arena running in this process.
 type arenaProc struct {
 	data, natsURL, httpAddr, storeEngine string
+	// limits bound the streams, buckets and object stores it provisions.
+	limits bus.Limits
 	// metricsAddr is the metrics listener's address, "" when none.
 	metricsAddr string
 	metricsLn   net.Listener
@@ -216,7 +234,7 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	a := &arenaProc{data: data, done: make(chan error, 1), log: log}
+	a := &arenaProc{data: data, done: make(chan error, 1), log: log, limits: o.limits}
 	defer func() {
 		if err != nil {
 			a.shutdown()
@@ -255,7 +273,7 @@ func startArena(ctx context.Context, o upOptions, logOut io.Writer) (_ *arenaPro
 		return nil, fmt.Errorf("up: NATS credentials: %w", err)
 	}
 	a.tls = o.tls
-	if a.ns, err = startNATS(filepath.Join(data, "nats"), o.natsListen, a.creds, o.tls, log.With("component", "nats")); err != nil {
+	if a.ns, err = startNATS(filepath.Join(data, "nats"), o.natsListen, o.limits.WithDefaults().Volume, a.creds, o.tls, log.With("component", "nats")); err != nil {
 		return nil, err
 	}
 	a.natsURL = a.ns.ClientURL()
@@ -402,7 +420,7 @@ func (a *arenaProc) shutdown() {
 // users (their public keys from creds) and TLS when tls names a
 // certificate. Its log goes to log; every violation it refuses is counted
 // (lowbarena.nats.violations).
-func startNATS(dir, listen string, creds *access.Credentials, tls serverTLS, log *slog.Logger) (*server.Server, error) {
+func startNATS(dir, listen string, volume int64, creds *access.Credentials, tls serverTLS, log *slog.Logger) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, usageErr("--nats-listen %q: want host:port: %v", listen, err)
@@ -420,9 +438,12 @@ func startNATS(dir, listen string, creds *access.Credentials, tls serverTLS, log
 		Port:       port,
 		JetStream:  true,
 		StoreDir:   dir,
-		NoLog:      true,
-		NoSigs:     true,
-		MaxPayload: 2 << 20,
+		// The store is the limits' volume (--js-volume), so that the
+		// limits Provision sets are exactly what the server grants.
+		JetStreamMaxStore: volume,
+		NoLog:             true,
+		NoSigs:            true,
+		MaxPayload:        2 << 20,
 	}
 	if err := enforce.Configure(opts, creds); err != nil {
 		return nil, fmt.Errorf("up: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/lowbarena/lowbarena/platform/access"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/app/apptest"
+	"github.com/lowbarena/lowbarena/platform/bus"
 )
 
 // natsFor starts the embedded NATS of an arena on data, as `arena up`
@@ -27,7 +28,7 @@ func natsFor(t *testing.T, data string, tls serverTLS) *arenaProc {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	creds, err := access.LoadOrCreate(credentialsDir(data))
 	require.NoError(t, err)
-	ns, err := startNATS(filepath.Join(data, "nats"), "127.0.0.1:0", creds, tls, log)
+	ns, err := startNATS(filepath.Join(data, "nats"), "127.0.0.1:0", bus.DefaultVolume, creds, tls, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	a := &arenaProc{data: data, natsURL: ns.ClientURL(), ns: ns, creds: creds, tls: tls, log: log}

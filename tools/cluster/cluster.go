@@ -194,6 +194,9 @@ func (c *Cluster) Env() []string {
 		"LOWBARENA_STORE=" + c.CH.URL,
 		"LOWBARENA_LOG_FORMAT=json",
 		"LOWBARENA_OTEL=none",
+		// The nodes' max_file_store is 2GB here (NodeConfig), and the
+		// limits provisioned must fit it.
+		"LOWBARENA_JS_VOLUME=2GiB",
 	}
 }
 

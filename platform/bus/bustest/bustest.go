@@ -38,8 +38,13 @@ func Server(t testing.TB, dir string) *server.Server {
 		Port:       server.RANDOM_PORT,
 		JetStream:  true,
 		StoreDir:   dir,
-		NoLog:      true,
-		NoSigs:     true,
+		// The arena's default limits reserve a DefaultVolume, which the
+		// server must grant whatever the test machine's free disk
+		// (nats-server's default is 75% of it); the files only hold what
+		// a test writes.
+		JetStreamMaxStore: bus.DefaultVolume,
+		NoLog:             true,
+		NoSigs:            true,
 	})
 	require.NoError(t, err)
 	go s.Start()
@@ -135,10 +140,12 @@ func Cluster(t testing.TB, n int) []*server.Server {
 			Port:       server.RANDOM_PORT,
 			JetStream:  true,
 			StoreDir:   t.TempDir(),
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster:    server.ClusterOpts{Name: "bustest", Host: "127.0.0.1", Port: ports[i]},
-			Routes:     routes,
+			// As Server: the default limits' reservation on each node.
+			JetStreamMaxStore: bus.DefaultVolume,
+			NoLog:             true,
+			NoSigs:            true,
+			Cluster:           server.ClusterOpts{Name: "bustest", Host: "127.0.0.1", Port: ports[i]},
+			Routes:            routes,
 		})
 		require.NoError(t, err)
 		go s.Start()
