@@ -58,7 +58,7 @@ func TestProvisionSetsLimits(t *testing.T) {
 // requireLimits holds every stream of the arena to l.
 func requireLimits(t *testing.T, have map[string]jetstream.StreamConfig, l bus.Limits) {
 	t.Helper()
-	require.Len(t, have, 15)
+	require.Len(t, have, 16)
 	for name, want := range map[string]struct {
 		maxBytes, maxMsgs int64
 		maxAge            time.Duration
@@ -87,7 +87,7 @@ func requireLimits(t *testing.T, have map[string]jetstream.StreamConfig, l bus.L
 			require.Equal(t, jetstream.DiscardNew, c.Discard, "%s refuses a put rather than drop a record", name)
 		}
 	}
-	require.Equal(t, 10, kv)
+	require.Equal(t, 11, kv)
 	require.Equal(t, l.Total(), total, "Total is what the streams reserve")
 	require.LessOrEqual(t, total, l.Volume, "the limits fit their volume")
 }
