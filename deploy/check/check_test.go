@@ -41,6 +41,21 @@ func TestDeployment(t *testing.T) {
 	ps, err = NATSValues(raw)
 	require.NoError(t, err)
 	require.Empty(t, ps.String(), "nats-values.yaml")
+
+	store, err := HelmStore(raw)
+	require.NoError(t, err)
+	require.Equal(t, int64(190)<<30, store, "fileStore.maxSize")
+	ps, err = KubernetesJetStream(objs, store)
+	require.NoError(t, err)
+	require.Empty(t, ps.String(), "the provision Job's limits against the NATS nodes' store")
+	conf, err := os.ReadFile("../nats/cluster.conf")
+	require.NoError(t, err)
+	store, err = NATSStore(conf)
+	require.NoError(t, err)
+	require.Equal(t, int64(20)<<30, store, "cluster.conf's max_file_store")
+	ps, err = ComposeJetStream(p, store)
+	require.NoError(t, err)
+	require.Empty(t, ps.String(), "compose's provision against cluster.conf")
 }
 
 // edit returns file's text with old replaced by new, once; it fails when
@@ -286,8 +301,8 @@ func TestComposeStateRefuses(t *testing.T) {
 		{"NATS's JetStream on an anonymous volume", "      - nats-3-data:/data\n", "      - /data\n", CodeComposeVolume},
 		{"ClickHouse's tables in the container", "      - clickhouse-data:/var/lib/clickhouse\n", "", CodeComposeVolume},
 		{"ClickHouse without a health check", "    healthcheck:\n      test: [\"CMD\", \"wget\", \"-q\", \"-O\", \"/dev/null\", \"http://127.0.0.1:8123/ping\"]\n      interval: 5s\n      timeout: 3s\n      retries: 30\n", "", CodeComposeHealth},
-		{"a service that waits for a start only", "  score:\n    build: {context: ., dockerfile: deploy/Dockerfile, args: {SERVICE: score}}\n    env_file: [deploy/secrets/score.env]\n    environment:\n      <<: *service-env\n      LOWBARENA_METRICS_ADDR: 0.0.0.0:9469\n    expose: [\"9469\"]\n    depends_on:\n      nats-1: {condition: service_healthy}",
-			"  score:\n    build: {context: ., dockerfile: deploy/Dockerfile, args: {SERVICE: score}}\n    env_file: [deploy/secrets/score.env]\n    environment:\n      <<: *service-env\n      LOWBARENA_METRICS_ADDR: 0.0.0.0:9469\n    expose: [\"9469\"]\n    depends_on:\n      nats-1: {condition: service_started}", CodeComposeHealth},
+		{"a service that waits for a start only", "    ports: [\"8080:8080\"]\n    expose: [\"9464\"]\n    depends_on:\n      nats-1: {condition: service_healthy}",
+			"    ports: [\"8080:8080\"]\n    expose: [\"9464\"]\n    depends_on:\n      nats-1: {condition: service_started}", CodeComposeHealth},
 		{"a runner without an init", "    init: true\n", "", CodeComposeInit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -299,4 +314,56 @@ func TestComposeStateRefuses(t *testing.T) {
 			require.Equal(t, []string{tc.code}, ps.Codes(), ps.String())
 		})
 	}
+}
+
+// TestJetStreamRefuses: limits that do not fit a NATS node's store, or
+// nodes that set none, are refused with deploy_jetstream_unbounded.
+func TestJetStreamRefuses(t *testing.T) {
+	values, err := os.ReadFile("../kubernetes/nats-values.yaml")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name, file, old, new string
+	}{
+		{"a volume larger than the nodes' store", "services.yaml", "LOWBARENA_JS_VOLUME: 190GiB", "LOWBARENA_JS_VOLUME: 250GiB"},
+		{"limits past their own volume", "services.yaml", "  LOWBARENA_JS_VOLUME: 190GiB\n", "  LOWBARENA_JS_VOLUME: 190GiB\n  LOWBARENA_JS_ARTIFACTS_MAX_BYTES: 180GiB\n"},
+		{"the default volume on a smaller store", "nats-values.yaml", "      maxSize: 190Gi\n", "      maxSize: 10Gi\n"},
+		{"a size that is no size", "services.yaml", "LOWBARENA_JS_VOLUME: 190GiB", "LOWBARENA_JS_VOLUME: lots"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			files, err := filepath.Glob("../kubernetes/*.yaml")
+			require.NoError(t, err)
+			raw := values
+			for _, f := range files {
+				b, err := os.ReadFile(f)
+				require.NoError(t, err)
+				if filepath.Base(f) == tc.file {
+					b = edit(t, f, tc.old, tc.new)
+				}
+				if filepath.Base(f) == "nats-values.yaml" {
+					raw = b
+				}
+				require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644))
+			}
+			objs, _, err := DecodeManifests(dir)
+			require.NoError(t, err)
+			store, err := HelmStore(raw)
+			require.NoError(t, err)
+			ps, err := KubernetesJetStream(objs, store)
+			require.NoError(t, err)
+			require.Equal(t, []string{CodeJetStream}, ps.Codes(), ps.String())
+		})
+	}
+	t.Run("compose nodes without max_file_store", func(t *testing.T) {
+		conf, err := os.ReadFile("../nats/cluster.conf")
+		require.NoError(t, err)
+		store, err := NATSStore([]byte(strings.Replace(string(conf), "  max_file_store: 20GB\n", "", 1)))
+		require.NoError(t, err)
+		require.Zero(t, store)
+		p, err := LoadCompose(context.Background(), "../../docker-compose.yml")
+		require.NoError(t, err)
+		ps, err := ComposeJetStream(p, store)
+		require.NoError(t, err)
+		require.Equal(t, []string{CodeJetStream}, ps.Codes(), ps.String())
+	})
 }
