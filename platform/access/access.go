@@ -257,7 +257,7 @@ var Users = []User{
 		Publishes: []events.Type{events.SubmissionReceived},
 		// `arena campaign push`: the campaign's files go to the
 		// artifact store, its version to the campaigns bucket.
-		KV:       []Bucket{{Name: bus.BucketCampaigns, Mode: Write}},
+		KV: []Bucket{{Name: bus.BucketCampaigns, Mode: Write}},
 		// Uploads: arena submit. Artifacts: arena gc deletes those
 		// nothing needs (package gc).
 		Objects:  []Bucket{{Name: bus.ObjectUploads, Mode: Write}, {Name: bus.ObjectArtifacts, Mode: Write}},

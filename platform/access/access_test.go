@@ -140,7 +140,7 @@ func TestObjectStores(t *testing.T) {
 	writers := map[string][]string{
 		// The build deletes an upload once built; the operator's
 		// arena gc deletes the artifacts nothing needs.
-		bus.ObjectUploads:   {access.Gateway, access.Build, access.Operator},
+		bus.ObjectUploads: {access.Gateway, access.Build, access.Operator},
 		// The operator pushes campaigns' files (arena campaign push).
 		bus.ObjectArtifacts: {access.Build, access.Quality, access.Efficiency, access.Round, access.Operator},
 	}
