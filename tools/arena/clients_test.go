@@ -21,8 +21,10 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/platform/access"
 	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/ce"
 	"github.com/lowbarena/lowbarena/schemas"
+	"github.com/lowbarena/lowbarena/services/runner"
 )
 
 // goGet builds what cmd builds with the Go module proxy (outside this
@@ -128,8 +130,21 @@ func TestOutsideClients(t *testing.T) {
 		require.Contains(t, follow, want)
 	}
 
-	// A round, followed with the nats CLI (no runner: it stays at its
-	// first steps, which is enough to follow).
+	// A round, followed with the nats CLI (no runner serves its jobs: it
+	// stays at its first steps, which is enough to follow). A round starts
+	// only on a pod a live runner serves, so a runner's entry stands for
+	// one in the pods registry, as a runner writes it.
+	rnc := connectAs(t, up.natsURL, app.NATSAuth{CredsFile: filepath.Join(credentialsDir(data), access.Runner+".nk")}, access.Runner)
+	rjs, err := jetstream.New(rnc)
+	require.NoError(t, err)
+	pods, err := rjs.KeyValue(context.Background(), bus.BucketPods)
+	require.NoError(t, err)
+	entry, err := json.Marshal(events.PodEntry{Pod: "pod-0", Runner: "r0", GPU: "H200 (simulated)", Simulated: true,
+		Kinds: []string{string(events.JobSLA)}, StartedAt: time.Now(), SeenAt: time.Now()})
+	require.NoError(t, err)
+	_, err = pods.Put(context.Background(), runner.PodKey("pod-0", "r0"), entry)
+	require.NoError(t, err)
+	rnc.Close()
 	rr := arena(t, "round", "start", "--campaign", examples.TaskID, "--candidates", id[1], "--nats", up.natsURL)
 	require.Equal(t, 0, rr.code, rr.stderr)
 	round := lastWord(rr.stdout)
