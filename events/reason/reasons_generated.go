@@ -204,7 +204,8 @@ const (
 	CampaignNoSuite Code = "campaign_no_suite"
 
 	// CampaignUnknownTask is campaign_unknown_task. A submission whose task
-	// no loaded campaign runs. Given by contract, quality, efficiency.
+	// no loaded campaign runs. Given by build, contract, quality,
+	// efficiency.
 	CampaignUnknownTask Code = "campaign_unknown_task"
 
 	// CheckpointMissing is checkpoint_missing. The contract was given no
@@ -551,8 +552,8 @@ const (
 	PatchTooLarge Code = "patch_too_large"
 
 	// PatchUnknownSource is patch_unknown_source. The bundle carries an
-	// engine patch but its campaign pins no engine source to check and apply
-	// it against. Given by build.
+	// engine patch but its campaign pins no engine source (engine.source) to
+	// check and apply it against. Given by build.
 	PatchUnknownSource Code = "patch_unknown_source"
 
 	// PermissionDenied is permission_denied. An operation the NATS server
@@ -1003,7 +1004,7 @@ var catalogue = []Info{
 	{Code: CampaignNoEngine, Name: "CampaignNoEngine", Description: "A campaign that names no engine to serve its checkpoints.", GivenBy: []string{"quality", "efficiency"}},
 	{Code: CampaignNoReference, Name: "CampaignNoReference", Description: "A campaign whose BF16 reference folder is missing or holds no weights (see campaign.CheckReference).", GivenBy: []string{"quality", "efficiency", "round"}},
 	{Code: CampaignNoSuite, Name: "CampaignNoSuite", Description: "The submission's campaign names no quality suite or no engine (campaign.json \"quality\", \"engine\"), so its quality cannot be measured.", GivenBy: []string{"quality"}},
-	{Code: CampaignUnknownTask, Name: "CampaignUnknownTask", Description: "A submission whose task no loaded campaign runs.", GivenBy: []string{"contract", "quality", "efficiency"}},
+	{Code: CampaignUnknownTask, Name: "CampaignUnknownTask", Description: "A submission whose task no loaded campaign runs.", GivenBy: []string{"build", "contract", "quality", "efficiency"}},
 	{Code: CheckpointMissing, Name: "CheckpointMissing", Description: "The contract was given no safetensors headers to check.", GivenBy: []string{"contract"}},
 	{Code: ConfigInvalid, Name: "ConfigInvalid", Description: "The checkpoint's config.json is not a JSON object or is too large.", GivenBy: []string{"contract"}},
 	{Code: ConsumerConfigMismatch, Name: "ConsumerConfigMismatch", Description: "A durable consumer the server holds whose configuration differs from the service's in a way the server cannot change in place; the service does not start until an operator removes or fixes the consumer.", GivenBy: []string{"bus"}},
@@ -1076,7 +1077,7 @@ var catalogue = []Info{
 	{Code: PatchMalformed, Name: "PatchMalformed", Description: "The engine patch is empty or is not a unified diff the arena can read (a header, a hunk's line counts, or a file touched twice).", GivenBy: []string{"build"}},
 	{Code: PatchPathForbidden, Name: "PatchPathForbidden", Description: "The engine patch touches a path outside the campaign's allowed paths, or one that escapes the source tree (.., an absolute path, a symbolic link).", GivenBy: []string{"build"}},
 	{Code: PatchTooLarge, Name: "PatchTooLarge", Description: "The engine patch is larger than the campaign's size limit for patches.", GivenBy: []string{"build"}},
-	{Code: PatchUnknownSource, Name: "PatchUnknownSource", Description: "The bundle carries an engine patch but its campaign pins no engine source to check and apply it against.", GivenBy: []string{"build"}},
+	{Code: PatchUnknownSource, Name: "PatchUnknownSource", Description: "The bundle carries an engine patch but its campaign pins no engine source (engine.source) to check and apply it against.", GivenBy: []string{"build"}},
 	{Code: PermissionDenied, Name: "PermissionDenied", Description: "An operation the NATS server refused because the connection's user may not do it (a publish or a subscription outside its permissions; see platform/access).", GivenBy: []string{"bus"}},
 	{Code: PrecisionWiderThanDeclared, Name: "PrecisionWiderThanDeclared", Description: "The precision the contract detects is wider than the declared one on W, A or KV.", GivenBy: []string{"contract"}},
 	{Code: QualityBadStatistics, Name: "QualityBadStatistics", Description: "The quality result does not decode or its statistics cannot be computed (for example, its rows do not pair with the reference's).", GivenBy: []string{"quality"}},
