@@ -106,9 +106,11 @@ type BuildCompletedData struct {
 	// reference: Files then lists its shards too, which stay in the
 	// repository (the artifact store holds the other files).
 	Reference *CheckpointReference `json:"reference,omitempty"`
-	// Patch is the engine patch the declaration names (engine.patch),
-	// as its file in the bundle; nil for a bundle without one.
-	Patch *FileDigest `json:"patch,omitempty"`
+	// Patch is the engine patch the declaration names (engine.patch):
+	// its file in the bundle and, once checked against the campaign's
+	// pinned engine source, its files, lines and engine digest; nil for
+	// a bundle without one.
+	Patch *record.Patch `json:"patch,omitempty"`
 }
 
 // ContractCompletedData is the payload of contract.completed.

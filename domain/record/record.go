@@ -68,11 +68,30 @@ type Bundle struct {
 	Patch *Patch `json:"patch,omitempty"`
 }
 
-// Patch is an engine patch: its path in the bundle, size and sha256.
+// Patch is an engine patch: its path in the bundle, size and sha256,
+// and what the build stage found when it checked it against the
+// campaign's pinned engine source (domain/enginepatch): the files it
+// touches, its lines added and removed, and the digests of the source
+// and of the patched tree. The check's fields are empty in records of
+// builds from before the engine track checked patches.
 type Patch struct {
 	Path   string `json:"path"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	// Files are the paths, relative to the engine source, the patch
+	// touches, sorted.
+	Files []string `json:"files,omitempty"`
+	// LinesAdded and LinesRemoved count the patch's + and - lines.
+	LinesAdded   int `json:"lines_added,omitempty"`
+	LinesRemoved int `json:"lines_removed,omitempty"`
+	// Revision names the pinned engine source for people
+	// (EngineSource.Revision); SourceDigest is its tree's digest.
+	Revision     string `json:"revision,omitempty"`
+	SourceDigest string `json:"source_digest,omitempty"`
+	// EngineDigest is the patched tree's digest
+	// (enginepatch.TreeDigest): the engine's identity before it is
+	// built, the same for the same source and patch.
+	EngineDigest string `json:"engine_digest,omitempty"`
 }
 
 // Reference is a checkpoint submitted by reference: the model repository

@@ -204,7 +204,8 @@ const (
 	CampaignNoSuite Code = "campaign_no_suite"
 
 	// CampaignUnknownTask is campaign_unknown_task. A submission whose task
-	// no loaded campaign runs. Given by contract, quality, efficiency.
+	// no loaded campaign runs. Given by build, contract, quality,
+	// efficiency.
 	CampaignUnknownTask Code = "campaign_unknown_task"
 
 	// CheckpointMissing is checkpoint_missing. The contract was given no
@@ -516,6 +517,44 @@ const (
 	// ParticipantNotFound is participant_not_found. A participant's page
 	// with no scores the viewer may read. Given by gateway.
 	ParticipantNotFound Code = "participant_not_found"
+
+	// PatchBinary is patch_binary. The engine patch adds or changes a binary
+	// file (a GIT binary patch, a "Binary files ... differ" line, or content
+	// with NUL bytes); a patch is text against the pinned engine source.
+	// Given by build.
+	PatchBinary Code = "patch_binary"
+
+	// PatchBuildScript is patch_build_script. The engine patch changes a
+	// build script (go.mod, go.sum, setup.py, setup.cfg, pyproject.toml,
+	// CMakeLists.txt, a Makefile, a *.sh script or a file under build/),
+	// which the campaign does not allow. Given by build.
+	PatchBuildScript Code = "patch_build_script"
+
+	// PatchDoesNotApply is patch_does_not_apply. The engine patch does not
+	// apply to the campaign's pinned engine source exactly: a hunk's context
+	// or removed lines differ from the source at the line the hunk names (no
+	// fuzz, no offset), or it creates a file that exists or changes one that
+	// does not. Given by build.
+	PatchDoesNotApply Code = "patch_does_not_apply"
+
+	// PatchMalformed is patch_malformed. The engine patch is empty or is not
+	// a unified diff the arena can read (a header, a hunk's line counts, or
+	// a file touched twice). Given by build.
+	PatchMalformed Code = "patch_malformed"
+
+	// PatchPathForbidden is patch_path_forbidden. The engine patch touches a
+	// path outside the campaign's allowed paths, or one that escapes the
+	// source tree (.., an absolute path, a symbolic link). Given by build.
+	PatchPathForbidden Code = "patch_path_forbidden"
+
+	// PatchTooLarge is patch_too_large. The engine patch is larger than the
+	// campaign's size limit for patches. Given by build.
+	PatchTooLarge Code = "patch_too_large"
+
+	// PatchUnknownSource is patch_unknown_source. The bundle carries an
+	// engine patch but its campaign pins no engine source (engine.source) to
+	// check and apply it against. Given by build.
+	PatchUnknownSource Code = "patch_unknown_source"
 
 	// PermissionDenied is permission_denied. An operation the NATS server
 	// refused because the connection's user may not do it (a publish or a
@@ -965,7 +1004,7 @@ var catalogue = []Info{
 	{Code: CampaignNoEngine, Name: "CampaignNoEngine", Description: "A campaign that names no engine to serve its checkpoints.", GivenBy: []string{"quality", "efficiency"}},
 	{Code: CampaignNoReference, Name: "CampaignNoReference", Description: "A campaign whose BF16 reference folder is missing or holds no weights (see campaign.CheckReference).", GivenBy: []string{"quality", "efficiency", "round"}},
 	{Code: CampaignNoSuite, Name: "CampaignNoSuite", Description: "The submission's campaign names no quality suite or no engine (campaign.json \"quality\", \"engine\"), so its quality cannot be measured.", GivenBy: []string{"quality"}},
-	{Code: CampaignUnknownTask, Name: "CampaignUnknownTask", Description: "A submission whose task no loaded campaign runs.", GivenBy: []string{"contract", "quality", "efficiency"}},
+	{Code: CampaignUnknownTask, Name: "CampaignUnknownTask", Description: "A submission whose task no loaded campaign runs.", GivenBy: []string{"build", "contract", "quality", "efficiency"}},
 	{Code: CheckpointMissing, Name: "CheckpointMissing", Description: "The contract was given no safetensors headers to check.", GivenBy: []string{"contract"}},
 	{Code: ConfigInvalid, Name: "ConfigInvalid", Description: "The checkpoint's config.json is not a JSON object or is too large.", GivenBy: []string{"contract"}},
 	{Code: ConsumerConfigMismatch, Name: "ConsumerConfigMismatch", Description: "A durable consumer the server holds whose configuration differs from the service's in a way the server cannot change in place; the service does not start until an operator removes or fixes the consumer.", GivenBy: []string{"bus"}},
@@ -1032,6 +1071,13 @@ var catalogue = []Info{
 	{Code: PackingMismatch, Name: "PackingMismatch", Description: "A decoder linear's quantized tensor packs another width than its quantization config gives it (a GPTQ qweight of 8-bit rows under \"bits\": 4): the config does not say what the checkpoint is.", GivenBy: []string{"contract"}},
 	{Code: ParticipantMismatch, Name: "ParticipantMismatch", Description: "A bundle whose submission.json names another participant than the token's.", GivenBy: []string{"gateway"}, HTTPStatus: 403},
 	{Code: ParticipantNotFound, Name: "ParticipantNotFound", Description: "A participant's page with no scores the viewer may read.", GivenBy: []string{"gateway"}, HTTPStatus: 404},
+	{Code: PatchBinary, Name: "PatchBinary", Description: "The engine patch adds or changes a binary file (a GIT binary patch, a \"Binary files ... differ\" line, or content with NUL bytes); a patch is text against the pinned engine source.", GivenBy: []string{"build"}},
+	{Code: PatchBuildScript, Name: "PatchBuildScript", Description: "The engine patch changes a build script (go.mod, go.sum, setup.py, setup.cfg, pyproject.toml, CMakeLists.txt, a Makefile, a *.sh script or a file under build/), which the campaign does not allow.", GivenBy: []string{"build"}},
+	{Code: PatchDoesNotApply, Name: "PatchDoesNotApply", Description: "The engine patch does not apply to the campaign's pinned engine source exactly: a hunk's context or removed lines differ from the source at the line the hunk names (no fuzz, no offset), or it creates a file that exists or changes one that does not.", GivenBy: []string{"build"}},
+	{Code: PatchMalformed, Name: "PatchMalformed", Description: "The engine patch is empty or is not a unified diff the arena can read (a header, a hunk's line counts, or a file touched twice).", GivenBy: []string{"build"}},
+	{Code: PatchPathForbidden, Name: "PatchPathForbidden", Description: "The engine patch touches a path outside the campaign's allowed paths, or one that escapes the source tree (.., an absolute path, a symbolic link).", GivenBy: []string{"build"}},
+	{Code: PatchTooLarge, Name: "PatchTooLarge", Description: "The engine patch is larger than the campaign's size limit for patches.", GivenBy: []string{"build"}},
+	{Code: PatchUnknownSource, Name: "PatchUnknownSource", Description: "The bundle carries an engine patch but its campaign pins no engine source (engine.source) to check and apply it against.", GivenBy: []string{"build"}},
 	{Code: PermissionDenied, Name: "PermissionDenied", Description: "An operation the NATS server refused because the connection's user may not do it (a publish or a subscription outside its permissions; see platform/access).", GivenBy: []string{"bus"}},
 	{Code: PrecisionWiderThanDeclared, Name: "PrecisionWiderThanDeclared", Description: "The precision the contract detects is wider than the declared one on W, A or KV.", GivenBy: []string{"contract"}},
 	{Code: QualityBadStatistics, Name: "QualityBadStatistics", Description: "The quality result does not decode or its statistics cannot be computed (for example, its rows do not pair with the reference's).", GivenBy: []string{"quality"}},

@@ -171,7 +171,10 @@ var Users = []User{
 		Name: Build, Role: "the build stage",
 		Publishes: stageTypes("build"),
 		Consumers: []Consumer{{Stream: events.StreamArena, Name: "build", Filters: []string{events.Submission.Received.Filter()}}},
-		KV:        []Bucket{{Name: bus.BucketBundles, Mode: Write}},
+		// The campaigns, watched: a bundle's engine patch is checked
+		// against its campaign's pinned engine source, whose files are
+		// in the artifact store.
+		KV: []Bucket{{Name: bus.BucketBundles, Mode: Write}, {Name: bus.BucketCampaigns, Mode: Read}},
 		// It deletes an upload once the build's outcome is published.
 		Objects: []Bucket{{Name: bus.ObjectUploads, Mode: Write}, {Name: bus.ObjectArtifacts, Mode: Write}},
 		// A redelivered submission.received whose build outcome ARENA

@@ -126,7 +126,7 @@ func TestEachBucketHasOneWriter(t *testing.T) {
 	// The stages that need campaigns watch the campaigns bucket and read
 	// the campaigns' files; the others do not see them.
 	for _, u := range access.Users {
-		reads := slices.Contains([]string{access.Contract, access.Quality, access.Efficiency, access.Round, access.Operator}, u.Name)
+		reads := slices.Contains([]string{access.Build, access.Contract, access.Quality, access.Efficiency, access.Round, access.Operator}, u.Name)
 		p := u.Permissions()
 		require.Equal(t, reads, p.Allows("$JS.API.CONSUMER.CREATE.KV_campaigns.Xy12.$KV.campaigns.>"), "%s watching the campaigns", u.Name)
 		require.Equal(t, reads, p.Allows("$JS.API.DIRECT.GET.KV_campaigns.$KV.campaigns.qwen3-8b"), "%s reading a campaign", u.Name)

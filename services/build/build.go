@@ -13,6 +13,8 @@ import (
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/domain/bundle"
+	"github.com/lowbarena/lowbarena/domain/campaign"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
@@ -68,11 +70,19 @@ type Builder struct {
 	// Hub reads checkpoints submitted by reference; nil allows no
 	// repository host, so every reference is refused.
 	Hub *hub.Client
+	// Campaigns are the tasks this arena runs: a bundle's engine patch
+	// is checked against its campaign's pinned engine source
+	// (EngineSource). Nil is no campaign, so every patch is refused.
+	Campaigns campaign.Source
+
+	// sources are the campaigns' engine sources, opened once.
+	sources sources
 }
 
 // Build fetches, checks, digests and stores one bundle.
 //
-// It returns a *stage.Refusal (an unpack code and a sentence) for a
+// It returns a *stage.Refusal (an unpack code, an enginepatch code for
+// an engine patch its campaign does not take, and a sentence) for a
 // bundle the participant must fix; any other error (a store that does not
 // answer, a full disk) is worth a retry.
 //
@@ -144,6 +154,20 @@ func (b *Builder) build(ctx context.Context, in events.SubmissionReceivedData) (
 		return out, err
 	}
 
+	// The engine patch is checked against the campaign's pinned source
+	// (Check has made sure the declared patch is among the files).
+	var patch *record.Patch
+	if decl != nil && decl.Engine != nil && decl.Engine.Patch != "" {
+		for _, f := range files {
+			if f.Path != decl.Engine.Patch {
+				continue
+			}
+			if patch, err = b.checkPatch(dir, decl, f); err != nil {
+				return out, err
+			}
+		}
+	}
+
 	// Nothing is stored before the bundle is checked: a refused bundle
 	// leaves no artifact behind. The shards of a checkpoint by reference
 	// are in the manifest but stay in their repository.
@@ -168,15 +192,7 @@ func (b *Builder) build(ctx context.Context, in events.SubmissionReceivedData) (
 	if first != in.SubmissionID {
 		out.DuplicateOf = first
 	}
-	if decl != nil && decl.Engine != nil && decl.Engine.Patch != "" {
-		// Check has made sure the declared patch is among the files.
-		for _, f := range files {
-			if f.Path == decl.Engine.Patch {
-				p := f
-				out.Patch = &p
-			}
-		}
-	}
+	out.Patch = patch
 	return out, nil
 }
 

@@ -9,10 +9,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/domain/campaign"
+	"github.com/lowbarena/lowbarena/domain/enginepatch"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
@@ -143,34 +147,75 @@ func TestBuildDecides(t *testing.T) {
 	}
 }
 
-// TestBuildNamesThePatch: build.completed names the engine patch the
-// declaration points at, with its digest; a bundle without one names
-// none.
-func TestBuildNamesThePatch(t *testing.T) {
+// TestBuildChecksThePatch runs Build without a bus on bundles with an
+// engine patch: one that applies to the campaign's pinned engine source
+// is built, with the patch's summary on build.completed; one the
+// campaign does not take is refused with its code, and nothing of it is
+// stored.
+func TestBuildChecksThePatch(t *testing.T) {
 	t.Parallel()
-	const diff = "--- a/engine.py\n+++ b/engine.py\n@@ -1 +1 @@\n-slow\n+fast\n"
-	withPatch := goodFiles()
-	withPatch["patches/fast.patch"] = diff
-	withPatch["submission.json"] = `{"task_id":"qwen3-tiny","split":"dev","participant":"team","solution":{"checkpoint":"ck","method":"m","precision":"W4A16KV8"},"engine":{"patch":"patches/fast.patch"}}`
+	set, err := campaign.LoadDir(engineCampaigns(t))
+	require.NoError(t, err)
 	for _, tc := range []struct {
 		name  string
-		files map[string]string
-		want  *events.FileDigest
+		task  string
+		patch string
+		code  reason.Code // "" for a built bundle
 	}{
-		{"with a patch", withPatch, &events.FileDigest{Path: "patches/fast.patch", Size: int64(len(diff)), SHA256: sha([]byte(diff))}},
-		{"without", goodFiles(), nil},
+		{name: "a patch that applies", task: "qwen3-tiny", patch: goodPatch},
+		{name: "a forbidden path", task: "qwen3-tiny", patch: forbiddenPatch, code: reason.PatchPathForbidden},
+		{name: "a patch that does not apply", task: "qwen3-tiny", patch: strings.Replace(goodPatch, "@@ -2,3 +2,3 @@", "@@ -3,3 +3,3 @@", 1), code: reason.PatchDoesNotApply},
+		{name: "larger than the campaign allows", task: "qwen3-tiny", patch: goodPatch + strings.Repeat("trailing words\n", 200), code: reason.PatchTooLarge},
+		{name: "a campaign that pins no source", task: "no-source", patch: goodPatch, code: reason.PatchUnknownSource},
+		{name: "a task no campaign runs", task: "nobody-runs-this", patch: goodPatch, code: reason.CampaignUnknownTask},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			archive := pack(t, folder(t, tc.files))
+			archive := pack(t, folder(t, patchedBundle(tc.task, tc.patch)))
 			in := received("sub", archive)
+			in.TaskID = tc.task
 			uploads := &memUploads{}
 			uploads.put(in.Bundle.Bucket, in.Bundle.Object, archive)
-			b := &build.Builder{Uploads: uploads, Artifacts: artifacttest.NewMemory(), Bundles: &memBundles{}, WorkDir: t.TempDir()}
+			arts := artifacttest.NewMemory()
+			b := &build.Builder{Uploads: uploads, Artifacts: arts, Bundles: &memBundles{}, WorkDir: t.TempDir(), Campaigns: set}
 			out, err := b.Build(context.Background(), in)
+			if tc.code != "" {
+				var r *stage.Refusal
+				require.ErrorAs(t, err, &r)
+				require.Equal(t, tc.code, r.Code, r.Message)
+				require.Contains(t, r.Message, "patches/fast.patch", "the sentence names the patch")
+				require.True(t, arts.Empty(), "a refused bundle stores nothing")
+				return
+			}
 			require.NoError(t, err)
-			require.Equal(t, tc.want, out.Patch)
+			requirePatchSummary(t, set, tc.patch, out.Patch)
 		})
 	}
+
+	// A bundle without a patch needs no campaign at all.
+	archive := pack(t, folder(t, goodFiles()))
+	in := received("plain", archive)
+	uploads := &memUploads{}
+	uploads.put(in.Bundle.Bucket, in.Bundle.Object, archive)
+	out, err := (&build.Builder{Uploads: uploads, Artifacts: artifacttest.NewMemory(), Bundles: &memBundles{}, WorkDir: t.TempDir()}).Build(context.Background(), in)
+	require.NoError(t, err)
+	require.Nil(t, out.Patch)
+}
+
+// requirePatchSummary checks a kept patch's summary against the patch
+// and the campaign's engine source, opened anew.
+func requirePatchSummary(t *testing.T, set campaign.Set, patch string, got *record.Patch) {
+	t.Helper()
+	c, err := set.Lookup("qwen3-tiny")
+	require.NoError(t, err)
+	src, err := enginepatch.ForCampaign(c)
+	require.NoError(t, err)
+	want, err := src.Check([]byte(patch))
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	require.Equal(t, record.Patch{Path: "patches/fast.patch", Size: int64(len(patch)), SHA256: sha([]byte(patch)),
+		Files: []string{"sched/sched.go"}, LinesAdded: 1, LinesRemoved: 1, Revision: c.Engine.Source.Revision,
+		SourceDigest: src.Digest, EngineDigest: want.EngineDigest}, *got)
+	require.NotEqual(t, got.SourceDigest, got.EngineDigest)
 }
 
 // requireBuilt checks a built bundle against the files it was packed

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
+	"github.com/lowbarena/lowbarena/domain/campaign"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/platform/app"
 	"github.com/lowbarena/lowbarena/platform/artifact"
@@ -82,6 +83,9 @@ type Options struct {
 	MaxUploadBytes int64
 	// Hub configures the client of checkpoints by reference.
 	Hub hub.Options
+	// Campaigns are the tasks this arena runs, whose pinned engine
+	// sources engine patches are checked against; nil is none.
+	Campaigns campaign.Source
 }
 
 // Service is the build stage bound to its stores.
@@ -116,7 +120,7 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 		return nil, fmt.Errorf("build: work folder: %w", err)
 	}
 	builder := &Builder{Uploads: JetStreamUploads{JS: js}, Artifacts: arts, Bundles: KVBundles{KV: kv}, WorkDir: o.WorkDir, Limits: o.Limits,
-		MaxUploadBytes: o.MaxUploadBytes, Hub: hub.New(o.Hub)}
+		MaxUploadBytes: o.MaxUploadBytes, Hub: hub.New(o.Hub), Campaigns: o.Campaigns}
 	return &Service{bus: b, log: log, builder: builder, arena: arena}, nil
 }
 
@@ -184,10 +188,12 @@ func (s *Service) Actors() []app.Actor {
 }
 
 // Component is the build service, for its command and `arena up` (which
-// sets --work to its data folder's build folder).
+// sets --work to its data folder's build folder and --campaigns to its
+// campaigns folder).
 func Component() app.Component {
 	o := Options{Limits: unpack.DefaultLimits(), MaxUploadBytes: unpack.DefaultMaxUploadBytes}
 	var hubOptions func(*slog.Logger) (hub.Options, error)
+	var camps *app.Campaigns
 	return app.Component{
 		Name:   Name,
 		Stages: []string{Name},
@@ -198,17 +204,22 @@ func Component() app.Component {
 			fs.Int64Var(&o.Limits.MaxFileBytes, "max-file-bytes", o.Limits.MaxFileBytes, "most bytes one file of a bundle may hold")
 			fs.Int64Var(&o.MaxUploadBytes, "max-upload-bytes", o.MaxUploadBytes, "most bytes an uploaded archive may hold; larger checkpoints are submitted by reference")
 			hubOptions = app.HubFlags(fs)
+			camps = app.CampaignsFlags(fs)
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
 			var err error
 			if o.Hub, err = hubOptions(rt.Log); err != nil {
 				return nil, err
 			}
+			var follow []app.Actor
+			if o.Campaigns, follow, err = camps.Open(ctx, rt); err != nil {
+				return nil, fmt.Errorf("build: %w", err)
+			}
 			s, err := New(ctx, rt.Bus, rt.Log, o)
 			if err != nil {
 				return nil, err
 			}
-			return s.Actors(), nil
+			return append(s.Actors(), follow...), nil
 		},
 	}
 }

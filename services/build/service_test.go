@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,13 +43,22 @@ type harness struct {
 // NATS until the test ends.
 func start(t *testing.T) *harness {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith is start with more flags set (campaigns: a local campaigns
+// folder instead of the campaigns bucket).
+func startWith(t *testing.T, flags map[string]string) *harness {
+	t.Helper()
 	srv := bustest.Server(t, "")
 	c := build.Component()
 	cfg := app.DefaultConfig(c.Name)
 	fs := c.FlagSet(&cfg)
 	require.NoError(t, fs.Parse([]string{"--nats", srv.ClientURL()}))
 	work := filepath.Join(t.TempDir(), "build")
-	require.NoError(t, app.Set(fs, map[string]string{"work": work}))
+	set := map[string]string{"work": work, "campaigns": "", "campaigns-cache": t.TempDir()}
+	maps.Copy(set, flags)
+	require.NoError(t, app.Set(fs, set))
 	cfg.Store = ""
 	ctx, cancel := context.WithCancel(context.Background())
 	rt, err := app.Start(ctx, cfg, app.WithLogOutput(io.Discard), app.WithoutTelemetry())
@@ -303,8 +313,13 @@ func TestComponentFlags(t *testing.T) {
 		require.NotNil(t, f, name)
 		require.Equal(t, def, f.DefValue, name)
 	}
+	t.Setenv(app.EnvCampaigns, "")
+	fs = c.FlagSet(&cfg)
+	require.Empty(t, fs.Lookup("campaigns").DefValue, "the campaigns bucket by default")
+	require.NotNil(t, fs.Lookup("campaigns-cache"))
 	require.NoError(t, app.Set(fs, map[string]string{"work": "/data/build", "campaigns": "/data/campaigns"}))
 	require.Equal(t, "/data/build", fs.Lookup("work").Value.String())
+	require.Equal(t, "/data/campaigns", fs.Lookup("campaigns").Value.String(), "arena up and tests set the campaigns")
 
 	t.Setenv(build.EnvWork, "/var/lib/lowbarena/build")
 	fs = build.Component().FlagSet(&cfg)

@@ -102,6 +102,7 @@ func renderRecord(w io.Writer, r *record.Submission) {
 		if ref := r.Bundle.Reference; ref != nil {
 			fmt.Fprintf(w, "  reference   %s@%s · %d files, %s, shards read from the repository\n", ref.Repository, ref.Revision, ref.Files, bundle.HumanSize(ref.Bytes))
 		}
+		renderPatch(w, r.Bundle.Patch)
 	}
 	fmt.Fprintf(w, "  stages      %s\n", stageLine(r.Stages))
 	res := r.Result
@@ -205,6 +206,40 @@ func stageLine(stages []record.Stage) string {
 		parts[i] = s.Name + " " + s.Status
 	}
 	return strings.Join(parts, " · ")
+}
+
+// maxPatchFiles is how many of a patch's files show prints by name.
+const maxPatchFiles = 8
+
+// renderPatch writes the engine patch: its file and digest, what it
+// touches, and the engine built from it (the patched tree's digest
+// against the pinned source). A patch checked before the engine track
+// kept summaries shows its file and digest only; no patch, nothing.
+func renderPatch(w io.Writer, p *record.Patch) {
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(w, "  patch       %s · sha256 %s", p.Path, short(p.SHA256))
+	if len(p.Files) > 0 {
+		fmt.Fprintf(w, " · %d files, +%d -%d lines", len(p.Files), p.LinesAdded, p.LinesRemoved)
+	}
+	fmt.Fprintln(w)
+	if len(p.Files) > 0 {
+		names := p.Files
+		more := ""
+		if len(names) > maxPatchFiles {
+			more = fmt.Sprintf(" and %d more", len(names)-maxPatchFiles)
+			names = names[:maxPatchFiles]
+		}
+		fmt.Fprintf(w, "  touches     %s%s\n", strings.Join(names, ", "), more)
+	}
+	if p.EngineDigest != "" {
+		against := short(p.SourceDigest)
+		if p.Revision != "" {
+			against = p.Revision + " (" + against + ")"
+		}
+		fmt.Fprintf(w, "  engine      %s, patched from %s\n", short(p.EngineDigest), against)
+	}
 }
 
 func short(digest string) string {

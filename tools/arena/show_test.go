@@ -60,3 +60,48 @@ func TestAuditLine(t *testing.T) {
 		"cache fail (repeats at 0.01x the time per token) · under load pass (64 items, 100% agree, accuracy 0.750 vs 0.750)", auditLine(a))
 	require.Equal(t, "skipped", auditLine(&record.Audit{Verdict: record.VerdictSkipped}))
 }
+
+// TestShowPatch: show prints a bundle's engine patch (file, digest,
+// files touched, lines) and the engine built from it; a patch from before
+// summaries were kept shows its file and digest only.
+func TestShowPatch(t *testing.T) {
+	t.Parallel()
+	sha := strings.Repeat("ab", 32)
+	engine := strings.Repeat("cd", 32)
+	source := strings.Repeat("ef", 32)
+	files := []string{"a.go", "b.go", "c.go", "d.go", "e.go", "f.go", "g.go", "h.go", "i.go", "j.go"}
+	tests := []struct {
+		name  string
+		patch *record.Patch
+		want  string
+	}{
+		{"none", nil, ""},
+		{"before summaries", &record.Patch{Path: "fast.patch", Size: 10, SHA256: sha}, "  patch       fast.patch · sha256 " + sha[:12] + "\n"},
+		{"checked", &record.Patch{Path: "patches/fast.patch", Size: 10, SHA256: sha, Files: []string{"sched/batch.go", "sched/sched.go"},
+			LinesAdded: 12, LinesRemoved: 3, Revision: "simengine 1.0", SourceDigest: source, EngineDigest: engine},
+			"  patch       patches/fast.patch · sha256 " + sha[:12] + " · 2 files, +12 -3 lines\n" +
+				"  touches     sched/batch.go, sched/sched.go\n" +
+				"  engine      " + engine[:12] + ", patched from simengine 1.0 (" + source[:12] + ")\n"},
+		{"many files", &record.Patch{Path: "p", SHA256: sha, Files: files, LinesAdded: 10, EngineDigest: engine, SourceDigest: source},
+			"  patch       p · sha256 " + sha[:12] + " · 10 files, +10 -0 lines\n" +
+				"  touches     a.go, b.go, c.go, d.go, e.go, f.go, g.go, h.go and 2 more\n" +
+				"  engine      " + engine[:12] + ", patched from " + source[:12] + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &record.Submission{ID: "abc", Bundle: &record.Bundle{Digest: sha, Files: 3, Patch: tt.patch}}
+			var out bytes.Buffer
+			renderRecord(&out, rec)
+			var got string
+			for _, l := range strings.SplitAfter(out.String(), "\n") {
+				for _, p := range []string{"  patch ", "  touches ", "  engine "} {
+					if strings.HasPrefix(l, p) {
+						got += l
+					}
+				}
+			}
+			require.Equal(t, tt.want, got)
+		})
+	}
+}

@@ -189,8 +189,8 @@ func (a *API) roundPage(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		o := pages.Owner{Participant: rec.Participant, Method: rec.Solution.Method, Checkpoint: rec.Solution.Checkpoint, Precision: rec.Solution.Precision}
-		if rec.Bundle != nil && rec.Bundle.Patch != nil {
-			o.Patch = rec.Bundle.Patch.Path + " " + pages.Short(rec.Bundle.Patch.SHA256)
+		if rec.Bundle != nil {
+			o.Patch = pages.PatchLabel(rec.Bundle.Patch)
 		}
 		owners[sub] = o
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lowbarena/lowbarena/domain/record"
 )
 
 // Dash stands for a figure that is not there.
@@ -105,4 +107,23 @@ func Short(s string) string {
 		return s
 	}
 	return s[:7] + "…" + s[len(s)-5:]
+}
+
+// PatchLabel is an engine patch in one line, as the round page's patch
+// column shows it: its path and digest, then, once the build stage has
+// checked it against the campaign's pinned source, its files and lines
+// and the engine built from it ("patches/fast.patch 3f2a91c…9c0de · 2
+// files +12 −3 · engine 7b1e2aa…41f0c"). Nil is "".
+func PatchLabel(p *record.Patch) string {
+	if p == nil {
+		return ""
+	}
+	s := p.Path + " " + Short(p.SHA256)
+	if len(p.Files) > 0 {
+		s += fmt.Sprintf(" · %d files +%d −%d", len(p.Files), p.LinesAdded, p.LinesRemoved)
+	}
+	if p.EngineDigest != "" {
+		s += " · engine " + Short(p.EngineDigest)
+	}
+	return s
 }

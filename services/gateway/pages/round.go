@@ -14,7 +14,7 @@ import (
 // submitted it and what, when the viewer may read its record.
 type Owner struct {
 	Participant, Method, Checkpoint, Precision string
-	// Patch is the engine patch's path and digest ("" for none).
+	// Patch is the engine patch as PatchLabel writes it ("" for none).
 	Patch string
 }
 

@@ -361,3 +361,30 @@ func TestThin(t *testing.T) {
 	require.Equal(t, 99.0, peak, "a peak is never thinned away")
 	require.Len(t, Thin(s[:10], 100), 10)
 }
+
+// TestSubmissionPatch: the submission page shows the engine patch (path,
+// digest, files, lines) and the engine built from it, and nothing of a
+// patch for a bundle without one; the round page's label says the same
+// in one line.
+func TestSubmissionPatch(t *testing.T) {
+	sha, engine := strings.Repeat("ab", 32), strings.Repeat("cd", 32)
+	p := &record.Patch{Path: "patches/fast.patch", Size: 120, SHA256: sha, Files: []string{"sched/batch.go", "sched/sched.go"},
+		LinesAdded: 12, LinesRemoved: 3, Revision: "simengine 1.0", SourceDigest: strings.Repeat("ef", 32), EngineDigest: engine}
+	rec := record.Submission{ID: "s1", Participant: "alice", Status: record.StatusRunning, Bundle: &record.Bundle{Digest: sha, Files: 5, Patch: p}}
+	page := render(t, KindSubmission, Page{Title: "x", Body: NewSubmission(rec, Telemetry{})})
+	has(t, page, `engine patch <code>patches/fast.patch</code> <code title="`+sha+`">`+Short(sha)+`</code> · 2 files, +12 −3 lines: <code>sched/batch.go</code>, <code>sched/sched.go</code>`)
+	has(t, page, `engine <code id="engine-digest" title="`+engine+`">`+Short(engine)+`</code>, patched from simengine 1.0</p>`)
+	require.Equal(t, "patches/fast.patch "+Short(sha)+" · 2 files +12 −3 · engine "+Short(engine), PatchLabel(p))
+
+	old := &record.Patch{Path: "fast.patch", Size: 10, SHA256: sha}
+	require.Equal(t, "fast.patch "+Short(sha), PatchLabel(old), "a patch from before summaries: its file and digest")
+	require.Empty(t, PatchLabel(nil))
+	rec.Bundle.Patch = old
+	page = render(t, KindSubmission, Page{Title: "x", Body: NewSubmission(rec, Telemetry{})})
+	has(t, page, `engine patch <code>fast.patch</code> <code title="`+sha+`">`+Short(sha)+`</code></p>`)
+	require.NotContains(t, page, "engine-digest")
+
+	rec.Bundle.Patch = nil
+	page = render(t, KindSubmission, Page{Title: "x", Body: NewSubmission(rec, Telemetry{})})
+	require.NotContains(t, page, `id="patch"`)
+}

@@ -224,7 +224,9 @@ func foldResult(r *record.Submission, t events.Type, e event.Event) error {
 		}
 		r.Bundle = &record.Bundle{Digest: d.BundleDigest, Bytes: d.Bytes, Files: len(d.Files), DuplicateOf: d.DuplicateOf, Reference: d.Reference}
 		if p := d.Patch; p != nil {
-			r.Bundle.Patch = &record.Patch{Path: p.Path, Size: p.Size, SHA256: p.SHA256}
+			cp := *p
+			cp.Files = slices.Clone(p.Files)
+			r.Bundle.Patch = &cp
 		}
 	case events.ContractCompleted:
 		var d events.ContractCompletedData
