@@ -13,7 +13,7 @@
 //
 // Write lays them out as an arena expects them:
 //
-//	<dir>/campaigns/qwen3-tiny/{campaign.json, config.json, tensors.json}
+//	<dir>/campaigns/qwen3-tiny/{campaign.json, config.json, tensors.json, engine-src/ (simengine's pinned source, see EngineSource)}
 //	<dir>/submissions/<name>/{submission.json, config.json, *.safetensors, tokenizer files}
 package examples
 
@@ -68,6 +68,9 @@ type Example struct {
 	// Fault is the simulated behaviour its engine patch names (see
 	// PatchFault), "" for no patch.
 	Fault string
+	// Patch names the EnginePatch whose diff its engine patch carries
+	// after the PatchFault line, "" for no patch.
+	Patch string
 }
 
 // PatchFile is the engine patch of the examples that carry one.
@@ -114,13 +117,13 @@ func specs() []spec {
 				About: "NVFP4 weights and activations (FP4 E2M1 with FP8 scales per 16 and a global scale) and an FP8 KV cache; it is the W4A4KV8 it declares, so it passes."},
 			form: formNVFP4, qc: nvfp4Config(), kvDType: "fp8", method: "NVFP4-W4A4 compressed-tensors",
 		},
-		cheat("engine-fast-path", "fast-path-under-load", string(reason.AccuracyDiffersUnderLoad),
+		cheat("engine-fast-path", "fast-path-under-load", "fast-path-under-load", string(reason.AccuracyDiffersUnderLoad),
 			"The FP8 checkpoint with an engine patch that takes a damaged fast path once four or more requests run, so it answers the eval items mixed into the load worse than in the quality job and is disqualified by the accuracy-under-load audit."),
-		cheat("engine-answer-cache", "answer-cache", string(reason.AnswerCacheSuspected),
+		cheat("engine-answer-cache", "answer-cache", "answer-cache", string(reason.AnswerCacheSuspected),
 			"The FP8 checkpoint with an engine patch that replays the answer of a prompt it has streamed before, so repeated prompts decode at once and it is disqualified by the cache-defeating audit."),
-		cheat("engine-padded-tokens", "pad-tokens", string(reason.TokenCountDishonest),
+		cheat("engine-padded-tokens", "pad-tokens", "pad-tokens", string(reason.TokenCountDishonest),
 			"The FP8 checkpoint with an engine patch that streams each token in two chunks and claims them all, so its text re-tokenises to half its claimed tokens and it is disqualified by the token-honesty audit."),
-		cheat("engine-other-model", "other-model", string(reason.ServedModelMismatch),
+		cheat("engine-other-model", "other-model", "other-model-for-load", string(reason.ServedModelMismatch),
 			"The FP8 checkpoint with an engine patch that serves the load from another, smaller model while /v1/models names the checkpoint, so its first answers are not the quality job's and it is disqualified by the served-model audit."),
 		{
 			Example: Example{Name: "bf16-declared-w4", Declared: "W4A16KV8", Honest: false, Detected: "W16A16KV8",
@@ -153,26 +156,32 @@ func specs() []spec {
 // cheat is an honest FP8 checkpoint whose engine patch makes the engine
 // behave differently when it is measured: its contract holds, one engine
 // audit must disqualify it.
-func cheat(name, fault, audit, about string) spec {
+func cheat(name, fault, patch, audit, about string) spec {
 	return spec{
-		Example: Example{Name: name, Declared: "W8A8KV8", Honest: true, Detected: "W8A8KV8", About: about, Audit: audit, Fault: fault},
+		Example: Example{Name: name, Declared: "W8A8KV8", Honest: true, Detected: "W8A8KV8", About: about, Audit: audit, Fault: fault, Patch: patch},
 		form:    formFP8, qc: fp8Config(), kvDType: "fp8", sharded: true,
 		method: "FP8-W8A8 per-channel weights, dynamic per-token activations, patched engine (" + fault + ")",
 	}
 }
 
-// patch is the engine patch of a cheating example: a unified diff of the
-// engine it stands for, and the line that names its behaviour to
-// simengine.
-func patch(fault string) []byte {
-	return []byte("# Engine patch of the example " + fault + " bundle. In this simulated arena simengine stands\n" +
-		"# for the patched engine and simulates the behaviour the next line names.\n" +
-		"# " + PatchFault + fault + "\n" +
-		"--- a/vllm/entrypoints/openai/serving_completion.py\n" +
-		"+++ b/vllm/entrypoints/openai/serving_completion.py\n" +
-		"@@ -1,1 +1,1 @@\n" +
-		"-# serve every request alike\n" +
-		"+# " + fault + "\n")
+// patch is the engine patch of a cheating example: the line that names
+// its behaviour to simengine (until the runner builds patched engines),
+// then the real diff against the campaign's pinned engine source, which
+// git apply and patch read past the comment lines.
+func patch(fault, name string) ([]byte, error) {
+	patches, err := EnginePatches()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range patches {
+		if p.Name == name {
+			head := "# Engine patch of the example " + fault + " bundle: the diff below against the campaign's pinned\n" +
+				"# simengine source. Until the runner builds patched engines, simengine acts out the next line.\n" +
+				"# " + PatchFault + fault + "\n"
+			return append([]byte(head), p.Diff...), nil
+		}
+	}
+	return nil, fmt.Errorf("examples: no engine patch %q", name)
 }
 
 // quantArgs is a compressed-tensors QuantizationArgs object.
@@ -449,6 +458,13 @@ func writeCampaign(dir string, m *model) error {
 	if err := resetDir(dir); err != nil {
 		return err
 	}
+	src, err := EngineSource()
+	if err != nil {
+		return err
+	}
+	if _, err := WriteEngineSource(filepath.Join(dir, src.Dir)); err != nil {
+		return err
+	}
 	meta, err := jsonBytes(map[string]any{
 		"task_id": TaskID,
 		"name":    "Qwen3 tiny (2 layers, hidden 256): example campaign",
@@ -457,6 +473,7 @@ func writeCampaign(dir string, m *model) error {
 		"engine": map[string]any{
 			"command":      EngineCommand,
 			"max_num_seqs": 256,
+			"source":       src,
 		},
 		"efficiency": map[string]any{
 			"requests_per_slot": 1, "max_tokens": 64, "prompt_words": 128, "long_prompt_words": 1024, "budget_factor": 1.02,
@@ -540,7 +557,9 @@ func writeBundle(dir string, s spec, tensors []safetensors.Tensor, common map[st
 	files["config.json"] = cfgBytes
 	files[bundle.DeclarationFile] = declBytes
 	if s.Fault != "" {
-		files[PatchFile] = patch(s.Fault)
+		if files[PatchFile], err = patch(s.Fault, s.Patch); err != nil {
+			return err
+		}
 	}
 	if err := writeFiles(dir, files); err != nil {
 		return err

@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
+	if patchedDir != "" {
+		os.RemoveAll(patchedDir)
+	}
 	os.Exit(code)
 }
 
