@@ -333,7 +333,7 @@ func probeError(err error) string {
 
 // sandboxed is the command of an engine run inside o.Sandbox: checked
 // first, its environment the allow-listed one with HOME in its run folder
-// and TMPDIR its private /tmp.
+// and TMPDIR its private /tmp (Box.TempDir).
 func sandboxed(ctx context.Context, o Options) (*exec.Cmd, error) {
 	b := o.Sandbox
 	if err := b.Check(ctx); err != nil {
@@ -346,7 +346,7 @@ func sandboxed(ctx context.Context, o Options) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, &Failure{Reason: reason.EngineSandboxUnavailable, Message: fmt.Sprintf("the engine's sandbox: %v", err)}
 	}
-	cmd.Env = Environ(os.Environ(), o.EnvAllow, append(append([]string(nil), o.Env...), "HOME="+b.Writable[0], "TMPDIR=/tmp"))
+	cmd.Env = Environ(os.Environ(), o.EnvAllow, append(append([]string(nil), o.Env...), "HOME="+b.Writable[0], "TMPDIR="+b.TempDir()))
 	return cmd, nil
 }
 

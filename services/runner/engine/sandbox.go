@@ -121,6 +121,29 @@ func (b *Box) Socket() string {
 	return filepath.Join(b.Writable[0], SocketName)
 }
 
+// TempDir is the sandbox's TMPDIR: its private /tmp, or, when a path b
+// binds lies under /tmp (a test's folders, a runner with its --work
+// there) and /tmp is therefore read-only inside, the "tmp" folder of its
+// first Writable folder.
+func (b *Box) TempDir() string {
+	if b.tmpBound() && len(b.Writable) > 0 {
+		return filepath.Join(b.Writable[0], "tmp")
+	}
+	return "/tmp"
+}
+
+// tmpBound reports whether a path b binds lies under /tmp.
+func (b *Box) tmpBound() bool {
+	for _, list := range [][]string{b.Extra, b.ReadOnly, b.Writable} {
+		for _, p := range list {
+			if abs, err := filepath.Abs(p); err == nil && strings.HasPrefix(abs, "/tmp/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Transport is an HTTP transport for the engine in b: every connection,
 // whatever its URL's host and port, is a connection to b's Socket, which
 // the helper inside the sandbox forwards to the engine's port on the
@@ -188,6 +211,11 @@ func (b *Box) command(flags, argv []string, dir string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
+	if tmp := b.TempDir(); tmp != "/tmp" {
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return nil, fmt.Errorf("engine sandbox: %w", err)
+		}
+	}
 	args = append(args, "--", boxHelper, HelperArg)
 	args = append(args, flags...)
 	args = append(args, "--")
@@ -242,6 +270,12 @@ func (b *Box) args(helper, dir string) ([]string, error) {
 			return nil, fmt.Errorf("engine sandbox: %w", err)
 		}
 		a = append(a, "--bind", abs, abs)
+	}
+	if b.tmpBound() {
+		// Bubblewrap made the bound paths' parent folders on the private
+		// /tmp: it is read-only then, lest the sandbox write beside them
+		// (see TempDir).
+		a = append(a, "--remount-ro", "/tmp")
 	}
 	a = append(a, "--ro-bind", helper, boxHelper, "--remount-ro", "/")
 	if dir != "" {

@@ -263,7 +263,7 @@ func (b *Builder) run(ctx context.Context, src campaign.EngineSource, tmp, dir, 
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return "", fmt.Errorf("enginebuild: %w", err)
 	}
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "TMPDIR=/tmp", "LANG=C.UTF-8"}
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "TMPDIR=" + box.TempDir(), "LANG=C.UTF-8"}
 	if src.Kind == campaign.SourceGo {
 		goroot, err := b.goRoot()
 		if err != nil {

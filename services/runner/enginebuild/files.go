@@ -34,7 +34,7 @@ func (p *PatchCommand) Apply(ctx context.Context, dir string, patch []byte) erro
 	if err != nil {
 		return &engine.Failure{Reason: reason.EngineSandboxUnavailable, Message: fmt.Sprintf("the patch's sandbox: %v", err)}
 	}
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "TMPDIR=/tmp", "LANG=C.UTF-8"}
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + box.TempDir(), "LANG=C.UTF-8"}
 	cmd.Stdin = bytes.NewReader(patch)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
