@@ -65,6 +65,12 @@ type Params struct {
 	// on the device before the engine loads (SGLang sizes its pool as
 	// free × fraction − weights); 0 outside the replay.
 	MemFractionStatic float64
+	// Engine is the participant's patched engine built for this run
+	// (enginebuild.Built.Engine): the program of a Go source, the
+	// Python overlay folder of a Python one; empty for the campaign's
+	// own engine. A campaign with an engine source writes its command
+	// with it: "{{.Engine}} --port {{.Port}} ...".
+	Engine string
 }
 
 // funcs are the template's functions: each engine's name for the arena's
@@ -99,7 +105,7 @@ var funcs = template.FuncMap{
 // Render fills a command template ({{.Checkpoint}} {{.Port}}
 // {{.KVCacheDType}} {{.MaxNumSeqs}} {{.GPUMemoryGiB}}
 // {{.GPUMemoryFraction}} {{.GPUMemoryBytes}} {{.MaxModelLen}}
-// {{.KVCacheBytes}} {{.MemFractionStatic}}, the functions vllmKV and
+// {{.KVCacheBytes}} {{.MemFractionStatic}} {{.Engine}}, the functions vllmKV and
 // sglangKV) and splits it into words. Words are split on spaces after
 // filling; values are the runner's, not the participant's, so they hold no
 // spaces.

@@ -151,11 +151,12 @@ func (b *Box) tmpBound() bool {
 // Box gives a plain transport.
 func (b *Box) Transport() *http.Transport {
 	t := &http.Transport{MaxIdleConnsPerHost: 128, IdleConnTimeout: 90 * time.Second}
+	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	t.DialContext = d.DialContext
 	if b == nil {
 		return t
 	}
 	sock := b.Socket()
-	var d net.Dialer
 	t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return d.DialContext(ctx, "unix", sock)
 	}
