@@ -36,6 +36,15 @@ type EfficiencyJobParams struct {
 	// items mixed into the load, probes, a cache-defeating run, token
 	// counts); nil measures without it.
 	Audit *AuditJobParams `json:"audit,omitempty"`
+	// EngineBundle is the campaign's bundle in the artifact store, which
+	// holds Engine.Source.Dir, the pinned engine source; set with Patch
+	// on the engine track.
+	EngineBundle *BundleRef `json:"engine_bundle,omitempty"`
+	// Patch is the candidate's patch against Engine.Source: the path of
+	// its unified diff inside the candidate's bundle. The runner builds
+	// the patched engine (services/runner/enginebuild) and runs it
+	// sandboxed; empty runs the campaign's own engine.
+	Patch string `json:"patch,omitempty"`
 }
 
 // AuditJobParams say how an efficiency job gathers the audits' evidence.

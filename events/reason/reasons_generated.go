@@ -261,6 +261,17 @@ const (
 	// not a valid server-sent event stream of JSON chunks. Given by runner.
 	EngineBadStream Code = "engine_bad_stream"
 
+	// EngineBuildFailed is engine_build_failed. The runner could not build
+	// the patched engine: the patch did not apply to the campaign's pinned
+	// source, or the campaign's build command failed inside the sandbox; the
+	// message holds the build log's tail. Given by runner.
+	EngineBuildFailed Code = "engine_build_failed"
+
+	// EngineBuildTimeout is engine_build_timeout. The patched engine's build
+	// inside the sandbox ran past its time limit and was stopped; the
+	// message holds the build log's tail. Given by runner.
+	EngineBuildTimeout Code = "engine_build_timeout"
+
 	// EngineContextTooLong is engine_context_too_long. The context the job
 	// needs (the campaign's max_model_len, or a workload's longest prompt
 	// plus its max tokens) is longer than the model's own
@@ -325,6 +336,13 @@ const (
 	// taken (the runner starts it again on another port before giving up).
 	// Given by runner.
 	EnginePortInUse Code = "engine_port_in_use"
+
+	// EngineSandboxUnavailable is engine_sandbox_unavailable. The runner
+	// could not sandbox an engine that must run sandboxed (a participant's
+	// patched engine, or every engine under --engine-sandbox on): bubblewrap
+	// is missing or cannot create its namespaces on this pod; an operator's
+	// fix, not the participant's. Given by runner.
+	EngineSandboxUnavailable Code = "engine_sandbox_unavailable"
 
 	// EngineTokenCountMismatch is engine_token_count_mismatch. The engine
 	// reported another number of completion tokens than it streamed. Given
@@ -1016,6 +1034,8 @@ var catalogue = []Info{
 	{Code: EngineBadCommand, Name: "EngineBadCommand", Description: "The command template does not render or start.", GivenBy: []string{"runner"}},
 	{Code: EngineBadFlags, Name: "EngineBadFlags", Description: "The engine refused its command line in its own argument parser's words (an unrecognized flag, an invalid value): the campaign's engine template does not fit the engine installed on the runner.", GivenBy: []string{"runner"}},
 	{Code: EngineBadStream, Name: "EngineBadStream", Description: "The engine's streamed reply is not a valid server-sent event stream of JSON chunks.", GivenBy: []string{"runner"}},
+	{Code: EngineBuildFailed, Name: "EngineBuildFailed", Description: "The runner could not build the patched engine: the patch did not apply to the campaign's pinned source, or the campaign's build command failed inside the sandbox; the message holds the build log's tail.", GivenBy: []string{"runner"}},
+	{Code: EngineBuildTimeout, Name: "EngineBuildTimeout", Description: "The patched engine's build inside the sandbox ran past its time limit and was stopped; the message holds the build log's tail.", GivenBy: []string{"runner"}},
 	{Code: EngineContextTooLong, Name: "EngineContextTooLong", Description: "The context the job needs (the campaign's max_model_len, or a workload's longest prompt plus its max tokens) is longer than the model's own (max_position_embeddings in config.json): refused before the engine starts, or by the engine in its own words.", GivenBy: []string{"runner"}},
 	{Code: EngineCrashed, Name: "EngineCrashed", Description: "The engine exited for a reason of no other class.", GivenBy: []string{"runner"}},
 	{Code: EngineDisconnected, Name: "EngineDisconnected", Description: "The engine closed the connection, or its stream ended without [DONE].", GivenBy: []string{"runner"}},
@@ -1030,6 +1050,7 @@ var catalogue = []Info{
 	{Code: EngineOOM, Name: "EngineOOM", Description: "CUDA ran out of memory (loading weights, capturing CUDA graphs, allocating the KV cache or serving; Failure.Phase says which).", GivenBy: []string{"runner"}},
 	{Code: EngineOverMemoryCap, Name: "EngineOverMemoryCap", Description: "The runner stopped an engine above its hard cap.", GivenBy: []string{"runner"}},
 	{Code: EnginePortInUse, Name: "EnginePortInUse", Description: "A port the engine binds was taken (the runner starts it again on another port before giving up).", GivenBy: []string{"runner"}},
+	{Code: EngineSandboxUnavailable, Name: "EngineSandboxUnavailable", Description: "The runner could not sandbox an engine that must run sandboxed (a participant's patched engine, or every engine under --engine-sandbox on): bubblewrap is missing or cannot create its namespaces on this pod; an operator's fix, not the participant's.", GivenBy: []string{"runner"}},
 	{Code: EngineTokenCountMismatch, Name: "EngineTokenCountMismatch", Description: "The engine reported another number of completion tokens than it streamed.", GivenBy: []string{"runner"}},
 	{Code: EngineUnsupportedQuantization, Name: "EngineUnsupportedQuantization", Description: "The engine, or this GPU, does not support the checkpoint's quantization method or the KV cache dtype asked for.", GivenBy: []string{"runner"}},
 	{Code: EngineZeroTokens, Name: "EngineZeroTokens", Description: "The engine streamed no token for a request.", GivenBy: []string{"runner"}},

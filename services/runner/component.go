@@ -14,6 +14,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/adapters/hub"
 	"github.com/lowbarena/lowbarena/platform/app"
+	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"
 )
@@ -61,7 +62,7 @@ func Component() app.Component {
 		gpu                                        *int
 		ackWait, health, idle, interval, stopGrace *time.Duration
 		cacheBytes                                 *int64
-		engineEnv                                  *string
+		engineEnv, engineSandbox, sandboxBind      *string
 		hubOptions                                 func(*slog.Logger) (hub.Options, error)
 	)
 	return app.Component{
@@ -81,10 +82,21 @@ func Component() app.Component {
 				"size cap of the pod's cache of checkpoints by reference, WORK/cache (shared by every runner with the same --work; env "+EnvCacheBytes+")")
 			engineEnv = fs.String("engine-env", os.Getenv("LOWBARENA_ENGINE_ENV"), "comma-separated names (NAME) and prefixes (PREFIX_*) of the runner's environment its engines may inherit beyond the default list "+
 				"(PATH, HOME, CUDA_*, NVIDIA_*, NCCL_*, HF_HOME, VLLM_*, SGLANG_*, ...); names of secrets (tokens, passwords, keys, LOWBARENA_*, NATS_*) are never passed (env LOWBARENA_ENGINE_ENV)")
+			engineSandbox = fs.String("engine-sandbox", app.EnvOr("LOWBARENA_ENGINE_SANDBOX", job.SandboxAuto),
+				"which engines run as untrusted code under bubblewrap (no network but the runner's socket, only their own files and GPU): auto, a participant's patched engine; on, every engine; off, none (development only); "+
+					"a job whose engine must be sandboxed on a pod that cannot is refused with engine_sandbox_unavailable (env LOWBARENA_ENGINE_SANDBOX)")
+			sandboxBind = fs.String("engine-sandbox-bind", os.Getenv("LOWBARENA_ENGINE_SANDBOX_BIND"),
+				"comma-separated host paths a sandboxed engine and its build see read-only, beyond /usr, /lib and a few files of /etc (an image's /opt/venv); never the runner's --work (env LOWBARENA_ENGINE_SANDBOX_BIND)")
 			hubOptions = app.HubFlags(fs)
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
-			jr := job.Runner{SampleInterval: *interval, HealthTimeout: *health, IdleTimeout: *idle, StopGrace: *stopGrace, EnvAllow: splitList(*engineEnv)}
+			jr := job.Runner{SampleInterval: *interval, HealthTimeout: *health, IdleTimeout: *idle, StopGrace: *stopGrace, EnvAllow: splitList(*engineEnv),
+				Sandbox: *engineSandbox, Box: engine.Box{Extra: splitList(*sandboxBind)}, RunDir: filepath.Join(*work, "runs")}
+			switch jr.Sandbox {
+			case job.SandboxAuto, job.SandboxOn, job.SandboxOff:
+			default:
+				return nil, fmt.Errorf("runner: --engine-sandbox %q: want auto, on or off", jr.Sandbox)
+			}
 
 			src, err := telemetry.Open(*gpu)
 			switch {
@@ -100,6 +112,14 @@ func Component() app.Component {
 					jr.Env = []string{"CUDA_VISIBLE_DEVICES=" + uuid}
 				}
 				rt.Log.Info("GPU telemetry", "gpu", src.GPU(), "gpu_index", *gpu, "uuid", src.UUID())
+				// A sandboxed engine sees this GPU's node alone.
+				jr.Box.Devices = engine.GPUDevices(src.Minor())
+			}
+			if len(jr.Box.Devices) == 0 {
+				rt.Log.Info("engine sandbox: no GPU device nodes to bind (no GPU, or NVML gave no minor number)")
+			}
+			if err := jr.Box.Check(ctx); err != nil {
+				rt.Log.Warn("engine sandbox unavailable: jobs whose engine must run sandboxed are refused with engine_sandbox_unavailable", "mode", jr.Sandbox, "err", err)
 			}
 			ho, err := hubOptions(rt.Log)
 			if err != nil {

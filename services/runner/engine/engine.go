@@ -65,6 +65,12 @@ type Params struct {
 	// on the device before the engine loads (SGLang sizes its pool as
 	// free × fraction − weights); 0 outside the replay.
 	MemFractionStatic float64
+	// Engine is the participant's patched engine built for this run
+	// (enginebuild.Built.Engine): the program of a Go source, the
+	// Python overlay folder of a Python one; empty for the campaign's
+	// own engine. A campaign with an engine source writes its command
+	// with it: "{{.Engine}} --port {{.Port}} ...".
+	Engine string
 }
 
 // funcs are the template's functions: each engine's name for the arena's
@@ -99,7 +105,7 @@ var funcs = template.FuncMap{
 // Render fills a command template ({{.Checkpoint}} {{.Port}}
 // {{.KVCacheDType}} {{.MaxNumSeqs}} {{.GPUMemoryGiB}}
 // {{.GPUMemoryFraction}} {{.GPUMemoryBytes}} {{.MaxModelLen}}
-// {{.KVCacheBytes}} {{.MemFractionStatic}}, the functions vllmKV and
+// {{.KVCacheBytes}} {{.MemFractionStatic}} {{.Engine}}, the functions vllmKV and
 // sglangKV) and splits it into words. Words are split on spaces after
 // filling; values are the runner's, not the participant's, so they hold no
 // spaces.
@@ -178,6 +184,12 @@ type Options struct {
 	// The whole start-up log (every line until the engine is healthy) is
 	// kept besides, within MaxStartupLogBytes (StartupLog).
 	TailLines int
+	// Sandbox, when set, runs the engine as untrusted code inside it (see
+	// Box), served through its Socket; the health probe, and every client
+	// the runner builds for the engine (Box.Transport), dial that socket.
+	// A Box that cannot sandbox here fails Start with
+	// engine_sandbox_unavailable before anything runs.
+	Sandbox *Box
 }
 
 // Engine is a started engine process.
@@ -224,8 +236,16 @@ func Start(ctx context.Context, o Options) (*Engine, error) {
 		return nil, &Failure{Reason: reason.EngineBadCommand, Message: "no engine command"}
 	}
 	e := &Engine{opts: o, log: newEngineLog(o.TailLines), done: make(chan struct{}), reaped: make(chan struct{})}
-	e.cmd = exec.Command(o.Command[0], o.Command[1:]...)
-	e.cmd.Env = Environ(os.Environ(), o.EnvAllow, o.Env)
+	if o.Sandbox == nil {
+		e.cmd = exec.Command(o.Command[0], o.Command[1:]...)
+		e.cmd.Env = Environ(os.Environ(), o.EnvAllow, o.Env)
+	} else {
+		cmd, err := sandboxed(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		e.cmd = cmd
+	}
 	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
 	// Its own process group, so Stop reaches its children; and the
 	// kernel kills it if the runner dies (Pdeathsig), so no engine
@@ -256,7 +276,7 @@ func Start(ctx context.Context, o Options) (*Engine, error) {
 
 func (e *Engine) waitHealthy(ctx context.Context) error {
 	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(e.opts.Port)) + e.opts.HealthPath
-	client := &http.Client{Timeout: e.opts.ProbeTimeout}
+	client := &http.Client{Timeout: e.opts.ProbeTimeout, Transport: e.opts.Sandbox.Transport()}
 	deadline := time.NewTimer(e.opts.HealthTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -315,6 +335,25 @@ func probeError(err error) string {
 		return "timed out"
 	}
 	return err.Error()
+}
+
+// sandboxed is the command of an engine run inside o.Sandbox: checked
+// first, its environment the allow-listed one with HOME in its run folder
+// and TMPDIR its private /tmp (Box.TempDir).
+func sandboxed(ctx context.Context, o Options) (*exec.Cmd, error) {
+	b := o.Sandbox
+	if err := b.Check(ctx); err != nil {
+		return nil, &Failure{Reason: reason.EngineSandboxUnavailable, Message: fmt.Sprintf("the engine must run sandboxed and cannot: %v", err)}
+	}
+	if len(b.Writable) == 0 {
+		return nil, &Failure{Reason: reason.EngineSandboxUnavailable, Message: "the engine's sandbox has no run folder"}
+	}
+	cmd, err := b.Command(o.Command, "", &Forward{Socket: b.Socket(), Port: o.Port})
+	if err != nil {
+		return nil, &Failure{Reason: reason.EngineSandboxUnavailable, Message: fmt.Sprintf("the engine's sandbox: %v", err)}
+	}
+	cmd.Env = Environ(os.Environ(), o.EnvAllow, append(append([]string(nil), o.Env...), "HOME="+b.Writable[0], "TMPDIR="+b.TempDir()))
+	return cmd, nil
 }
 
 // Exited is closed when the engine process has exited.

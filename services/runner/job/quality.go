@@ -104,7 +104,7 @@ func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpo
 
 	served, err := r.session(ctx, Launch{Run: p.Role, Command: p.Engine.Command, Checkpoint: checkpoint, KVCacheDType: kv,
 		MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, len(tasks), func(ss *session, _ *Served) error {
-		hc := &http.Client{Timeout: 4 * max(r.IdleTimeout, 30*time.Second)}
+		hc := &http.Client{Timeout: 4 * max(r.IdleTimeout, 30*time.Second), Transport: ss.tr}
 		conc := max(p.Sampling.Concurrency, 1)
 		work := make(chan task)
 		var (

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,7 +62,27 @@ type Runner struct {
 	BaselineWait time.Duration
 	// Log is the runner's logger.
 	Log *slog.Logger
+	// Sandbox says which engines run as untrusted code inside Box:
+	// SandboxAuto (the default) the participants' patched engines,
+	// SandboxOn every engine, SandboxOff none (a patched engine then
+	// runs as a plain process, with a warning: for development only).
+	Sandbox string
+	// Box is the engine sandbox's template: bubblewrap, the extra
+	// read-only paths of the image, the GPU's device nodes
+	// (engine.GPUDevices); each run adds its checkpoint, its engine and
+	// its run folder.
+	Box engine.Box
+	// RunDir holds the sandboxed engines' run folders (WORK/runs);
+	// default the system's temporary folder.
+	RunDir string
 }
+
+// Sandbox modes (Runner.Sandbox, the runner's --engine-sandbox).
+const (
+	SandboxAuto = "auto"
+	SandboxOn   = "on"
+	SandboxOff  = "off"
+)
 
 // Launch is one engine start.
 type Launch struct {
@@ -86,6 +107,12 @@ type Launch struct {
 	MaxModelLen       int
 	KVCacheBytes      int64
 	MemFractionStatic float64
+	// Engine is the participant's patched engine (enginebuild.Built):
+	// EnginePath fills the template's {{.Engine}}, EngineDir is bound
+	// read-only into the sandbox, PythonPath goes first on the engine's
+	// PYTHONPATH (a Python overlay). A Launch with EngineDir set is
+	// untrusted and runs sandboxed unless the runner's mode is off.
+	EnginePath, EngineDir, PythonPath string
 	// Audit, when set, gathers the audits' evidence on this run: the
 	// probe set first, the items mixed into the workloads (see Mix), the
 	// tokens counted, and the cache-defeating run last.
@@ -121,7 +148,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 		if ss.family.MetricsPath != "" {
 			mp.url = base + ss.family.MetricsPath
 		}
-		client := &loadgen.Client{BaseURL: base, Model: ss.model, IdleTimeout: r.IdleTimeout}
+		client := &loadgen.Client{BaseURL: base, Model: ss.model, IdleTimeout: r.IdleTimeout, HTTP: &http.Client{Transport: ss.tr}}
 		out.Workloads = make(map[string]WorkloadResult, len(workloads))
 		var audit *auditRun
 		if l.Audit != nil && len(workloads) > 0 {
@@ -200,7 +227,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	r.progress("starting_engine "+l.Run, 0, steps)
 	params := engine.Params{Checkpoint: l.Checkpoint, KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs,
 		GPUMemoryGiB: l.GPUMemoryGiB, GPUTotalGiB: r.gpuTotalGiB(), MaxModelLen: l.MaxModelLen,
-		KVCacheBytes: l.KVCacheBytes, MemFractionStatic: l.MemFractionStatic}
+		KVCacheBytes: l.KVCacheBytes, MemFractionStatic: l.MemFractionStatic, Engine: l.EnginePath}
 	argv, err := engine.Render(l.Command, params)
 	if err != nil {
 		return out, err
@@ -248,6 +275,14 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 				float64(s.EngineMem)/formula.GiB, float64(baseline)/formula.GiB, l.CapGiB, flat(tailOf(), 600))})
 		}
 	}
+	box, env, err := r.box(l)
+	if err != nil {
+		return out, err
+	}
+	if box != nil {
+		defer os.RemoveAll(box.Writable[0])
+	}
+	tr := box.Transport()
 	var wg sync.WaitGroup
 	stopSampler := func() {}
 	defer func() {
@@ -269,7 +304,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 		if src == nil {
 			// No GPU: simengine's simulated device (preflight refused
 			// every real engine).
-			if src, err = telemetry.Simulated("http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
+			if src, err = telemetry.SimulatedVia("http://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tr); err != nil {
 				return out, fmt.Errorf("job: simulated telemetry: %w", err)
 			}
 		}
@@ -288,7 +323,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 			}
 		}
 		e, err = engine.Start(jctx, engine.Options{Command: argv, Port: port, HealthPath: family.HealthPath,
-			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200, Env: r.Env, EnvAllow: r.EnvAllow})
+			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200, Env: env, EnvAllow: r.EnvAllow, Sandbox: box})
 		if err == nil {
 			break
 		}
@@ -315,7 +350,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 		out.Samples = sampler.Count()
 	}()
 	base := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: tr}
 	out.StartupPeakGiB = formula.Round(float64(sampler.ResetPeak())/formula.GiB, 3)
 	out.BaselineGiB = formula.Round(float64(baseline)/formula.GiB, 3)
 	out.DeviceTotalGiB = formula.Round(float64(src.TotalBytes())/formula.GiB, 3)
@@ -335,13 +370,65 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 		case <-jctx.Done():
 		}
 	}()
-	ss := &session{ctx: ctx, jctx: jctx, e: e, base: base, hc: hc, sampler: sampler, family: family,
+	ss := &session{ctx: ctx, jctx: jctx, e: e, base: base, hc: hc, tr: tr, sampler: sampler, family: family,
 		model: servedModel(ctx, hc, base, l.Checkpoint)}
 	if err := body(ss, &out); err != nil {
 		return out, err
 	}
 	r.progress("done "+l.Run, steps, steps)
 	return out, nil
+}
+
+// box is the sandbox l's engine runs in (nil: none) and the runner's
+// additions to its environment. A patched engine runs sandboxed unless
+// the mode is off; every engine when it is on. The run folder, made
+// here, is the caller's to remove.
+func (r *Runner) box(l Launch) (*engine.Box, []string, error) {
+	env := append([]string(nil), r.Env...)
+	if l.PythonPath != "" {
+		pp := l.PythonPath
+		if old := os.Getenv("PYTHONPATH"); old != "" {
+			pp += ":" + old
+		}
+		env = append(env, "PYTHONPATH="+pp)
+	}
+	untrusted := l.EngineDir != ""
+	switch {
+	case r.Sandbox == SandboxOff && untrusted:
+		if r.Log != nil {
+			r.Log.Warn("a participant's patched engine runs unsandboxed (--engine-sandbox off): for development only", "run", l.Run)
+		}
+		return nil, env, nil
+	case r.Sandbox == SandboxOff, r.Sandbox != SandboxOn && !untrusted:
+		return nil, env, nil
+	}
+	box := r.Box
+	if err := box.Check(context.Background()); err != nil {
+		return nil, nil, &engine.Failure{Reason: reason.EngineSandboxUnavailable, Message: fmt.Sprintf(
+			"the %s engine must run sandboxed (--engine-sandbox %s) and this runner cannot sandbox it: %v", l.Run, r.sandboxMode(), err)}
+	}
+	if r.RunDir != "" {
+		if err := os.MkdirAll(r.RunDir, 0o755); err != nil {
+			return nil, nil, fmt.Errorf("job: run folder: %w", err)
+		}
+	}
+	run, err := os.MkdirTemp(r.RunDir, "run-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("job: run folder: %w", err)
+	}
+	box.ReadOnly = append(append([]string(nil), box.ReadOnly...), l.Checkpoint)
+	if l.EngineDir != "" {
+		box.ReadOnly = append(box.ReadOnly, l.EngineDir)
+	}
+	box.Writable = []string{run}
+	return &box, env, nil
+}
+
+func (r *Runner) sandboxMode() string {
+	if r.Sandbox == "" {
+		return SandboxAuto
+	}
+	return r.Sandbox
 }
 
 // baselineSlack is how far above its idle baseline a device still counts
@@ -364,7 +451,10 @@ type session struct {
 	e           *engine.Engine
 	base, model string
 	hc          *http.Client
-	sampler     *telemetry.Sampler
+	// tr reaches the engine (through its sandbox's socket when it runs
+	// in one): every client of the engine is built on it.
+	tr      *http.Transport
+	sampler *telemetry.Sampler
 	// family is the engine's (engine.Detect): its health and metrics
 	// endpoints.
 	family engine.Family

@@ -43,6 +43,8 @@ type Source struct {
 	index     int
 	gpu       string
 	uuid      string
+	// minor is the device node's number (Minor).
+	minor int
 
 	idleMu  sync.Mutex
 	idle    uint64
@@ -79,7 +81,7 @@ func open(lib nvml.Interface, simulated bool, index int) (*Source, error) {
 		_ = lib.Shutdown()
 		return nil, fmt.Errorf("%w: index %d, the machine has %d (0 to %d)", ErrNoDevice, index, n, n-1)
 	}
-	s := &Source{lib: lib, simulated: simulated, index: index}
+	s := &Source{lib: lib, simulated: simulated, index: index, minor: -1}
 	if d, ret := lib.DeviceGetHandleByIndex(index); ret == nvml.SUCCESS {
 		if name, ret := d.GetName(); ret == nvml.SUCCESS {
 			s.gpu = name
@@ -87,8 +89,33 @@ func open(lib nvml.Interface, simulated bool, index int) (*Source, error) {
 		if uuid, ret := d.GetUUID(); ret == nvml.SUCCESS {
 			s.uuid = uuid
 		}
+		s.minor = minorNumber(d)
 	}
 	return s, nil
+}
+
+// minorNumber is d's minor number (/dev/nvidiaN), or -1 when NVML does
+// not say (a mock without it panics: that is -1 too).
+func minorNumber(d nvml.Device) (minor int) {
+	defer func() {
+		if recover() != nil {
+			minor = -1
+		}
+	}()
+	if m, ret := d.GetMinorNumber(); ret == nvml.SUCCESS {
+		return m
+	}
+	return -1
+}
+
+// Minor is the device's minor number, N of its node /dev/nvidiaN (the
+// engine sandbox binds that node alone: engine.GPUDevices); -1 when
+// unknown or simulated.
+func (s *Source) Minor() int {
+	if s.simulated {
+		return -1
+	}
+	return s.minor
 }
 
 // Close shuts NVML down.
@@ -275,7 +302,13 @@ const SimDevicePath = "/simulated/device"
 // runner reads it through the same calls as a real GPU, and every sample
 // of it is marked simulated.
 func Simulated(baseURL string) (*Source, error) {
-	client := &http.Client{Timeout: 2 * time.Second}
+	return SimulatedVia(baseURL, nil)
+}
+
+// SimulatedVia is Simulated reaching the engine through rt (a sandboxed
+// engine's socket: engine.Box.Transport); nil is the default transport.
+func SimulatedVia(baseURL string, rt http.RoundTripper) (*Source, error) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: rt}
 	var mu sync.Mutex
 	last := SimDevice{GPU: "NVIDIA H200 (simulated)", TotalBytes: 141 << 30, ComputeCapability: "9.0"}
 	// read fetches the device; GetMemoryInfo_v2 calls it once per
