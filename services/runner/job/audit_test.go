@@ -2,6 +2,7 @@ package job_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -199,4 +200,69 @@ func TestMix(t *testing.T) {
 	require.Len(t, plan.Probes, job.AuditProbes)
 	require.Equal(t, plan.Probes, job.NewAuditPlan(st, events.AuditJobParams{}, 99).Probes, "the probe set is fixed")
 	_ = loadgen.Prompt{}
+}
+
+// TestLoadPromptKeepsTheItemsAnswer checks that every load request built
+// from an item has the workload's length in words, reads as a document
+// with a question, and still asks the item's own question (the suite's
+// solver finds the item's answer in it), for items shorter and longer
+// than the workload's prompts.
+func TestLoadPromptKeepsTheItemsAnswer(t *testing.T) {
+	st := auditSuite()
+	plan := job.NewAuditPlan(st, events.AuditJobParams{SuiteKey: st.Key()}, 1)
+	cases := []struct {
+		name  string
+		words int
+	}{
+		{"short workload", 64},
+		{"serve", 256},
+		{"long workload", 4096},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(5, 6))
+			built := 0
+			for _, it := range plan.Pool {
+				p, ok := job.LoadPrompt(r, it, c.words)
+				if !ok {
+					require.Greater(t, len(strings.Fields(it.Prompt)), c.words-8, "only an item too long for the workload is left out: %s", it.ID)
+					continue
+				}
+				built++
+				require.Len(t, strings.Fields(p), c.words, it.ID)
+				require.True(t, strings.HasPrefix(p, "Read the document and answer the question."), it.ID)
+				want, ok := suite.Solve(it.Prompt)
+				require.True(t, ok, it.ID)
+				got, ok := suite.Solve(p)
+				require.True(t, ok, "the item's question is still asked: %s", it.ID)
+				require.Equal(t, want.Right, got.Right, it.ID)
+			}
+			require.NotZero(t, built)
+		})
+	}
+}
+
+// TestMixDrawsTheLoadFromItems checks that every measured load request
+// of a mixed workload is built from a pool item (Source) at the
+// workload's length.
+func TestMixDrawsTheLoadFromItems(t *testing.T) {
+	st := auditSuite()
+	plan := job.NewAuditPlan(st, events.AuditJobParams{SuiteKey: st.Key()}, 1)
+	wls := job.Workloads(job.WorkloadSpec{RequestsPerSlot: 1, MaxTokens: 16, PromptWords: 64, LongPromptWords: 2048})
+	ids := map[string]bool{}
+	for _, it := range plan.Pool {
+		ids[it.ID] = true
+	}
+	for _, w := range job.Mix(wls, plan.Pool, 9, 0.02, 4) {
+		sources := map[string]bool{}
+		for _, p := range w.Prompts {
+			if p.Item != "" {
+				continue
+			}
+			require.True(t, ids[p.Source], "%s: a load request built from a pool item", w.Name)
+			require.Len(t, strings.Fields(p.Text), w.PromptWords, w.Name)
+			sources[p.Source] = true
+		}
+		require.Greater(t, len(sources), 1, "%s: the load is drawn from many items", w.Name)
+	}
 }

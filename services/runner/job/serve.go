@@ -123,6 +123,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 		}
 		client := &loadgen.Client{BaseURL: base, Model: ss.model, IdleTimeout: r.IdleTimeout}
 		out.Workloads = make(map[string]WorkloadResult, len(workloads))
+		results := make(map[string]loadgen.Result, len(workloads))
 		var audit *auditRun
 		if l.Audit != nil && len(workloads) > 0 {
 			audit = newAuditRun(l.Audit, l.Checkpoint, ss.model)
@@ -153,6 +154,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 			}
 			if audit != nil {
 				audit.workload(w, res)
+				results[w.Name] = res
 			}
 			wr := WorkloadResult{Rate: res.Rate, Running: res.Held, Full: w.Concurrency,
 				TTFTP50: res.TTFTP50, TTFTP99: res.TTFTP99, TPOTP50: res.TPOTP50, TPOTP99: res.TPOTP99,
@@ -186,6 +188,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 				return r.why(ctx, jctx, e, err)
 			}
 			out.Audit = audit.evidence()
+			out.Audit.Device = deviceRun(out, workloads, results)
 		}
 		out.Simulated = out.Simulated || pr.simulated
 		return nil
