@@ -266,3 +266,44 @@ func TestMixDrawsTheLoadFromItems(t *testing.T) {
 		require.Greater(t, len(sources), 1, "%s: the load is drawn from many items", w.Name)
 	}
 }
+
+// TestUnpatchedEngineAgreesWithHonest runs the honest engine as the
+// candidate and as the campaign's unpatched engine on the same
+// checkpoint (a patched submission's path): the unpatched engine answers
+// the probes and the sampled load, and the honest engine's answers are
+// its own on every one, so neither comparison fails.
+func TestUnpatchedEngineAgreesWithHonest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs simengine twice")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ckpt := writeCheckpoint(t, "U8", 1<<20)
+	r, _, _ := runner(t)
+	st := auditSuite()
+	engine := job.EngineSpec{Command: command(""), MaxNumSeqs: 256}
+	plan := job.NewAuditPlan(st, events.AuditJobParams{SuiteKey: st.Key(), MinItems: 8, Unpatched: &engine}, 7)
+	wls := job.Mix(job.Workloads(job.WorkloadSpec{RequestsPerSlot: 1, MaxTokens: 16, PromptWords: 64, LongPromptWords: 256}),
+		plan.Pool, plan.Seed, plan.Share, plan.MinItems)
+	served, err := r.Serve(ctx, job.Launch{Run: "candidate", Command: engine.Command, Checkpoint: ckpt, KVCacheDType: "auto",
+		MaxNumSeqs: 256, Audit: plan}, wls)
+	require.NoError(t, err)
+	ev := served.Audit
+	require.Len(t, ev.Load, job.LoadSample)
+	require.NotNil(t, ev.Device)
+	u, _, err := r.Unpatched(ctx, job.Launch{Run: "unpatched", Command: engine.Command, Checkpoint: ckpt, KVCacheDType: "auto",
+		MaxNumSeqs: 256}, plan, wls, ev)
+	require.NoError(t, err)
+	require.Len(t, u.Probes, len(plan.Probes))
+	require.Len(t, u.Load, len(ev.Load))
+	ev.Unpatched = u
+	a := audit.Judge(audit.Inputs{Evidence: ev})
+	require.Equal(t, len(plan.Probes), a.ServedModel.UnpatchedProbes)
+	require.Equal(t, a.ServedModel.UnpatchedProbes, a.ServedModel.UnpatchedAgreed)
+	require.Equal(t, job.LoadSample, a.AccuracyUnderLoad.LoadCompared)
+	require.Equal(t, 1.0, a.AccuracyUnderLoad.LoadAgreement)
+	require.Equal(t, record.VerdictPass, a.Device.Verdict, a.Device.Message)
+	for _, w := range a.Device.Workloads {
+		require.Less(t, w.SeqRate, w.SeqRateMax, "the honest engine decodes within the simulated device's bound: %s", w.Workload)
+	}
+}
