@@ -370,8 +370,12 @@ func (a *auditRun) probes(ctx context.Context, c *loadgen.Client, maxTokens int)
 	return nil
 }
 
-// workload keeps a measured workload's items and counts its tokens.
+// workload keeps a measured workload's items and counts its tokens. The
+// load's answers are kept in the order the requests were sent (the
+// samples come in the order they ended), so the sample evidence draws
+// from them is the seed's alone.
 func (a *auditRun) workload(w loadgen.Workload, res loadgen.Result) {
+	from := len(a.loadAnswers)
 	for _, s := range res.Samples {
 		if s.Item != "" {
 			a.ev.Items = append(a.ev.Items, answerOf(s, w.Name))
@@ -385,6 +389,7 @@ func (a *auditRun) workload(w loadgen.Workload, res loadgen.Result) {
 		}
 		a.count(w.Name, s, w.MaxTokens)
 	}
+	slices.SortFunc(a.loadAnswers[from:], func(x, y events.AuditAnswer) int { return x.Seq - y.Seq })
 }
 
 // count re-tokenises one request's text beside what the engine claimed.
