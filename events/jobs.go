@@ -60,17 +60,28 @@ type AuditJobParams struct {
 	// Probes is how many items of the fixed probe set the engine answers
 	// first, one at a time.
 	Probes int `json:"probes"`
+	// Unpatched is the campaign's engine without the participant's
+	// patch (the pinned engine's command), set only for a submission
+	// that patches the engine: the runner starts it on the candidate's
+	// checkpoint after the measured run, and the audits compare its
+	// answers to the probes and to a sample of the load with the patched
+	// engine's (served_model_mismatch, accuracy_differs_under_load). Nil
+	// costs no engine start.
+	Unpatched *EngineSpec `json:"unpatched,omitempty"`
 }
 
 // The audits' evidence: the domain core's types (domain/audit),
 // carried in an efficiency job's result.
 type (
-	AuditEvidence = audit.Evidence
-	AuditAnswer   = audit.Answer
-	TokenCount    = audit.TokenCount
-	TokenRequest  = record.TokenRequest
-	CacheRuns     = audit.CacheRuns
-	RunTimes      = audit.RunTimes
+	AuditEvidence       = audit.Evidence
+	AuditAnswer         = audit.Answer
+	TokenCount          = audit.TokenCount
+	TokenRequest        = record.TokenRequest
+	CacheRuns           = audit.CacheRuns
+	AuditUnpatched      = audit.UnpatchedRun
+	AuditDevice         = audit.DeviceRun
+	AuditDeviceWorkload = audit.DeviceWorkload
+	RunTimes            = audit.RunTimes
 )
 
 // WorkloadRun is one workload on one engine.

@@ -125,6 +125,11 @@ type ContractCompletedData struct {
 	BundleDigest string     `json:"bundle_digest,omitempty"`
 	Artifact     *BundleRef `json:"artifact,omitempty"`
 	KVCacheDType string     `json:"kv_cache_dtype,omitempty"`
+	// Patch is the engine patch the bundle names, carried forward from
+	// build.completed: the efficiency stage has a patched engine's
+	// answers compared with the campaign's unpatched engine's. Nil for a
+	// bundle without one.
+	Patch *FileDigest `json:"patch,omitempty"`
 }
 
 // QualityCompletedData is the payload of quality.completed.

@@ -1,6 +1,7 @@
 package schemas_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -168,5 +169,54 @@ func TestReferenceOnTheWire(t *testing.T) {
 			continue
 		}
 		require.ErrorIs(t, err, schemas.ErrInvalid, tc.name)
+	}
+}
+
+// TestPatchOnTheWire: an engine patch travels in build.completed and is
+// carried forward in contract.completed as its file in the bundle (path,
+// size and sha256); a patch without its digest, or with another field,
+// is refused.
+func TestPatchOnTheWire(t *testing.T) {
+	v, err := schemas.Default()
+	require.NoError(t, err)
+	artifact := `"artifact":{"store":"jetstream","bucket":"artifacts","object":"o","size":9,"sha256":"` + strings.Repeat("b", 64) + `","files":0}`
+	built := func(patch string) string {
+		return `{"submission_id":"b0c4e95f426f48e2","bundle_digest":"` + strings.Repeat("b", 64) + `","files":[],"bytes":9,` + artifact +
+			`,"patch":` + patch + `}`
+	}
+	// A kept contract: a fixture record's contract block.
+	raw, err := os.ReadFile("testdata/lowbarena/submission_qwen3-8b_b0c4e95f426f48e2.json")
+	require.NoError(t, err)
+	var rec struct {
+		Result struct {
+			Contract json.RawMessage `json:"contract"`
+		} `json:"result"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &rec))
+	kept := func(patch string) string {
+		return `{"submission_id":"b0c4e95f426f48e2","contract":` + string(rec.Result.Contract) + `,"detected_precision":"W4A16KV8",` + artifact +
+			`,"patch":` + patch + `}`
+	}
+	good := `{"path":"engine.patch","size":42,"sha256":"` + strings.Repeat("c", 64) + `"}`
+	noDigest := `{"path":"engine.patch","size":42}`
+	extra := `{"path":"engine.patch","size":42,"sha256":"` + strings.Repeat("c", 64) + `","text":"--- a"}`
+	cases := []struct {
+		name, typ, data string
+		ok              bool
+	}{
+		{"built with a patch", "dev.lowbarena.build.completed.v1", built(good), true},
+		{"kept with a patch", "dev.lowbarena.contract.completed.v1", kept(good), true},
+		{"kept with a patch without its digest", "dev.lowbarena.contract.completed.v1", kept(noDigest), false},
+		{"kept with a patch and its text", "dev.lowbarena.contract.completed.v1", kept(extra), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := v.Validate(tc.typ, []byte(tc.data))
+			if tc.ok {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, schemas.ErrInvalid)
+		})
 	}
 }

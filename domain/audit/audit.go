@@ -61,6 +61,11 @@ const (
 	// quality job (greedy decoding of one model at batch 1 and batch 32
 	// differs on a few tokens at most).
 	MinProbeAgreement = 0.75
+	// MinLoadAgreement: at least 3 of 4 of the load's sampled requests
+	// answered as the campaign's unpatched engine answers the same
+	// prompts on the same checkpoint (greedy decoding of one model
+	// under load and at a small batch differs on a few tokens at most).
+	MinLoadAgreement = 0.75
 )
 
 // How much evidence an efficiency job gathers by default.
@@ -112,7 +117,7 @@ type Inputs struct {
 // Judge turns the evidence into the audit block: each audit's verdict,
 // figures and requests, and the verdict of all of them (the first failed
 // audit's, in the order served_model, token_honesty, answer_cache,
-// accuracy_under_load).
+// accuracy_under_load, device).
 func Judge(in Inputs) record.Audit {
 	a := record.Audit{KVCacheDTypeDeclared: in.KVDeclared, KVCacheDTypeEngine: in.KVEngine,
 		ReferenceCached: in.ReferenceCached, Pod: in.Pod}
@@ -126,8 +131,9 @@ func Judge(in Inputs) record.Audit {
 	a.TokenHonesty = tokens(ev.Tokens)
 	a.AnswerCache = cache(ev.Cache)
 	a.AccuracyUnderLoad = accuracy(ev, in)
+	a.Device = device(ev.Device)
 	a.Verdict = record.VerdictSkipped
-	for _, c := range []record.Check{a.ServedModel.Check, a.TokenHonesty.Check, a.AnswerCache.Check, a.AccuracyUnderLoad.Check} {
+	for _, c := range []record.Check{a.ServedModel.Check, a.TokenHonesty.Check, a.AnswerCache.Check, a.AccuracyUnderLoad.Check, a.Device.Check} {
 		switch c.Verdict {
 		case record.VerdictFail:
 			if a.Verdict != record.VerdictFail {
@@ -214,6 +220,22 @@ func served(ev *Evidence, in Inputs) *record.ServedModelAudit {
 			s.Agreed++
 		}
 		s.Requests = append(s.Requests, record.AuditRequest{Item: p.Item, Seq: p.Seq, Agree: agree, Quality: ref.Score})
+	}
+	if ev.Unpatched != nil && failed == 0 {
+		refs := byItem(ev.Unpatched.Probes)
+		for _, p := range ev.Probes {
+			if ref, ok := refs[p.Item]; ok {
+				s.UnpatchedProbes++
+				if same(p, ref) {
+					s.UnpatchedAgreed++
+				}
+			}
+		}
+		if s.UnpatchedProbes > 0 && float64(s.UnpatchedAgreed) < MinProbeAgreement*float64(s.UnpatchedProbes) {
+			s.Check = fail("", reason.ServedModelMismatch, "the patched engine's first answers, one at a time at temperature 0, are those of the campaign's unpatched engine on the same checkpoint on %d of %d probes (at least %.0f%% must be): it serves another model",
+				s.UnpatchedAgreed, s.UnpatchedProbes, 100*MinProbeAgreement)
+			return s
+		}
 	}
 	switch {
 	case in.Quality == nil:
@@ -340,6 +362,7 @@ func accuracy(ev *Evidence, in Inputs) *record.AccuracyAudit {
 		a.Drop, a.SE = meanSE(diffs)
 		a.Lower = a.Drop - Z*a.SE
 	}
+	loadFailed := load(ev, in, a)
 	switch {
 	case a.Errors > 0:
 		a.Check = fail(mlperfAccuracy, reason.AuditItemErrors, "the engine failed %d of the eval items mixed into the load (and the audit's probes) while it served the load's own requests: it refuses the audit", a.Errors)
@@ -347,6 +370,9 @@ func accuracy(ev *Evidence, in Inputs) *record.AccuracyAudit {
 		a.Check = fail(mlperfAccuracy, reason.AuditItemIncomplete, "the engine stopped streaming %d of the eval items mixed into the load (and the audit's probes) mid-answer while it finished the load's own requests", a.Incomplete)
 	case a.SlowRatio > SlowLimit:
 		a.Check = fail(mlperfAccuracy, reason.AuditItemsSlower, "the engine decoded the eval items mixed into the load at %.2f times the load's time per token in the same workloads (above %.1f): it tells them apart", a.SlowRatio, SlowLimit)
+	case loadFailed:
+		a.Check = fail(mlperfAccuracy, reason.AccuracyDiffersUnderLoad, "the patched engine answered %d of the load's own requests (each a suite item at the workload's length) as the campaign's unpatched engine answers them on the same checkpoint on %.0f%% (at least %.0f%% must be; graded accuracy %.3f lower): it serves the load another way than the items",
+			a.LoadCompared, 100*a.LoadAgreement, 100*MinLoadAgreement, a.LoadDrop)
 	case in.Quality == nil:
 		a.Check = skip(mlperfAccuracy, "nothing to compare with: %s", in.QualityWhy)
 	case a.Compared < 2:
@@ -358,6 +384,68 @@ func accuracy(ev *Evidence, in Inputs) *record.AccuracyAudit {
 		a.Check = pass(mlperfAccuracy)
 	}
 	return a
+}
+
+// byItem indexes answers by their item, as references to compare with.
+func byItem(as []Answer) map[string]Reference {
+	out := make(map[string]Reference, len(as))
+	for _, a := range as {
+		if a.Err == "" {
+			out[a.Item] = Reference{Text: strings.Join(a.Chunks, ""), Tokens: len(a.Chunks)}
+		}
+	}
+	return out
+}
+
+// loadKey names one of the load's requests: its workload and place.
+func loadKey(a Answer) string { return fmt.Sprintf("%s#%d", a.Workload, a.Seq) }
+
+// load compares the load's sampled requests with the unpatched engine's
+// answers to the same prompts (the submission patches the engine): each
+// agrees when its text begins with the unpatched engine's whole answer;
+// one that does not is graded, cut where the unpatched answer ended,
+// beside the unpatched answer's grade. It reports whether the agreement
+// is below MinLoadAgreement.
+func load(ev *Evidence, in Inputs, a *record.AccuracyAudit) bool {
+	if ev.Unpatched == nil {
+		return false
+	}
+	a.MinLoadAgreement = MinLoadAgreement
+	refs := map[string]Reference{}
+	for _, u := range ev.Unpatched.Load {
+		if u.Err == "" {
+			refs[loadKey(u)] = Reference{Text: strings.Join(u.Chunks, ""), Tokens: len(u.Chunks), Score: -1}
+		}
+	}
+	agreed := 0
+	var drop float64
+	for _, l := range ev.Load {
+		ref, ok := refs[loadKey(l)]
+		if !ok || l.Err != "" {
+			continue
+		}
+		req := record.AuditRequest{Item: l.Item, Workload: l.Workload, Seq: l.Seq, Agree: same(l, ref), TPOTMs: l.TPOTMs}
+		a.LoadCompared++
+		if req.Agree {
+			agreed++
+		} else if in.Grade != nil {
+			q, qerr := in.Grade(l.Item, ref.Text)
+			g, gerr := in.Grade(l.Item, cut(l, ref))
+			if qerr == nil && gerr == nil {
+				req.Quality, req.Load = q, g
+				drop += q - g
+			} else {
+				req.Error = "not_graded"
+			}
+		}
+		a.LoadRequests = append(a.LoadRequests, req)
+	}
+	if a.LoadCompared == 0 {
+		return false
+	}
+	a.LoadAgreement = float64(agreed) / float64(a.LoadCompared)
+	a.LoadDrop = drop / float64(a.LoadCompared)
+	return a.LoadAgreement < MinLoadAgreement
 }
 
 func median(xs []float64) float64 {

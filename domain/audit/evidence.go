@@ -22,6 +22,45 @@ type Evidence struct {
 	LoadTPOTMs map[string]float64 `json:"load_tpot_ms"`
 	Tokens     TokenCount         `json:"tokens"`
 	Cache      *CacheRuns         `json:"cache,omitempty"`
+	// Load is a random subset of the load's own requests (each built from
+	// a suite item, Item naming it), their answers under load.
+	Load []Answer `json:"load,omitempty"`
+	// Unpatched is the campaign's unpatched engine's answers on the same
+	// checkpoint to the probes and to Load's prompts; nil when the
+	// submission does not patch the engine.
+	Unpatched *UnpatchedRun `json:"unpatched,omitempty"`
+	// Device is the run's figures the device audit reads; nil from a
+	// runner that gathered none.
+	Device *DeviceRun `json:"device,omitempty"`
+}
+
+// UnpatchedRun is the campaign's own engine (without the participant's
+// patch) answering the probes and the load's sampled prompts on the same
+// checkpoint, greedy, each to its end of sequence.
+type UnpatchedRun struct {
+	Probes []Answer `json:"probes"`
+	Load   []Answer `json:"load"`
+}
+
+// DeviceRun is what the device audit reads of a measured run: the GPU,
+// the bytes a decode step reads, and each workload's rates.
+type DeviceRun struct {
+	GPU             string           `json:"gpu"`
+	WeightBytes     float64          `json:"weight_bytes"`
+	KVBytesPerToken float64          `json:"kv_bytes_per_token"`
+	Workloads       []DeviceWorkload `json:"workloads"`
+}
+
+// DeviceWorkload is one workload's measured rates: the most sequences
+// running at once, the shortest prompt (tokens, as the engine counted
+// them), the median time per output token and the aggregate rate.
+type DeviceWorkload struct {
+	Name         string  `json:"name"`
+	Running      int     `json:"running"`
+	MinPrompt    int     `json:"min_prompt_tokens"`
+	TPOTMs       float64 `json:"tpot_ms"`
+	Rate         float64 `json:"rate"`
+	OutputTokens int     `json:"output_tokens"`
 }
 
 // Answer is one eval item's streamed answer.

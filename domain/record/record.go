@@ -533,6 +533,46 @@ type Audit struct {
 	TokenHonesty      *TokenAudit       `json:"token_honesty,omitempty"`
 	AnswerCache       *CacheAudit       `json:"answer_cache,omitempty"`
 	AccuracyUnderLoad *AccuracyAudit    `json:"accuracy_under_load,omitempty"`
+	Device            *DeviceAudit      `json:"device,omitempty"`
+}
+
+// DeviceAudit checks the measured decode rates against what the GPU's
+// memory bandwidth allows: every decode step reads the weights once and
+// each running sequence's KV cache, so a step takes at least
+// (weights + running × kv_bytes_per_token × context) / bandwidth.
+type DeviceAudit struct {
+	Check
+	// GPU is the device's name as the engine run reported it; Bandwidth
+	// its memory bandwidth in bytes per second from the arena's table (0
+	// when the GPU is not in it: the audit is then skipped).
+	GPU       string  `json:"gpu"`
+	Bandwidth float64 `json:"bandwidth_bytes_per_s,omitempty"`
+	// WeightBytes are the weights a step reads (the engine's own count),
+	// KVBytesPerToken the KV cache of one token.
+	WeightBytes     float64 `json:"weight_bytes"`
+	KVBytesPerToken float64 `json:"kv_bytes_per_token"`
+	// Margin is how far above the bound a rate may be (caches, the
+	// table's rounding) before the audit fails.
+	Margin    float64          `json:"margin"`
+	Workloads []DeviceWorkload `json:"workloads"`
+}
+
+// DeviceWorkload is one workload's measured decode rates beside the
+// device's bounds.
+type DeviceWorkload struct {
+	Workload string `json:"workload"`
+	// Running is the most sequences the engine ran at once;
+	// ContextTokens the fewest context tokens a running sequence held (its
+	// shortest prompt), the bound's KV term.
+	Running       int `json:"running"`
+	ContextTokens int `json:"context_tokens"`
+	// SeqRate is one sequence's decode rate (1000 / median TPOT),
+	// SeqRateMax the bound with one sequence running; Rate the
+	// workload's aggregate output rate, RateMax the bound at Running.
+	SeqRate    float64 `json:"seq_rate"`
+	SeqRateMax float64 `json:"seq_rate_max"`
+	Rate       float64 `json:"rate"`
+	RateMax    float64 `json:"rate_max"`
 }
 
 // Check is what every audit says: its verdict, the failure's code and a
@@ -574,6 +614,18 @@ type AccuracyAudit struct {
 	SlowRatio float64        `json:"slow_ratio"`
 	SlowLimit float64        `json:"slow_limit"`
 	Requests  []AuditRequest `json:"requests"`
+	// LoadCompared is how many of the load's own requests (each built
+	// from a suite item, drawn at random) were compared with the
+	// campaign's unpatched engine's answers to the same prompts (only
+	// for a submission that patches the engine); LoadAgreement the share
+	// whose text was the unpatched engine's, LoadDrop the graded
+	// accuracy the load lost against it. The audit fails when
+	// LoadAgreement is below MinLoadAgreement.
+	LoadCompared     int            `json:"load_compared,omitempty"`
+	LoadAgreement    float64        `json:"load_agreement,omitempty"`
+	MinLoadAgreement float64        `json:"min_load_agreement,omitempty"`
+	LoadDrop         float64        `json:"load_drop,omitempty"`
+	LoadRequests     []AuditRequest `json:"load_requests,omitempty"`
 }
 
 // AuditRequest is one eval item answered within the load.
@@ -646,4 +698,10 @@ type ServedModelAudit struct {
 	Agreed       int            `json:"agreed"`
 	MinAgreement float64        `json:"min_agreement"`
 	Requests     []AuditRequest `json:"requests"`
+	// UnpatchedProbes and UnpatchedAgreed compare the probes' answers
+	// with the campaign's unpatched engine's on the same checkpoint (only
+	// for a submission that patches the engine; 0 otherwise): the audit
+	// fails when fewer than MinAgreement of them agree.
+	UnpatchedProbes int `json:"unpatched_probes,omitempty"`
+	UnpatchedAgreed int `json:"unpatched_agreed,omitempty"`
 }

@@ -358,6 +358,13 @@ const (
 	// for a request. Given by runner.
 	EngineZeroTokens Code = "engine_zero_tokens"
 
+	// FasterThanDevice is faster_than_device. The device audit found the
+	// engine decoding faster than the GPU's memory bandwidth allows for the
+	// checkpoint's weights and the running sequences' KV cache: the
+	// measurement was gamed (the engine's timing rewritten, or answers
+	// replayed). Given by efficiency.
+	FasterThanDevice Code = "faster_than_device"
+
 	// FileTruncated is file_truncated. The safetensors file ends before its
 	// last tensor does; upload the complete file. Given by contract.
 	FileTruncated Code = "file_truncated"
@@ -1054,6 +1061,7 @@ var catalogue = []Info{
 	{Code: EngineTokenCountMismatch, Name: "EngineTokenCountMismatch", Description: "The engine reported another number of completion tokens than it streamed.", GivenBy: []string{"runner"}},
 	{Code: EngineUnsupportedQuantization, Name: "EngineUnsupportedQuantization", Description: "The engine, or this GPU, does not support the checkpoint's quantization method or the KV cache dtype asked for.", GivenBy: []string{"runner"}},
 	{Code: EngineZeroTokens, Name: "EngineZeroTokens", Description: "The engine streamed no token for a request.", GivenBy: []string{"runner"}},
+	{Code: FasterThanDevice, Name: "FasterThanDevice", Description: "The device audit found the engine decoding faster than the GPU's memory bandwidth allows for the checkpoint's weights and the running sequences' KV cache: the measurement was gamed (the engine's timing rewritten, or answers replayed).", GivenBy: []string{"efficiency"}},
 	{Code: FileTruncated, Name: "FileTruncated", Description: "The safetensors file ends before its last tensor does; upload the complete file.", GivenBy: []string{"contract"}},
 	{Code: FoldFailed, Name: "FoldFailed", Description: "The gateway could not fold an event into a stored record or round view; the event is dead-lettered.", GivenBy: []string{"gateway"}},
 	{Code: ForeignTensors, Name: "ForeignTensors", Description: "Tensors that are neither in the source model nor allowed quantization companions hold more than the campaign policy's share of the tensor bytes.", GivenBy: []string{"contract"}},

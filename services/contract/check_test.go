@@ -105,6 +105,10 @@ func TestContractDecides(t *testing.T) {
 		{name: "kept: fp8 in two shards", from: "fp8-w8a8"},
 		{name: "kept: nvfp4", from: "nvfp4-w4a4"},
 		{name: "kept: the bf16 reference", from: "bf16-reference"},
+		{name: "kept: a patched engine, its patch carried forward", from: "int4-w4a16-g32",
+			stored: func(_ *artifacttest.Memory, in *events.BuildCompletedData) {
+				in.Patch = &events.FileDigest{Path: examples.PatchFile, Size: 42, SHA256: strings.Repeat("ab", 32)}
+			}},
 		{name: "kept: ModelOpt NVFP4, its scheme in hf_quant_config.json", from: "nvfp4-w4a4", change: modelOpt(true)},
 		{name: "ModelOpt NVFP4 without hf_quant_config.json reads A16", from: "nvfp4-w4a4", change: modelOpt(false),
 			code: reason.PrecisionWiderThanDeclared},
@@ -180,6 +184,7 @@ func TestContractDecides(t *testing.T) {
 				require.Equal(t, in.BundleDigest, out.BundleDigest)
 				require.Equal(t, &in.Artifact, out.Artifact)
 				require.NotEmpty(t, out.KVCacheDType)
+				require.Equal(t, in.Patch, out.Patch, "the patch build.completed named, or none")
 				return
 			}
 			r := stage.AsRefusal(err)

@@ -112,7 +112,7 @@ func (s *Service) result(ctx context.Context, c events.RunnerJobCompletedData) (
 // block's verdict is then the first failed audit's in audit.Judge's
 // order.
 func unjudged(a *record.Audit, why string) {
-	var served, tokens, cache, accuracy *record.Check
+	var served, tokens, cache, accuracy, dev *record.Check
 	if a.ServedModel != nil {
 		served = &a.ServedModel.Check
 	}
@@ -124,6 +124,9 @@ func unjudged(a *record.Audit, why string) {
 	}
 	if a.AccuracyUnderLoad != nil {
 		accuracy = &a.AccuracyUnderLoad.Check
+	}
+	if a.Device != nil {
+		dev = &a.Device.Check
 	}
 	fail := func(c *record.Check) {
 		if c == nil || c.Verdict != record.VerdictSkipped {
@@ -141,7 +144,7 @@ func unjudged(a *record.Audit, why string) {
 	}
 	fail(accuracy)
 	a.Verdict, a.Reason, a.Message = record.VerdictSkipped, "", ""
-	for _, c := range []*record.Check{served, tokens, cache, accuracy} {
+	for _, c := range []*record.Check{served, tokens, cache, accuracy, dev} {
 		switch {
 		case c == nil:
 		case c.Verdict == record.VerdictFail && a.Verdict != record.VerdictFail:

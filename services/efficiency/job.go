@@ -32,7 +32,10 @@ func JobID(submission string) string { return "eff-" + events.DeriveID(submissio
 // audit, when set, gives the audits' params of the campaign's suite of
 // the submission's split; a campaign without a quality suite is measured
 // without gathering the audits' evidence. Its error is a retry unless it
-// is a refusal.
+// is a refusal. A submission that patches the engine (in.Patch) has its
+// answers compared with the campaign's unpatched engine's on the same
+// checkpoint: the audits' params name that engine (Unpatched); an
+// unpatched submission's do not, and it pays no second engine start.
 func Job(in events.ContractCompletedData, set campaign.Source, store func(*campaign.Campaign) (events.BundleRef, error), audit AuditSuite) (stage.Job, error) {
 	if in.Artifact == nil {
 		return stage.Job{}, stage.Refuse(reason.ArtifactMissing, "the contract stage passed on no artifact to serve; submit again")
@@ -56,6 +59,13 @@ func Job(in events.ContractCompletedData, set campaign.Source, store func(*campa
 	if audit != nil && camp.Quality != nil {
 		if p.Audit, err = audit(camp, in.Split); err != nil {
 			return stage.Job{}, err
+		}
+		if in.Patch != nil && p.Audit != nil {
+			// The campaign's own engine, without the patch (its pinned
+			// source is the build's business, not the run's).
+			unpatched := *camp.Engine
+			unpatched.Source = nil
+			p.Audit.Unpatched = &unpatched
 		}
 	}
 	id := in.SubmissionID

@@ -121,3 +121,56 @@ func TestJob(t *testing.T) {
 		})
 	}
 }
+
+// TestJobComparesAPatchedEngine checks the audits' params of a kept
+// contract: a submission that patches the engine names the campaign's
+// engine without its pinned source as the unpatched engine to compare
+// with; one without a patch names none; a campaign without a quality
+// suite gathers no audits' evidence, patch or not.
+func TestJobComparesAPatchedEngine(t *testing.T) {
+	set := exampleCampaigns(t)
+	camp := *set[examples.TaskID]
+	engine := *camp.Engine
+	engine.Source = &campaign.EngineSource{Dir: "engine-src", Revision: "simengine 1", Kind: campaign.SourceGo,
+		Build: "go build -o {{.Out}} .", Allow: []string{"*.go"}, MaxPatchBytes: 1 << 16}
+	camp.Engine = &engine
+	noQuality := camp
+	noQuality.Quality = nil
+	patched := kept("sub1")
+	patched.Patch = &events.FileDigest{Path: examples.PatchFile, Size: 42, SHA256: strings.Repeat("ef", 32)}
+	unpatched := engine
+	unpatched.Source = nil
+	store := func(*campaign.Campaign) (events.BundleRef, error) { return events.BundleRef{}, nil }
+	audit := func(*campaign.Campaign, string) (*events.AuditJobParams, error) {
+		return &events.AuditJobParams{SuiteKey: "lowb-gen@1/dev", Probes: 8}, nil
+	}
+	for _, tc := range []struct {
+		name      string
+		in        events.ContractCompletedData
+		camp      *campaign.Campaign
+		audit     bool
+		unpatched *events.EngineSpec
+	}{
+		{name: "a patched engine", in: patched, camp: &camp, audit: true, unpatched: &unpatched},
+		{name: "the campaign's engine", in: kept("sub1"), camp: &camp, audit: true},
+		{name: "a patched engine, a campaign without a quality suite", in: patched, camp: &noQuality},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j, err := efficiency.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store, audit)
+			require.NoError(t, err)
+			var p events.EfficiencyJobParams
+			require.NoError(t, json.Unmarshal(j.Request.Params, &p))
+			require.Equal(t, engine, p.Engine, "the measured engine is the campaign's, source and all")
+			if !tc.audit {
+				require.Nil(t, p.Audit)
+				return
+			}
+			require.NotNil(t, p.Audit)
+			require.Equal(t, tc.unpatched, p.Audit.Unpatched)
+			if tc.unpatched != nil {
+				require.Equal(t, engine.Command, p.Audit.Unpatched.Command, "the same command, without the patch")
+				require.Nil(t, p.Audit.Unpatched.Source)
+			}
+		})
+	}
+}

@@ -6,11 +6,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/lowbarena/lowbarena/domain/audit"
+	"github.com/lowbarena/lowbarena/domain/formula"
 	"github.com/lowbarena/lowbarena/domain/stats"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/domain/tokenizer"
@@ -36,6 +38,11 @@ const (
 	// worstTokens is how many requests the token count keeps as
 	// evidence, the largest excess of claimed over re-tokenised first.
 	worstTokens = 5
+	// LoadSample is how many of the load's own requests the evidence
+	// keeps, drawn at random, for the unpatched engine to answer again;
+	// unpatchedConcurrency how many it answers at once.
+	LoadSample           = 32
+	unpatchedConcurrency = 8
 )
 
 // AuditPlan is how an efficiency job gathers the audits' evidence on the
@@ -56,13 +63,18 @@ type AuditPlan struct {
 	MinItems int
 	// SuiteKey names the suite (name@version/split).
 	SuiteKey string
+	// Unpatched is the campaign's engine without the participant's
+	// patch, set only when the submission patches the engine: after the
+	// measured run it answers the probes and a sample of the load on the
+	// same checkpoint, and the audits compare (events.AuditJobParams).
+	Unpatched *events.EngineSpec
 }
 
 // NewAuditPlan builds the plan of a job from the campaign's suite and the
 // tokenizer found in dirs (the first tokenizer.json there: the
 // campaign's reference before the candidate's own).
 func NewAuditPlan(s *suite.Suite, p events.AuditJobParams, seed uint64, dirs ...string) *AuditPlan {
-	a := &AuditPlan{Seed: seed, Share: p.Share, MinItems: p.MinItems, SuiteKey: p.SuiteKey}
+	a := &AuditPlan{Seed: seed, Share: p.Share, MinItems: p.MinItems, SuiteKey: p.SuiteKey, Unpatched: p.Unpatched}
 	if a.Share <= 0 {
 		a.Share = AuditShare
 	}
@@ -113,7 +125,9 @@ func NewAuditPlan(s *suite.Suite, p events.AuditJobParams, seed uint64, dirs ...
 }
 
 // Mix returns the workloads with their prompts: each workload's load
-// drawn from seed (so no two runs share a prompt), and the eval items of
+// built from the pool's items at the workload's length (LoadPrompt;
+// drawn from seed, so no two runs share a prompt: the load is the items,
+// and any of its requests may be graded), and the eval items of
 // the audit placed among them at random, n in all (at least share of the
 // measured requests and at least minItems, at most the pool), shared
 // between the workloads in proportion to their requests. A nil pool mixes
@@ -160,7 +174,7 @@ func Mix(wls []loadgen.Workload, pool []suite.Item, seed uint64, share float64, 
 	}
 	for i := range out {
 		out[i].Seed = seed
-		prompts := out[i].LoadPrompts(out[i].Warmup, out[i].Requests)
+		prompts := itemLoad(out[i], pool, seed)
 		for _, it := range placed[i] {
 			at := r.IntN(len(prompts) + 1)
 			prompts = slices.Insert(prompts, at, loadgen.Prompt{Text: it.Prompt, Item: it.ID})
@@ -168,6 +182,96 @@ func Mix(wls []loadgen.Workload, pool []suite.Item, seed uint64, share float64, 
 		out[i].Prompts = prompts
 	}
 	return out
+}
+
+// docHeader opens the long-context items' prompts, and every load
+// request built from an item.
+const docHeader = "Read the document and answer the question.\n\n"
+
+// vaultFact is a fact of the long-context filler.
+var vaultFact = regexp.MustCompile(`The access code for the vault of \w+ is \d+\. `)
+
+// itemLoad is a workload's measured load: Requests prompts, each built
+// from an item of the pool drawn at random (LoadPrompt), the item named
+// as the request's Source. Without a pool, or with no item that fits,
+// the load is the workload's generated documents (Workload.LoadPrompts).
+func itemLoad(w loadgen.Workload, pool []suite.Item, seed uint64) []loadgen.Prompt {
+	if len(pool) == 0 {
+		return w.LoadPrompts(w.Warmup, w.Requests)
+	}
+	r := rand.New(rand.NewPCG(seed, 0x6c6f6164^uint64(len(w.Name))<<32^uint64(w.PromptWords)))
+	out := make([]loadgen.Prompt, 0, w.Requests)
+	misses := 0
+	for len(out) < w.Requests {
+		it := pool[r.IntN(len(pool))]
+		p, ok := LoadPrompt(r, it, w.PromptWords)
+		if !ok {
+			if misses++; misses > 8*len(pool) {
+				return w.LoadPrompts(w.Warmup, w.Requests)
+			}
+			continue
+		}
+		out = append(out, loadgen.Prompt{Text: p, Source: it.ID})
+	}
+	return out
+}
+
+// LoadPrompt builds one request of the load from an item, at the
+// workload's length in words (words; 0 keeps the item's): a document of
+// the long-context domain's filler with the item's prompt after it, so
+// every load request reads alike whatever the item, and its length is
+// the workload's, not the item's. A long-context item (a document and
+// its question) has its own document cut around its fact, or lengthened
+// with filler, instead. The question is the item's, asked last, so the
+// answer is graded as the item's. ok is false for an item that does not
+// fit (its own text longer than the workload's prompts).
+func LoadPrompt(r *rand.Rand, it suite.Item, words int) (string, bool) {
+	p := it.Prompt
+	if words <= 0 {
+		return p, true
+	}
+	n := len(strings.Fields(p))
+	if body, ok := strings.CutPrefix(p, docHeader); ok {
+		if q := strings.LastIndex(body, "\n\nQuestion:"); q >= 0 {
+			doc, tail := strings.Fields(body[:q]), body[q:]
+			target := words - (n - len(doc))
+			fact := slices.Index(doc, "access") - 1
+			if target < 12 || fact < 0 || fact+9 > len(doc) {
+				return "", false
+			}
+			switch {
+			case target < len(doc):
+				from := min(max(fact-r.IntN(target-9+1), 0), len(doc)-target)
+				doc = doc[from : from+target]
+			case target > len(doc):
+				doc = append(doc, filler(r, target-len(doc))...)
+			}
+			return docHeader + strings.Join(doc, " ") + tail, true
+		}
+	}
+	pad := words - n - len(strings.Fields(docHeader))
+	if pad < 0 {
+		return "", false
+	}
+	return docHeader + strings.Join(filler(r, pad), " ") + "\n\n" + p, true
+}
+
+// filler is n words of the long-context domain's filler (suite.LoadPrompt's
+// document, its fact taken out, so nothing in it answers a question).
+func filler(r *rand.Rand, n int) []string {
+	if n <= 0 {
+		return nil
+	}
+	doc := suite.LoadPrompt(r, n+16)
+	doc = strings.TrimPrefix(doc, docHeader)
+	if q := strings.LastIndex(doc, "\n\nQuestion:"); q >= 0 {
+		doc = doc[:q]
+	}
+	w := strings.Fields(vaultFact.ReplaceAllString(doc, ""))
+	for len(w) < n {
+		w = append(w, w...)
+	}
+	return w[:n]
 }
 
 // apportion shares n between the workloads in proportion to their
@@ -215,6 +319,9 @@ type auditRun struct {
 	ev   events.AuditEvidence
 	load map[string][]float64 // the load's TPOTs per workload
 	tok  []events.TokenRequest
+	// loadAnswers are the load's own requests built from items, all of
+	// them; evidence keeps a sample.
+	loadAnswers []events.AuditAnswer
 }
 
 func newAuditRun(p *AuditPlan, checkpoint, served string) *auditRun {
@@ -263,16 +370,26 @@ func (a *auditRun) probes(ctx context.Context, c *loadgen.Client, maxTokens int)
 	return nil
 }
 
-// workload keeps a measured workload's items and counts its tokens.
+// workload keeps a measured workload's items and counts its tokens. The
+// load's answers are kept in the order the requests were sent (the
+// samples come in the order they ended), so the sample evidence draws
+// from them is the seed's alone.
 func (a *auditRun) workload(w loadgen.Workload, res loadgen.Result) {
+	from := len(a.loadAnswers)
 	for _, s := range res.Samples {
 		if s.Item != "" {
 			a.ev.Items = append(a.ev.Items, answerOf(s, w.Name))
 		} else if s.Err == "" {
 			a.load[w.Name] = append(a.load[w.Name], tpotMs(s))
+			if s.Source != "" {
+				ans := answerOf(s, w.Name)
+				ans.Item = s.Source
+				a.loadAnswers = append(a.loadAnswers, ans)
+			}
 		}
 		a.count(w.Name, s, w.MaxTokens)
 	}
+	slices.SortFunc(a.loadAnswers[from:], func(x, y events.AuditAnswer) int { return x.Seq - y.Seq })
 }
 
 // count re-tokenises one request's text beside what the engine claimed.
@@ -354,5 +471,91 @@ func (a *auditRun) evidence() *events.AuditEvidence {
 		return (y.Claimed - y.Retokenized) - (x.Claimed - x.Retokenized)
 	})
 	a.ev.Tokens.Worst = a.tok[:min(worstTokens, len(a.tok))]
+	// A sample of the load, drawn at random from the seed, in the order
+	// the requests were sent.
+	r := rand.New(rand.NewPCG(a.plan.Seed, 0x6c6f6164))
+	pick := r.Perm(len(a.loadAnswers))[:min(LoadSample, len(a.loadAnswers))]
+	slices.Sort(pick)
+	for _, i := range pick {
+		a.ev.Load = append(a.ev.Load, a.loadAnswers[i])
+	}
 	return &a.ev
+}
+
+// deviceRun is what the device audit reads of a run: the GPU, the
+// weights and KV bytes per token the engine reported, and each
+// workload's most running sequences, shortest prompt, median time per
+// output token and rate.
+func deviceRun(out *Served, wls []loadgen.Workload, results map[string]loadgen.Result) *events.AuditDevice {
+	d := &events.AuditDevice{GPU: out.GPU, WeightBytes: out.Startup.WeightsGiB * formula.GiB, KVBytesPerToken: out.Startup.KVBytesPerToken}
+	for _, w := range wls {
+		wr := out.Workloads[w.Name]
+		d.WeightBytes = max(d.WeightBytes, wr.Peak.WeightsGiB*formula.GiB)
+		if wr.Peak.KVBytesPerToken > 0 {
+			d.KVBytesPerToken = wr.Peak.KVBytesPerToken
+		}
+		minPrompt := 0
+		for _, s := range results[w.Name].Samples {
+			if s.Err == "" && s.PromptTokens > 0 && (minPrompt == 0 || s.PromptTokens < minPrompt) {
+				minPrompt = s.PromptTokens
+			}
+		}
+		d.Workloads = append(d.Workloads, events.AuditDeviceWorkload{Name: w.Name, Running: max(wr.Running, 1), MinPrompt: minPrompt,
+			TPOTMs: wr.TPOTP50, Rate: wr.Rate, OutputTokens: wr.Tokens})
+	}
+	return d
+}
+
+// Unpatched starts the campaign's unpatched engine (plan.Unpatched) on
+// the candidate's checkpoint after the measured run and has it answer
+// the probes (one at a time) and the prompts of the load sampled in ev
+// (a few at a time), greedy, each to its end of sequence: the answers
+// the audits compare the patched engine's with. wls are the measured
+// run's workloads (their prompts). The engine is stopped on every path.
+func (r *Runner) Unpatched(ctx context.Context, l Launch, plan *AuditPlan, wls []loadgen.Workload, ev *events.AuditEvidence) (*events.AuditUnpatched, float64, error) {
+	u := &events.AuditUnpatched{Probes: []events.AuditAnswer{}, Load: []events.AuditAnswer{}}
+	s, err := r.session(ctx, l, 2, func(ss *session, _ *Served) error {
+		client := &loadgen.Client{BaseURL: ss.base, Model: ss.model, IdleTimeout: r.IdleTimeout}
+		if len(plan.Probes) > 0 && len(wls) > 0 {
+			var prompts []loadgen.Prompt
+			for _, it := range plan.Probes {
+				prompts = append(prompts, loadgen.Prompt{Text: it.Prompt, Item: it.ID})
+			}
+			res, err := client.Run(ss.jctx, loadgen.Workload{Name: "unpatched_probe", Concurrency: 1, Prompts: prompts,
+				MaxTokens: wls[0].MaxTokens, StopAtEOS: true})
+			if err != nil {
+				return r.why(ss.ctx, ss.jctx, ss.e, err)
+			}
+			slices.SortFunc(res.Samples, func(x, y loadgen.Sample) int { return x.Seq - y.Seq })
+			for _, s := range res.Samples {
+				u.Probes = append(u.Probes, answerOf(s, ""))
+			}
+		}
+		for _, w := range wls {
+			var asked []events.AuditAnswer
+			var prompts []loadgen.Prompt
+			for _, a := range ev.Load {
+				if a.Workload == w.Name && a.Seq < len(w.Prompts) {
+					asked = append(asked, a)
+					prompts = append(prompts, loadgen.Prompt{Text: w.Prompts[a.Seq].Text, Source: a.Item})
+				}
+			}
+			if len(prompts) == 0 {
+				continue
+			}
+			res, err := client.Run(ss.jctx, loadgen.Workload{Name: "unpatched_" + w.Name, Concurrency: unpatchedConcurrency,
+				Prompts: prompts, MaxTokens: w.MaxTokens, StopAtEOS: true})
+			if err != nil {
+				return r.why(ss.ctx, ss.jctx, ss.e, err)
+			}
+			slices.SortFunc(res.Samples, func(x, y loadgen.Sample) int { return x.Seq - y.Seq })
+			for i, s := range res.Samples {
+				ans := answerOf(s, w.Name)
+				ans.Item, ans.Seq = asked[i].Item, asked[i].Seq
+				u.Load = append(u.Load, ans)
+			}
+		}
+		return nil
+	})
+	return u, s.Seconds, err
 }

@@ -2,6 +2,7 @@ package job_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,6 +30,99 @@ func auditSuite() *suite.Suite {
 		suite.Sizes{"math": 12, "knowledge": 10, "commonsense": 10, "long_context": 4, "expert": 6})
 }
 
+// auditRig is what the audit tests judge runs with: the example INT4
+// checkpoint (its own tokenizer beside it), the campaign's BF16
+// reference, and the suite.
+type auditRig struct {
+	ckpt, reference string
+	st              *suite.Suite
+	byID            map[string]suite.Item
+}
+
+func newAuditRig(t *testing.T) *auditRig {
+	t.Helper()
+	dir := t.TempDir()
+	exs, err := examples.Write(dir)
+	require.NoError(t, err)
+	g := &auditRig{reference: filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "reference"), st: auditSuite(),
+		byID: map[string]suite.Item{}}
+	for _, ex := range exs {
+		if ex.Name == "int4-w4a16-g32" {
+			g.ckpt = ex.Dir
+		}
+	}
+	require.NotEmpty(t, g.ckpt)
+	for _, its := range g.st.Items {
+		for _, it := range its {
+			g.byID[it.ID] = it
+		}
+	}
+	return g
+}
+
+// judge runs the quality job and the efficiency run with the audits'
+// evidence on the candidate's checkpoint served by engine, then, when
+// unpatched is set (a submission that patches the engine), the
+// campaign's unpatched engine on the same checkpoint, and judges the
+// evidence as the efficiency stage judges it.
+func (g *auditRig) judge(ctx context.Context, t *testing.T, r *job.Runner, engine job.EngineSpec, unpatched *job.EngineSpec) record.Audit {
+	t.Helper()
+	st := g.st
+	// The quality job's answers: greedy, one sample.
+	var mu sync.Mutex
+	quality := map[string]audit.Reference{}
+	qp := events.QualityJobParams{Campaign: "tiny", Role: events.RoleCandidate, Engine: engine, KVCacheDType: "fp8",
+		SuiteKey: st.Key(), Sampling: events.Sampling{Temperature: 0, Samples: 1, MaxTokens: 48, Concurrency: 16}}
+	_, err := r.Quality(ctx, qp, g.ckpt, st, func(_ context.Context, b []job.Graded) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, gr := range b {
+			if gr.Sample == 0 {
+				quality[gr.Item.ID] = audit.Reference{Text: gr.Answer, Tokens: gr.OutputTokens, Score: gr.Score}
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, quality, st.Count())
+
+	// The efficiency run with the audits' evidence.
+	plan := job.NewAuditPlan(st, events.AuditJobParams{SuiteKey: st.Key(), MinItems: 32, Unpatched: unpatched}, 42, g.reference, g.ckpt)
+	require.NotNil(t, plan.Tokenizer, plan.TokenizerWhy)
+	wls := job.Mix(job.Workloads(job.WorkloadSpec{RequestsPerSlot: 1, MaxTokens: 48, PromptWords: 64, LongPromptWords: 256}),
+		plan.Pool, plan.Seed, plan.Share, plan.MinItems)
+	served, err := r.Serve(ctx, job.Launch{Run: "candidate", Command: engine.Command, Checkpoint: g.ckpt, KVCacheDType: "fp8",
+		MaxNumSeqs: 256, Audit: plan}, wls)
+	require.NoError(t, err)
+	ev := served.Audit
+	require.NotNil(t, ev)
+	require.Equal(t, uint64(42), ev.Seed)
+	require.Equal(t, st.Key(), ev.SuiteKey)
+	require.Len(t, ev.Probes, job.AuditProbes)
+	require.Len(t, ev.Items, 32)
+	items := 0
+	for _, w := range served.Workloads {
+		items += w.AuditItems
+	}
+	require.Equal(t, 32, items, "the items are measured within the workloads")
+	if unpatched != nil {
+		u, _, err := r.Unpatched(ctx, job.Launch{Run: "unpatched", Command: unpatched.Command, Checkpoint: g.ckpt, KVCacheDType: "fp8",
+			MaxNumSeqs: unpatched.MaxNumSeqs}, plan, wls, ev)
+		require.NoError(t, err)
+		require.Len(t, u.Probes, job.AuditProbes)
+		require.Len(t, u.Load, len(ev.Load))
+		ev.Unpatched = u
+	}
+	return audit.Judge(audit.Inputs{Evidence: ev, Quality: quality, Grade: func(id, text string) (float64, error) {
+		gr, err := grade.For(g.byID[id])
+		if err != nil {
+			return 0, err
+		}
+		res, err := gr.Grade(ctx, g.byID[id], text)
+		return res.Score, err
+	}})
+}
+
 // TestAuditsCatchEachCheat runs the example INT4 checkpoint (its own
 // tokenizer beside it) on simengine with each cheat and bad input of the
 // audits: the quality job and the efficiency run on the same engine,
@@ -38,17 +132,7 @@ func TestAuditsCatchEachCheat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs simengine sixteen times")
 	}
-	dir := t.TempDir()
-	exs, err := examples.Write(dir)
-	require.NoError(t, err)
-	var ckpt string
-	for _, ex := range exs {
-		if ex.Name == "int4-w4a16-g32" {
-			ckpt = ex.Dir
-		}
-	}
-	reference := filepath.Join(dir, examples.CampaignsDir, examples.TaskID, "reference")
-	st := auditSuite()
+	rig := newAuditRig(t)
 	cmd := "--scale 3000 --kv-scale 144"
 	cases := []struct {
 		fault  string
@@ -68,60 +152,7 @@ func TestAuditsCatchEachCheat(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			r, _, _ := runner(t)
-			engine := job.EngineSpec{Command: command(cmd + " --fault " + c.fault), MaxNumSeqs: 256}
-
-			// The quality job's answers: greedy, one sample.
-			var mu sync.Mutex
-			quality := map[string]audit.Reference{}
-			qp := events.QualityJobParams{Campaign: "tiny", Role: events.RoleCandidate, Engine: engine, KVCacheDType: "fp8",
-				SuiteKey: st.Key(), Sampling: events.Sampling{Temperature: 0, Samples: 1, MaxTokens: 48, Concurrency: 16}}
-			_, err := r.Quality(ctx, qp, ckpt, st, func(_ context.Context, b []job.Graded) error {
-				mu.Lock()
-				defer mu.Unlock()
-				for _, g := range b {
-					if g.Sample == 0 {
-						quality[g.Item.ID] = audit.Reference{Text: g.Answer, Tokens: g.OutputTokens, Score: g.Score}
-					}
-				}
-				return nil
-			})
-			require.NoError(t, err)
-			require.Len(t, quality, st.Count())
-
-			// The efficiency run with the audits' evidence.
-			plan := job.NewAuditPlan(st, events.AuditJobParams{SuiteKey: st.Key(), MinItems: 32}, 42, reference, ckpt)
-			require.NotNil(t, plan.Tokenizer, plan.TokenizerWhy)
-			wls := job.Mix(job.Workloads(job.WorkloadSpec{RequestsPerSlot: 1, MaxTokens: 48, PromptWords: 64, LongPromptWords: 256}),
-				plan.Pool, plan.Seed, plan.Share, plan.MinItems)
-			served, err := r.Serve(ctx, job.Launch{Run: "candidate", Command: engine.Command, Checkpoint: ckpt, KVCacheDType: "fp8",
-				MaxNumSeqs: 256, Audit: plan}, wls)
-			require.NoError(t, err)
-			ev := served.Audit
-			require.NotNil(t, ev)
-			require.Equal(t, uint64(42), ev.Seed)
-			require.Equal(t, st.Key(), ev.SuiteKey)
-			require.Len(t, ev.Probes, job.AuditProbes)
-			require.Len(t, ev.Items, 32)
-			items := 0
-			for _, w := range served.Workloads {
-				items += w.AuditItems
-			}
-			require.Equal(t, 32, items, "the items are measured within the workloads")
-
-			byID := map[string]suite.Item{}
-			for _, its := range st.Items {
-				for _, it := range its {
-					byID[it.ID] = it
-				}
-			}
-			a := audit.Judge(audit.Inputs{Evidence: ev, Quality: quality, Grade: func(id, text string) (float64, error) {
-				g, err := grade.For(byID[id])
-				if err != nil {
-					return 0, err
-				}
-				res, err := g.Grade(ctx, byID[id], text)
-				return res.Score, err
-			}})
+			a := rig.judge(ctx, t, r, job.EngineSpec{Command: command(cmd + " --fault " + c.fault), MaxNumSeqs: 256}, nil)
 			t.Logf("%s: %s %s %s", c.fault, a.Verdict, a.Reason, a.Message)
 			if c.reason == "" {
 				require.Equal(t, record.VerdictPass, a.Verdict, a.Message)
@@ -199,4 +230,110 @@ func TestMix(t *testing.T) {
 	require.Len(t, plan.Probes, job.AuditProbes)
 	require.Equal(t, plan.Probes, job.NewAuditPlan(st, events.AuditJobParams{}, 99).Probes, "the probe set is fixed")
 	_ = loadgen.Prompt{}
+}
+
+// TestLoadPromptKeepsTheItemsAnswer checks that every load request built
+// from an item has the workload's length in words, reads as a document
+// with a question, and still asks the item's own question (the suite's
+// solver finds the item's answer in it), for items shorter and longer
+// than the workload's prompts.
+func TestLoadPromptKeepsTheItemsAnswer(t *testing.T) {
+	st := auditSuite()
+	plan := job.NewAuditPlan(st, events.AuditJobParams{SuiteKey: st.Key()}, 1)
+	cases := []struct {
+		name  string
+		words int
+	}{
+		{"short workload", 64},
+		{"serve", 256},
+		{"long workload", 4096},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(5, 6))
+			built := 0
+			for _, it := range plan.Pool {
+				p, ok := job.LoadPrompt(r, it, c.words)
+				if !ok {
+					require.Greater(t, len(strings.Fields(it.Prompt)), c.words-8, "only an item too long for the workload is left out: %s", it.ID)
+					continue
+				}
+				built++
+				require.Len(t, strings.Fields(p), c.words, it.ID)
+				require.True(t, strings.HasPrefix(p, "Read the document and answer the question."), it.ID)
+				want, ok := suite.Solve(it.Prompt)
+				require.True(t, ok, it.ID)
+				got, ok := suite.Solve(p)
+				require.True(t, ok, "the item's question is still asked: %s", it.ID)
+				require.Equal(t, want.Right, got.Right, it.ID)
+			}
+			require.NotZero(t, built)
+		})
+	}
+}
+
+// TestMixDrawsTheLoadFromItems checks that every measured load request
+// of a mixed workload is built from a pool item (Source) at the
+// workload's length.
+func TestMixDrawsTheLoadFromItems(t *testing.T) {
+	st := auditSuite()
+	plan := job.NewAuditPlan(st, events.AuditJobParams{SuiteKey: st.Key()}, 1)
+	wls := job.Workloads(job.WorkloadSpec{RequestsPerSlot: 1, MaxTokens: 16, PromptWords: 64, LongPromptWords: 2048})
+	ids := map[string]bool{}
+	for _, it := range plan.Pool {
+		ids[it.ID] = true
+	}
+	for _, w := range job.Mix(wls, plan.Pool, 9, 0.02, 4) {
+		sources := map[string]bool{}
+		for _, p := range w.Prompts {
+			if p.Item != "" {
+				continue
+			}
+			require.True(t, ids[p.Source], "%s: a load request built from a pool item", w.Name)
+			require.Len(t, strings.Fields(p.Text), w.PromptWords, w.Name)
+			sources[p.Source] = true
+		}
+		require.Greater(t, len(sources), 1, "%s: the load is drawn from many items", w.Name)
+	}
+}
+
+// TestUnpatchedEngineAgreesWithHonest runs the honest engine as the
+// candidate and as the campaign's unpatched engine on the same
+// checkpoint (a patched submission's path): the unpatched engine answers
+// the probes and the sampled load, and the honest engine's answers are
+// its own on every one, so neither comparison fails.
+func TestUnpatchedEngineAgreesWithHonest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs simengine twice")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ckpt := writeCheckpoint(t, "U8", 1<<20)
+	r, _, _ := runner(t)
+	st := auditSuite()
+	engine := job.EngineSpec{Command: command(""), MaxNumSeqs: 256}
+	plan := job.NewAuditPlan(st, events.AuditJobParams{SuiteKey: st.Key(), MinItems: 8, Unpatched: &engine}, 7)
+	wls := job.Mix(job.Workloads(job.WorkloadSpec{RequestsPerSlot: 1, MaxTokens: 16, PromptWords: 64, LongPromptWords: 256}),
+		plan.Pool, plan.Seed, plan.Share, plan.MinItems)
+	served, err := r.Serve(ctx, job.Launch{Run: "candidate", Command: engine.Command, Checkpoint: ckpt, KVCacheDType: "auto",
+		MaxNumSeqs: 256, Audit: plan}, wls)
+	require.NoError(t, err)
+	ev := served.Audit
+	require.Len(t, ev.Load, job.LoadSample)
+	require.NotNil(t, ev.Device)
+	u, _, err := r.Unpatched(ctx, job.Launch{Run: "unpatched", Command: engine.Command, Checkpoint: ckpt, KVCacheDType: "auto",
+		MaxNumSeqs: 256}, plan, wls, ev)
+	require.NoError(t, err)
+	require.Len(t, u.Probes, len(plan.Probes))
+	require.Len(t, u.Load, len(ev.Load))
+	ev.Unpatched = u
+	a := audit.Judge(audit.Inputs{Evidence: ev})
+	require.Equal(t, len(plan.Probes), a.ServedModel.UnpatchedProbes)
+	require.Equal(t, a.ServedModel.UnpatchedProbes, a.ServedModel.UnpatchedAgreed)
+	require.Equal(t, job.LoadSample, a.AccuracyUnderLoad.LoadCompared)
+	require.Equal(t, 1.0, a.AccuracyUnderLoad.LoadAgreement)
+	require.Equal(t, record.VerdictPass, a.Device.Verdict, a.Device.Message)
+	for _, w := range a.Device.Workloads {
+		require.Less(t, w.SeqRate, w.SeqRateMax, "the honest engine decodes within the simulated device's bound: %s", w.Workload)
+	}
 }

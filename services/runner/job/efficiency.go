@@ -104,6 +104,18 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 	if err != nil {
 		return out, err
 	}
+	// A patched engine is compared with the campaign's unpatched one on
+	// the same checkpoint: the probes and a sample of the load answered
+	// again (an honest submission, unpatched, pays no engine start).
+	if audit != nil && audit.Unpatched != nil && cand.Audit != nil {
+		u, secs, err := r.Unpatched(ctx, Launch{Run: "unpatched", Command: audit.Unpatched.Command, Checkpoint: candidate,
+			KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, audit, wls, cand.Audit)
+		out.Seconds += secs
+		if err != nil {
+			return out, fmt.Errorf("the campaign's unpatched engine: %w", err)
+		}
+		cand.Audit.Unpatched = u
+	}
 	out.Candidate, out.GPU, out.Simulated = cand, cand.GPU, cand.Simulated
 	if p.BudgetFactor <= 0 {
 		return out, nil

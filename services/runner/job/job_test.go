@@ -28,7 +28,13 @@ import (
 // simengine is the simulated engine binary, built once for the package.
 var simengine string
 
+// TestMain builds simengine once for the package. Started with relayArg
+// first, the test binary is a relay instead (see relay): the engine
+// process the runner starts in front of a test's proxy.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == relayArg {
+		os.Exit(relay(os.Args[2:]))
+	}
 	dir, err := os.MkdirTemp("", "simengine-")
 	if err != nil {
 		panic(err)

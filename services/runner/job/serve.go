@@ -150,6 +150,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 		}
 		client := &loadgen.Client{BaseURL: base, Model: ss.model, IdleTimeout: r.IdleTimeout, HTTP: &http.Client{Transport: ss.tr}}
 		out.Workloads = make(map[string]WorkloadResult, len(workloads))
+		results := make(map[string]loadgen.Result, len(workloads))
 		var audit *auditRun
 		if l.Audit != nil && len(workloads) > 0 {
 			audit = newAuditRun(l.Audit, l.Checkpoint, ss.model)
@@ -180,6 +181,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 			}
 			if audit != nil {
 				audit.workload(w, res)
+				results[w.Name] = res
 			}
 			wr := WorkloadResult{Rate: res.Rate, Running: res.Held, Full: w.Concurrency,
 				TTFTP50: res.TTFTP50, TTFTP99: res.TTFTP99, TPOTP50: res.TPOTP50, TPOTP99: res.TPOTP99,
@@ -213,6 +215,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 				return r.why(ctx, jctx, e, err)
 			}
 			out.Audit = audit.evidence()
+			out.Audit.Device = deviceRun(out, workloads, results)
 		}
 		out.Simulated = out.Simulated || pr.simulated
 		return nil

@@ -62,6 +62,11 @@ type Workload struct {
 	// (Requests is then their count): the load and the audit items mixed
 	// into it. The warm-up's prompts are always drawn from Seed.
 	Prompts []Prompt
+	// StopAtEOS sends the requests without ignore_eos, so each answer
+	// ends where the model ends it: for reference answers only (the
+	// unpatched engine's, which the audits compare with), never for a
+	// measured workload.
+	StopAtEOS bool
 }
 
 // Prompt is one request's prompt. Item names the eval item it is when the
@@ -71,6 +76,11 @@ type Workload struct {
 type Prompt struct {
 	Text string
 	Item string
+	// Source names the suite item a load request was built from (the
+	// item's prompt at the workload's length): the load's own request,
+	// whose failure ends the run like any load request's, but one the
+	// audits may grade.
+	Source string
 }
 
 // LoadPrompts returns n prompts of the load drawn from the workload's seed,
@@ -116,8 +126,9 @@ type Sample struct {
 	ITL          []time.Duration
 	// First and Last are when its first and last tokens arrived.
 	First, Last time.Time
-	// Item is the eval item the request asked ("" for the load).
-	Item string
+	// Item is the eval item the request asked ("" for the load); Source
+	// the suite item a load request was built from.
+	Item, Source string
 	// Chunks are the streamed texts in order, one per token the engine
 	// streamed; Text is their concatenation.
 	Chunks []string
@@ -290,8 +301,8 @@ func (c *Client) batch(ctx context.Context, hc *http.Client, w Workload, prompts
 			defer wg.Done()
 			for seq := range jobs {
 				p := prompts[seq]
-				s, err := c.one(ctx, hc, seq, p.Text, w.MaxTokens)
-				s.Item = p.Item
+				s, err := c.one(ctx, hc, seq, p.Text, w.MaxTokens, !w.StopAtEOS)
+				s.Item, s.Source = p.Item, p.Source
 				if e := AsError(err); e != nil && p.Item != "" && observe != nil && ctx.Err() == nil {
 					s.Err, s.ErrMessage = string(e.Code), e.Message
 					observe(s)
@@ -354,13 +365,13 @@ type streamOptions struct {
 }
 
 // one sends one streaming completion and reads it to [DONE].
-func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt string, maxTokens int) (s Sample, err error) {
+func (c *Client) one(ctx context.Context, hc *http.Client, seq int, prompt string, maxTokens int, ignoreEOS bool) (s Sample, err error) {
 	// Every request alike, load and audit items: greedy (temperature 0,
 	// seed 0, so an item's answer is comparable with the quality job's
 	// first sample), max_tokens tokens whatever the model would end with
 	// (ignore_eos), usage in the stream.
 	body, _ := json.Marshal(completionRequest{Model: c.Model, Prompt: prompt, MaxTokens: maxTokens, Stream: true,
-		IgnoreEOS: true, StreamOptions: streamOptions{IncludeUsage: true}})
+		IgnoreEOS: ignoreEOS, StreamOptions: streamOptions{IncludeUsage: true}})
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+"/v1/completions", bytes.NewReader(body))
