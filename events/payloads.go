@@ -129,7 +129,7 @@ type ContractCompletedData struct {
 	// build.completed: the efficiency stage has a patched engine's
 	// answers compared with the campaign's unpatched engine's. Nil for a
 	// bundle without one.
-	Patch *FileDigest `json:"patch,omitempty"`
+	Patch *record.Patch `json:"patch,omitempty"`
 }
 
 // QualityCompletedData is the payload of quality.completed.

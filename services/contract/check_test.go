@@ -107,7 +107,7 @@ func TestContractDecides(t *testing.T) {
 		{name: "kept: the bf16 reference", from: "bf16-reference"},
 		{name: "kept: a patched engine, its patch carried forward", from: "int4-w4a16-g32",
 			stored: func(_ *artifacttest.Memory, in *events.BuildCompletedData) {
-				in.Patch = &events.FileDigest{Path: examples.PatchFile, Size: 42, SHA256: strings.Repeat("ab", 32)}
+				in.Patch = &record.Patch{Path: examples.PatchFile, Size: 42, SHA256: strings.Repeat("ab", 32), Files: []string{"tools/simengine/server.go"}, LinesAdded: 3, LinesRemoved: 1}
 			}},
 		{name: "kept: ModelOpt NVFP4, its scheme in hf_quant_config.json", from: "nvfp4-w4a4", change: modelOpt(true)},
 		{name: "ModelOpt NVFP4 without hf_quant_config.json reads A16", from: "nvfp4-w4a4", change: modelOpt(false),
