@@ -137,7 +137,7 @@ func TestJobComparesAPatchedEngine(t *testing.T) {
 	noQuality := camp
 	noQuality.Quality = nil
 	patched := kept("sub1")
-	patched.Patch = &events.FileDigest{Path: examples.PatchFile, Size: 42, SHA256: strings.Repeat("ef", 32)}
+	patched.Patch = &record.Patch{Path: examples.PatchFile, Size: 42, SHA256: strings.Repeat("ef", 32)}
 	unpatched := engine
 	unpatched.Source = nil
 	store := func(*campaign.Campaign) (events.BundleRef, error) { return events.BundleRef{}, nil }
