@@ -56,7 +56,7 @@ func (c *Checker) Run(ctx context.Context, in events.BuildCompletedData) (events
 		return events.ContractCompletedData{}, broken(ct)
 	}
 	out := events.ContractCompletedData{SubmissionID: in.SubmissionID, Contract: ct, DetectedPrecision: ct.DetectedPrecision,
-		TaskID: decl.TaskID, Split: decl.Split, BundleDigest: in.BundleDigest, Artifact: &in.Artifact}
+		TaskID: decl.TaskID, Split: decl.Split, BundleDigest: in.BundleDigest, Artifact: &in.Artifact, Patch: in.Patch}
 	if decl.Engine != nil {
 		out.KVCacheDType = decl.Engine.KVCacheDType
 	}

@@ -92,7 +92,7 @@ func TestJob(t *testing.T) {
 				require.Equal(t, tc.camp.TaskID, c.TaskID)
 				return stored, tc.storeErr
 			}
-			j, err := efficiency.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store, nil)
+			j, err := efficiency.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store, nil, nil)
 			require.Equal(t, tc.stores, calls == 1, "the reference is stored only for a campaign that can serve")
 			switch {
 			case tc.storeErr != nil:

@@ -207,7 +207,7 @@ func TestJobs(t *testing.T) {
 		{name: "the reference's rows are stored", stored: true, roles: []string{events.RoleCandidate}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			jobs, err := quality.Jobs(in, c, st, suiteRef, reference, tc.stored)
+			jobs, err := quality.Jobs(in, c, st, suiteRef, reference, tc.stored, nil)
 			require.NoError(t, err)
 			require.Len(t, jobs, len(tc.roles))
 			for i, j := range jobs {
