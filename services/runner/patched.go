@@ -11,6 +11,7 @@ import (
 	"github.com/lowbarena/lowbarena/domain/enginepatch"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
+	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/enginebuild"
 	"github.com/lowbarena/lowbarena/services/runner/job"
@@ -38,6 +39,41 @@ func enginePatchOf(spec events.EngineSpec, bundle *events.BundleRef, patch strin
 		ep.Source = *spec.Source
 	}
 	return ep
+}
+
+// patchedEngine fetches the source tree of a job's patched engine (with
+// fetch, as the job's other bundles) and builds the engine (buildEngine),
+// reporting the build as the job's progress. ok false ends the job with
+// outcome: its failure (fail, with the build's log tail, and exit set to
+// how the build ended), or a retry for a runner told to stop or a pod
+// that could not build for reasons of its own.
+func (s *Service) patchedEngine(ctx context.Context, jobID string, ep EnginePatch, checkpoint string,
+	fetch func(events.BundleRef, string) (string, bus.Outcome, bool),
+	fail func(reason.Code, string, string, float64) bus.Outcome,
+	progress func(phase string, done, total int, unit string), exit *string,
+) (patched job.Patched, outcome bus.Outcome, ok bool) {
+	var tree string
+	if ep.Bundle != nil {
+		if tree, outcome, ok = fetch(*ep.Bundle, "the campaign's engine source"); !ok {
+			return job.Patched{}, outcome, false
+		}
+	}
+	progress(events.PhaseBuildingEngine, 0, 1, "")
+	patched, built, err := s.buildEngine(ctx, ep, tree, checkpoint)
+	switch f := engine.AsFailure(err); {
+	case ctx.Err() != nil:
+		s.log.Info("runner stopping; job handed back", "job", jobID)
+		return job.Patched{}, bus.Retry(0, ctx.Err()), false
+	case f != nil:
+		*exit = f.Exit
+		return job.Patched{}, fail(f.Reason, prefix(err, f.Message), f.LogTail, 0), false
+	case err != nil:
+		return job.Patched{}, bus.Retry(0, err), false
+	}
+	progress(events.PhaseBuildingEngine, 1, 1, "")
+	s.log.Info("patched engine", "job", jobID, "engine", built.Digest, "reused", built.Reused, "revision", built.Revision,
+		"patch_sha256", built.PatchSHA256, "engine_sha256", built.EngineSHA256)
+	return patched, bus.Outcome{}, true
 }
 
 // maxPatchBytes bounds the patch the runner reads from a bundle: the

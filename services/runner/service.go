@@ -512,28 +512,9 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	// the others, the engine built once per pod (or found built), run
 	// sandboxed by the job's candidate runs.
 	if ep := work.patched; ep != nil {
-		var tree string
-		if ep.Bundle != nil {
-			if tree, outcome, ok = fetch(*ep.Bundle, "the campaign's engine source"); !ok {
-				return outcome
-			}
+		if jr.Patched, outcome, ok = s.patchedEngine(ctx, req.JobID, *ep, env.Checkpoint, fetch, fail, progress, &exit); !ok {
+			return outcome
 		}
-		progress(events.PhaseBuildingEngine, 0, 1, "")
-		patched, built, err := s.buildEngine(ctx, *ep, tree, env.Checkpoint)
-		switch f := engine.AsFailure(err); {
-		case ctx.Err() != nil:
-			s.log.Info("runner stopping; job handed back", "job", req.JobID)
-			return bus.Retry(0, ctx.Err())
-		case f != nil:
-			exit = f.Exit
-			return fail(f.Reason, prefix(err, f.Message), f.LogTail, 0)
-		case err != nil:
-			return bus.Retry(0, err)
-		}
-		progress(events.PhaseBuildingEngine, 1, 1, "")
-		s.log.Info("patched engine", "job", req.JobID, "engine", built.Digest, "reused", built.Reused, "revision", built.Revision,
-			"patch_sha256", built.PatchSHA256, "engine_sha256", built.EngineSHA256)
-		jr.Patched = patched
 	}
 	var seq atomic.Uint64
 	// Telemetry and request rows go through the job's writer, in the

@@ -256,18 +256,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	if err != nil {
 		return out, err
 	}
-	// A patched engine is of its campaign's engine's family, whatever
-	// its built program is called: the family (its health and metrics
-	// endpoints, whether it is a real engine) is read from the command
-	// the campaign's own engine runs ({{.Engine}} empty).
-	own := argv
-	if l.EnginePath != "" {
-		unpatched := params
-		unpatched.Engine = ""
-		if a, err := engine.Render(l.Command, unpatched); err == nil {
-			own = a
-		}
-	}
+	own := ownCommand(l, params, argv)
 	family := engine.Detect(own)
 	if err := r.preflight(l, own, family); err != nil {
 		return out, err
@@ -413,6 +402,22 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	}
 	r.progress("done "+l.Run, steps, steps)
 	return out, nil
+}
+
+// ownCommand is the command l's campaign's own engine runs: argv, or,
+// for a patched engine, the template rendered with {{.Engine}} empty. A
+// patched engine is of its campaign's engine's family whatever its built
+// program is called, so the family (its health and metrics endpoints,
+// whether it is a real engine) is read from this command.
+func ownCommand(l Launch, params engine.Params, argv []string) []string {
+	if l.EnginePath == "" {
+		return argv
+	}
+	params.Engine = ""
+	if own, err := engine.Render(l.Command, params); err == nil {
+		return own
+	}
+	return argv
 }
 
 // box is the sandbox l's engine runs in (nil: none) and the runner's
