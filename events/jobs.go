@@ -36,9 +36,11 @@ type EfficiencyJobParams struct {
 	// items mixed into the load, probes, a cache-defeating run, token
 	// counts); nil measures without it.
 	Audit *AuditJobParams `json:"audit,omitempty"`
-	// EngineBundle is the campaign's bundle in the artifact store, which
-	// holds Engine.Source.Dir, the pinned engine source; set with Patch
-	// on the engine track.
+	// EngineBundle is the campaign's pinned engine source in the
+	// artifact store: the tree of the campaign's Engine.Source.Dir, at
+	// the bundle's root (stored with artifact.PutTree, content
+	// addressed, so a campaign pushed as a bundle stores nothing again);
+	// set with Patch on the engine track.
 	EngineBundle *BundleRef `json:"engine_bundle,omitempty"`
 	// Patch is the candidate's patch against Engine.Source: the path of
 	// its unified diff inside the candidate's bundle. The runner builds
@@ -191,6 +193,13 @@ type QualityJobParams struct {
 	Suite    BundleRef `json:"suite"`
 	SuiteKey string    `json:"suite_key"`
 	Sampling Sampling  `json:"sampling"`
+	// EngineBundle and Patch are a candidate's patched engine, as in
+	// EfficiencyJobParams: the campaign's pinned engine source tree in
+	// the artifact store and the path of the candidate's diff inside its
+	// bundle. The candidate answers on the engine it measures with; a
+	// BF16 reference's job never carries them.
+	EngineBundle *BundleRef `json:"engine_bundle,omitempty"`
+	Patch        string     `json:"patch,omitempty"`
 }
 
 // Sampling is campaign.Sampling, carried in job params.

@@ -125,10 +125,10 @@ type ContractCompletedData struct {
 	BundleDigest string     `json:"bundle_digest,omitempty"`
 	Artifact     *BundleRef `json:"artifact,omitempty"`
 	KVCacheDType string     `json:"kv_cache_dtype,omitempty"`
-	// Patch is the engine patch the bundle names, carried forward from
-	// build.completed: the efficiency stage has a patched engine's
-	// answers compared with the campaign's unpatched engine's. Nil for a
-	// bundle without one.
+	// Patch is build.completed's engine patch, carried forward so the
+	// stages that ask for engine runs have the candidate's patched engine
+	// built and run, and its answers compared with the campaign's
+	// unpatched engine's; nil for a bundle without one.
 	Patch *record.Patch `json:"patch,omitempty"`
 }
 
@@ -236,6 +236,9 @@ const (
 	UnitBytes = "bytes"
 	// PhaseStaging is a checkpoint by reference being staged onto the pod.
 	PhaseStaging = "staging"
+	// PhaseBuildingEngine is a candidate's patched engine being built on
+	// the pod (or found built): done 0 of 1, then 1 of 1.
+	PhaseBuildingEngine = "building_engine"
 )
 
 // RunnerJobCompletedData is the payload of runner.job.completed.

@@ -121,6 +121,17 @@ func (c *Campaign) ReferenceDir() string {
 	return filepath.Join(c.Dir, ref)
 }
 
+// EngineSourceDir is the absolute folder of the pinned engine source
+// (engine.source.dir), or "" for a campaign that pins none or names a
+// folder outside its own (which the build stage refuses to check
+// patches against, see domain/enginepatch.ForCampaign).
+func (c *Campaign) EngineSourceDir() string {
+	if c.Engine == nil || c.Engine.Source == nil || !filepath.IsLocal(filepath.FromSlash(c.Engine.Source.Dir)) {
+		return ""
+	}
+	return filepath.Join(c.Dir, filepath.FromSlash(c.Engine.Source.Dir))
+}
+
 // ErrNoReference is a campaign whose BF16 reference folder is missing or
 // holds no weights.
 var ErrNoReference = errors.New("no BF16 reference checkpoint")

@@ -332,8 +332,11 @@ const SourceShapes = "hidden_size=4096,num_hidden_layers=36,num_attention_heads=
 // simulated H200: every tensor role (embeddings, lm_head, attention and
 // MLP projections, norms) takes Qwen3-8B's shapes at the bytes per
 // parameter the submitted checkpoint stores that role in, and the KV cache
-// Qwen3-8B's 36 layers of 8 KV heads of 128.
-const EngineCommand = "simengine --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}} " +
+// Qwen3-8B's 36 layers of 8 KV heads of 128. A candidate with an engine
+// patch runs its patched simengine, built by the runner from the pinned
+// source (engine-src) and named by {{.Engine}}; every other run, the
+// BF16 reference's among them, runs simengine itself.
+const EngineCommand = "{{if .Engine}}{{.Engine}}{{else}}simengine{{end}} --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}} " +
 	"--max-num-seqs {{.MaxNumSeqs}} --gpu-memory-gib {{.GPUMemoryGiB}} --source-config " + SourceShapes + " --startup-seconds 0.5"
 
 // VLLMEngineCommand is the campaign engine to serve the checkpoints with

@@ -13,6 +13,11 @@ import (
 // split, storing the suite in the artifact store.
 type AuditSuite func(c *campaign.Campaign, split string) (*events.AuditJobParams, error)
 
+// EngineStore puts a campaign's pinned engine source tree
+// (Campaign.EngineSourceDir) in the artifact store and returns its
+// reference.
+type EngineStore func(c *campaign.Campaign) (events.BundleRef, error)
+
 // JobID is the runner job of a submission's efficiency: one per
 // submission, so a redelivered contract.completed requests the same job
 // (and JetStream drops the second request).
@@ -32,11 +37,19 @@ func JobID(submission string) string { return "eff-" + events.DeriveID(submissio
 // audit, when set, gives the audits' params of the campaign's suite of
 // the submission's split; a campaign without a quality suite is measured
 // without gathering the audits' evidence. Its error is a retry unless it
-// is a refusal. A submission that patches the engine (in.Patch) has its
-// answers compared with the campaign's unpatched engine's on the same
-// checkpoint: the audits' params name that engine (Unpatched); an
-// unpatched submission's do not, and it pays no second engine start.
-func Job(in events.ContractCompletedData, set campaign.Source, store func(*campaign.Campaign) (events.BundleRef, error), audit AuditSuite) (stage.Job, error) {
+// is a refusal.
+//
+// A submission whose build checked an engine patch (in.Patch) against a
+// campaign that pins its engine source is measured on its patched
+// engine: the job names the source tree, stored by engine, and the
+// patch's path in the bundle (EngineBundle, Patch), and the runner
+// builds it. Any other submission, and every one when engine is nil,
+// runs the campaign's own engine. An error of engine is a retry. A
+// submission that patches the engine also has its answers compared with
+// the campaign's unpatched engine's on the same checkpoint: the audits'
+// params name that engine (Unpatched); an unpatched submission's do not,
+// and it pays no second engine start.
+func Job(in events.ContractCompletedData, set campaign.Source, store func(*campaign.Campaign) (events.BundleRef, error), audit AuditSuite, engine EngineStore) (stage.Job, error) {
 	if in.Artifact == nil {
 		return stage.Job{}, stage.Refuse(reason.ArtifactMissing, "the contract stage passed on no artifact to serve; submit again")
 	}
@@ -68,6 +81,9 @@ func Job(in events.ContractCompletedData, set campaign.Source, store func(*campa
 			p.Audit.Unpatched = &unpatched
 		}
 	}
+	if p.EngineBundle, p.Patch, err = PatchedEngine(in, camp, engine); err != nil {
+		return stage.Job{}, err
+	}
 	id := in.SubmissionID
 	req, err := events.EfficiencyJob.Request(events.RunnerJobRequestedData{JobID: JobID(id), SubmissionID: id, Engine: camp.Engine.Command,
 		Checkpoint: *in.Artifact}, p)
@@ -77,4 +93,20 @@ func Job(in events.ContractCompletedData, set campaign.Source, store func(*campa
 	return stage.Job{
 		Request: req,
 	}, nil
+}
+
+// PatchedEngine is the engine source tree (stored by engine) and the
+// patch path of a submission's patched engine on campaign c: both empty
+// unless the submission's build checked a patch (in.Patch) and c pins its
+// engine source. The quality stage asks the same for its candidate's
+// job, so both jobs run the same engine.
+func PatchedEngine(in events.ContractCompletedData, c *campaign.Campaign, engine EngineStore) (*events.BundleRef, string, error) {
+	if in.Patch == nil || in.Patch.Path == "" || engine == nil || c.EngineSourceDir() == "" {
+		return nil, "", nil
+	}
+	ref, err := engine(c)
+	if err != nil {
+		return nil, "", fmt.Errorf("efficiency: store the engine source of %s: %w", c.TaskID, err)
+	}
+	return &ref, in.Patch.Path, nil
 }

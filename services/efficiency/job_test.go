@@ -92,7 +92,7 @@ func TestJob(t *testing.T) {
 				require.Equal(t, tc.camp.TaskID, c.TaskID)
 				return stored, tc.storeErr
 			}
-			j, err := efficiency.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store, nil)
+			j, err := efficiency.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store, nil, nil)
 			require.Equal(t, tc.stores, calls == 1, "the reference is stored only for a campaign that can serve")
 			switch {
 			case tc.storeErr != nil:
@@ -156,7 +156,7 @@ func TestJobComparesAPatchedEngine(t *testing.T) {
 		{name: "a patched engine, a campaign without a quality suite", in: patched, camp: &noQuality},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j, err := efficiency.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store, audit)
+			j, err := efficiency.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store, audit, nil)
 			require.NoError(t, err)
 			var p events.EfficiencyJobParams
 			require.NoError(t, json.Unmarshal(j.Request.Params, &p))
@@ -171,6 +171,65 @@ func TestJobComparesAPatchedEngine(t *testing.T) {
 				require.Equal(t, engine.Command, p.Audit.Unpatched.Command, "the same command, without the patch")
 				require.Nil(t, p.Audit.Unpatched.Source)
 			}
+		})
+	}
+}
+
+// TestJobPatchedEngine: a submission whose build checked an engine patch
+// is measured on its patched engine (the campaign's pinned source tree,
+// stored, and the patch's path in the bundle); one without a patch, or
+// on a campaign that pins no source, runs the campaign's own engine and
+// stores no source. A store that fails is a retry.
+func TestJobPatchedEngine(t *testing.T) {
+	set := exampleCampaigns(t)
+	camp := *set[examples.TaskID]
+	require.NotNil(t, camp.Engine.Source, "the example campaign pins its engine source")
+	noSource := camp
+	engineSpec := *camp.Engine
+	engineSpec.Source = nil
+	noSource.Engine = &engineSpec
+	reference := events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/ref.json", SHA256: strings.Repeat("cd", 32), Files: 2}
+	source := events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/src.json", SHA256: strings.Repeat("ef", 32), Files: 40}
+	patched := kept("sub1")
+	patched.Patch = &record.Patch{Path: "engine.patch", Size: 10, SHA256: strings.Repeat("12", 32)}
+	for _, tc := range []struct {
+		name     string
+		in       events.ContractCompletedData
+		camp     *campaign.Campaign
+		storeErr error
+		patched  bool // the job names the patched engine
+	}{
+		{name: "a patched submission", in: patched, camp: &camp, patched: true},
+		{name: "an honest submission", in: kept("sub1"), camp: &camp},
+		{name: "a patch on a campaign without a pinned source", in: patched, camp: &noSource},
+		{name: "a store that fails", in: patched, camp: &camp, storeErr: errors.New("object store down")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var dirs []string
+			engine := func(c *campaign.Campaign) (events.BundleRef, error) {
+				dirs = append(dirs, c.EngineSourceDir())
+				return source, tc.storeErr
+			}
+			store := func(*campaign.Campaign) (events.BundleRef, error) { return reference, nil }
+			j, err := efficiency.Job(tc.in, campaign.Set{examples.TaskID: tc.camp}, store, nil, engine)
+			if tc.storeErr != nil {
+				require.ErrorIs(t, err, tc.storeErr)
+				require.Nil(t, stage.AsRefusal(err), "a store error is a retry")
+				return
+			}
+			require.NoError(t, err)
+			var p events.EfficiencyJobParams
+			require.NoError(t, json.Unmarshal(j.Request.Params, &p))
+			if !tc.patched {
+				require.Nil(t, p.EngineBundle)
+				require.Empty(t, p.Patch)
+				require.Empty(t, dirs, "no engine source stored")
+				return
+			}
+			require.Equal(t, &source, p.EngineBundle)
+			require.Equal(t, "engine.patch", p.Patch)
+			require.Equal(t, []string{filepath.Join(camp.Dir, examples.EngineSourceDir)}, dirs)
+			require.Equal(t, camp.Engine.Source, p.Engine.Source, "the runner builds against the source the params pin")
 		})
 	}
 }

@@ -60,7 +60,7 @@ type Service struct {
 	log   *slog.Logger
 
 	mu     sync.Mutex
-	refs   map[string]events.BundleRef // task id -> stored reference bundle
+	refs   map[string]events.BundleRef // reference or engine source folder -> its stored bundle
 	suites map[string]stored           // suite folder -> its key and stored bundle
 }
 
@@ -136,7 +136,8 @@ func (s *Service) Stage() stage.JobStage[events.ContractCompletedData, events.Ef
 					return s.auditParams(ctx, c, split)
 				}
 			}
-			j, err := Job(in, s.opts.Campaigns, func(c *campaign.Campaign) (events.BundleRef, error) { return s.reference(ctx, c) }, audit)
+			j, err := Job(in, s.opts.Campaigns, func(c *campaign.Campaign) (events.BundleRef, error) { return s.reference(ctx, c) }, audit,
+				func(c *campaign.Campaign) (events.BundleRef, error) { return s.engineSource(ctx, c) })
 			if err != nil {
 				return nil, err
 			}
@@ -194,6 +195,26 @@ func (s *Service) reference(ctx context.Context, c *campaign.Campaign) (events.B
 	}
 	s.log.Info("BF16 reference stored", "campaign", c.TaskID, "digest", ref.SHA256[:12], "files", ref.Files, "bytes", ref.Size)
 	s.refs[c.ReferenceDir()] = ref
+	return ref, nil
+}
+
+// engineSource stores the campaign's pinned engine source tree in the
+// artifact store (content addressed: a tree stored already, by this
+// stage, another or the campaign's own push, stores nothing new) and
+// returns its reference, once per source folder per process.
+func (s *Service) engineSource(ctx context.Context, c *campaign.Campaign) (events.BundleRef, error) {
+	dir := c.EngineSourceDir()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ref, ok := s.refs[dir]; ok {
+		return ref, nil
+	}
+	ref, err := artifact.PutTree(ctx, s.artifacts, dir)
+	if err != nil {
+		return events.BundleRef{}, err
+	}
+	s.log.Info("engine source stored", "campaign", c.TaskID, "digest", ref.SHA256[:12], "files", ref.Files, "bytes", ref.Size)
+	s.refs[dir] = ref
 	return ref, nil
 }
 

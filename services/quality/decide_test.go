@@ -12,6 +12,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/campaign"
 	"github.com/lowbarena/lowbarena/domain/examples"
+	"github.com/lowbarena/lowbarena/domain/record"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
@@ -197,17 +198,28 @@ func TestJobs(t *testing.T) {
 	art := events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/x.json", SHA256: strings.Repeat("ab", 32), Files: 1}
 	suiteRef := events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/s.json", SHA256: strings.Repeat("cd", 32), Files: 4}
 	reference := events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/r.json", SHA256: strings.Repeat("ef", 32), Files: 2}
-	in := events.ContractCompletedData{SubmissionID: "sub1", TaskID: examples.TaskID, Artifact: &art, KVCacheDType: "fp8"}
+	engineSource := &events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/e.json", SHA256: strings.Repeat("12", 32), Files: 40}
+	honest := events.ContractCompletedData{SubmissionID: "sub1", TaskID: examples.TaskID, Artifact: &art, KVCacheDType: "fp8"}
+	patched := honest
+	patched.Patch = &record.Patch{Path: "engine.patch", Size: 10, SHA256: strings.Repeat("34", 32)}
 	for _, tc := range []struct {
 		name   string
+		in     events.ContractCompletedData
 		stored bool
+		engine *events.BundleRef
 		roles  []string
+		// patched: the candidate's job names its patched engine.
+		patched bool
 	}{
-		{name: "the reference's rows are not stored yet", stored: false, roles: []string{events.RoleBF16, events.RoleCandidate}},
-		{name: "the reference's rows are stored", stored: true, roles: []string{events.RoleCandidate}},
+		{name: "the reference's rows are not stored yet", in: honest, stored: false, roles: []string{events.RoleBF16, events.RoleCandidate}},
+		{name: "the reference's rows are stored", in: honest, stored: true, roles: []string{events.RoleCandidate}},
+		{name: "a patched candidate answers on its patched engine, the reference on the campaign's", in: patched, engine: engineSource,
+			roles: []string{events.RoleBF16, events.RoleCandidate}, patched: true},
+		{name: "a candidate without a patch runs the campaign's engine", in: honest, engine: engineSource, roles: []string{events.RoleBF16, events.RoleCandidate}},
+		{name: "a patch without the campaign's engine source runs the campaign's engine", in: patched, roles: []string{events.RoleBF16, events.RoleCandidate}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			jobs, err := quality.Jobs(in, c, st, suiteRef, reference, tc.stored)
+			jobs, err := quality.Jobs(tc.in, c, st, suiteRef, reference, tc.stored, tc.engine)
 			require.NoError(t, err)
 			require.Len(t, jobs, len(tc.roles))
 			for i, j := range jobs {
@@ -225,7 +237,16 @@ func TestJobs(t *testing.T) {
 					require.Empty(t, j.Request.SubmissionID, "the reference belongs to no submission")
 					require.Equal(t, reference, j.Request.Checkpoint)
 					require.Equal(t, "auto", p.KVCacheDType)
+					require.Nil(t, p.EngineBundle, "the reference never runs a patched engine")
+					require.Empty(t, p.Patch)
 				default:
+					if tc.patched {
+						require.Equal(t, engineSource, p.EngineBundle)
+						require.Equal(t, "engine.patch", p.Patch)
+					} else {
+						require.Nil(t, p.EngineBundle)
+						require.Empty(t, p.Patch)
+					}
 					require.Equal(t, quality.JobID("sub1"), j.Request.JobID)
 					require.Equal(t, "sub1", j.Request.SubmissionID)
 					require.Equal(t, art, j.Request.Checkpoint)

@@ -32,11 +32,20 @@ func ReferenceJobID(campaign, suiteKey, referenceDigest string) string {
 // stored yet, then the candidate's. Both request ids are the kit's
 // default, events.DeriveID(job id, runner.job.requested).
 // Its error is the params' encoding's.
-func Jobs(in events.ContractCompletedData, c *campaign.Campaign, st *suite.Suite, suiteRef, reference events.BundleRef, referenceStored bool) ([]stage.Job, error) {
+//
+// engineSource, when set, is the campaign's pinned engine source tree in
+// the artifact store: a candidate whose build checked an engine patch
+// (in.Patch) answers on its patched engine, as its efficiency job
+// measures it (EngineBundle, Patch); the BF16 reference never does.
+func Jobs(in events.ContractCompletedData, c *campaign.Campaign, st *suite.Suite, suiteRef, reference events.BundleRef, referenceStored bool,
+	engineSource *events.BundleRef) ([]stage.Job, error) {
 	var out []stage.Job
 	job := func(id, submission, role string, ckpt events.BundleRef, kv string) error {
 		p := events.QualityJobParams{Campaign: c.TaskID, Role: role, Engine: *c.Engine, KVCacheDType: kv,
 			Suite: suiteRef, SuiteKey: st.Key(), Sampling: c.Quality.Sampling}
+		if role == events.RoleCandidate && engineSource != nil && in.Patch != nil && in.Patch.Path != "" {
+			p.EngineBundle, p.Patch = engineSource, in.Patch.Path
+		}
 		req, err := events.QualityJob.Request(events.RunnerJobRequestedData{JobID: id, SubmissionID: submission,
 			Engine: c.Engine.Command, Checkpoint: ckpt}, p)
 		if err != nil {
@@ -106,7 +115,15 @@ func (s *Service) jobs(ctx context.Context, in events.ContractCompletedData) ([]
 	case err != nil:
 		return nil, fmt.Errorf("quality: read bucket %s: %w", bus.BucketQualityReferences, err)
 	}
-	return Jobs(in, c, st, suiteRef, reference, stored)
+	var engineSource *events.BundleRef
+	if dir := c.EngineSourceDir(); dir != "" && in.Patch != nil {
+		ref, err := s.storeTree(ctx, dir)
+		if err != nil {
+			return nil, fmt.Errorf("quality: store the engine source: %w", err)
+		}
+		engineSource = &ref
+	}
+	return Jobs(in, c, st, suiteRef, reference, stored, engineSource)
 }
 
 // suite loads a campaign's suite of a split (a ranked submission is
@@ -175,5 +192,23 @@ func (s *Service) store(ctx context.Context, dir string) (events.BundleRef, erro
 		return events.BundleRef{}, err
 	}
 	s.stored[dir] = ref
+	return ref, nil
+}
+
+// storeTree puts a folder and its sub-folders in the artifact store
+// (artifact.PutTree, content addressed) once per folder per process: the
+// campaign's pinned engine source.
+func (s *Service) storeTree(ctx context.Context, dir string) (events.BundleRef, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := "tree:" + dir
+	if ref, ok := s.stored[key]; ok {
+		return ref, nil
+	}
+	ref, err := artifact.PutTree(ctx, s.artifacts, dir)
+	if err != nil {
+		return events.BundleRef{}, err
+	}
+	s.stored[key] = ref
 	return ref, nil
 }

@@ -24,6 +24,9 @@ func (s *Service) kinds() *Registry {
 			}
 			return out
 		},
+		Patched: func(p events.EfficiencyJobParams) *EnginePatch {
+			return enginePatchOf(p.Engine, p.EngineBundle, p.Patch)
+		},
 		Run: s.efficiency,
 	})
 	Register(r, Kind[events.QualityJobParams, events.QualityJobResult]{
@@ -31,6 +34,12 @@ func (s *Service) kinds() *Registry {
 		Engine: func(p *events.QualityJobParams, cmd string) { p.Engine.Command = cmd },
 		Fetch: func(p events.QualityJobParams) []Artifact {
 			return []Artifact{{Ref: p.Suite, What: "the campaign's eval suite"}}
+		},
+		Patched: func(p events.QualityJobParams) *EnginePatch {
+			if p.Role == events.RoleBF16 {
+				return nil // the reference answers on the campaign's own engine
+			}
+			return enginePatchOf(p.Engine, p.EngineBundle, p.Patch)
 		},
 		Run: s.quality,
 	})

@@ -30,6 +30,11 @@ type Kind[P, R any] struct {
 	// Fetch lists the bundles the job needs beside its checkpoint (nil:
 	// none); Run receives their folders in the same order.
 	Fetch func(p P) []Artifact
+	// Patched is the candidate's patched engine the params ask for (nil
+	// func or nil result: none). Handle fetches the campaign's bundle,
+	// builds the engine once per pod and hands it to Run in
+	// Env.Job.Patched, or fails the job with the build's reason.
+	Patched func(p P) *EnginePatch
 	// Run runs the job. Its Result's Seconds count on failure too. A
 	// *Failure, an engine.Failure or a loadgen.Error fails the job (an
 	// ack); any other error hands it back (a retry).
@@ -101,8 +106,9 @@ type Registry struct {
 type prepare func(req events.RunnerJobRequestedData) (prepared, error)
 
 type prepared struct {
-	fetch []Artifact
-	run   func(ctx context.Context, env Env) (ran, error)
+	fetch   []Artifact
+	patched *EnginePatch
+	run     func(ctx context.Context, env Env) (ran, error)
 }
 
 // ran is a job's run as Handle sees it, whatever its kind: its Result
@@ -138,6 +144,10 @@ func Register[P, R any](r *Registry, k Kind[P, R]) {
 		if k.Fetch != nil {
 			fetch = k.Fetch(p)
 		}
+		var patched *EnginePatch
+		if k.Patched != nil {
+			patched = k.Patched(p)
+		}
 		run := func(ctx context.Context, env Env) (ran, error) {
 			res, err := k.Run(ctx, env, p)
 			out := ran{Seconds: res.Seconds, Attrs: res.Attrs}
@@ -146,7 +156,7 @@ func Register[P, R any](r *Registry, k Kind[P, R]) {
 			}
 			return out, err
 		}
-		return prepared{fetch: fetch, run: run}, nil
+		return prepared{fetch: fetch, patched: patched, run: run}, nil
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 	"github.com/lowbarena/lowbarena/platform/store"
 	"github.com/lowbarena/lowbarena/platform/workqueue"
 	"github.com/lowbarena/lowbarena/services/runner/engine"
+	"github.com/lowbarena/lowbarena/services/runner/enginebuild"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 	"github.com/lowbarena/lowbarena/services/runner/loadgen"
 	"github.com/lowbarena/lowbarena/services/runner/telemetry"
@@ -97,6 +98,9 @@ type Service struct {
 	// pod follows the pod's lease and keeps the runner's entry in the
 	// pods registry.
 	pod *pod
+	// builder builds candidates' patched engines into WORK/engines,
+	// shared by the pod's runners (see buildEngine).
+	builder enginebuild.Builder
 }
 
 // New opens the stores the runner needs.
@@ -158,7 +162,8 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	if err != nil {
 		return nil, fmt.Errorf("runner: open stream %s: %w", events.StreamArena, err)
 	}
-	s := &Service{bus: b, artifacts: arts, arena: arena, refs: refs, opts: o, log: log, cache: cache}
+	s := &Service{bus: b, artifacts: arts, arena: arena, refs: refs, opts: o, log: log, cache: cache,
+		builder: enginebuild.Builder{Dir: filepath.Join(o.WorkDir, "engines"), Box: buildBox(o.Job.Box)}}
 	s.registry = s.kinds()
 	entry := events.PodEntry{Pod: o.Pod, Runner: o.Runner, GPUIndex: o.GPU, GPU: s.gpu(),
 		Simulated: o.Job.NVML == nil, Kinds: s.registry.Names(), StartedAt: time.Now().UTC()}
@@ -389,8 +394,9 @@ func (s *Service) gpu() string {
 //
 // Ack semantics: an unknown kind, params that do not decode, a missing
 // artifact, a checkpoint by reference that cannot be staged (its
-// repository's reason, or staging_cache_full) and an engine or workload
-// failure are the job's, so they are a runner.job.failed and an Ack; a runner told to stop hands the job
+// repository's reason, or staging_cache_full), a candidate's patched
+// engine that does not build (engine_build_failed, engine_build_timeout)
+// and an engine or workload failure are the job's, so they are a runner.job.failed and an Ack; a runner told to stop hands the job
 // back (Retry, Nak at once) after stopping its engine; anything else (the
 // store, NATS) is a Retry.
 func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
@@ -502,6 +508,14 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 
 	jr := s.opts.Job
+	// A candidate's patched engine: the campaign's bundle fetched like
+	// the others, the engine built once per pod (or found built), run
+	// sandboxed by the job's candidate runs.
+	if ep := work.patched; ep != nil {
+		if jr.Patched, outcome, ok = s.patchedEngine(ctx, req.JobID, *ep, env.Checkpoint, fetch, fail, progress, &exit); !ok {
+			return outcome
+		}
+	}
 	var seq atomic.Uint64
 	// Telemetry and request rows go through the job's writer, in the
 	// background: a store that is out of reach stalls neither the

@@ -30,6 +30,7 @@ import (
 	"github.com/lowbarena/lowbarena/platform/store"
 	_ "github.com/lowbarena/lowbarena/platform/store/chdb"
 	"github.com/lowbarena/lowbarena/services/runner"
+	"github.com/lowbarena/lowbarena/services/runner/engine"
 	"github.com/lowbarena/lowbarena/services/runner/job"
 )
 
@@ -37,6 +38,9 @@ import (
 var simengine, runnerBin string
 
 func TestMain(m *testing.M) {
+	// The runners of these tests sandbox patched engines and their
+	// builds with the test binary as their helper, as cmd/runner does.
+	engine.RunHelper()
 	dir, err := os.MkdirTemp("", "runner-bins-")
 	if err != nil {
 		panic(err)

@@ -32,6 +32,7 @@ import (
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/ctl"
 	"github.com/lowbarena/lowbarena/schemas"
+	"github.com/lowbarena/lowbarena/services/runner/engine"
 )
 
 // arenaBin is the (light) arena binary the end-to-end tests run as real
@@ -43,6 +44,9 @@ var arenaBin, upBin, exampleDir string
 func bundleDir(name string) string { return filepath.Join(exampleDir, examples.SubmissionsDir, name) }
 
 func TestMain(m *testing.M) {
+	// Runners started in this process sandbox patched engines with the
+	// test binary as their helper, as arena's main does.
+	engine.RunHelper()
 	dir, err := os.MkdirTemp("", "arena-e2e-")
 	if err != nil {
 		panic(err)

@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/lowbarena/lowbarena/services/runner/engine"
 )
 
 const usage = `arena: the lowbarena command line
@@ -108,6 +110,10 @@ func usageErr(format string, args ...any) error {
 }
 
 func main() {
+	// arena up runs runners, whose sandboxed engines and engine builds
+	// run this binary as their helper (see engine.RunHelper): that run
+	// never reaches the CLI.
+	engine.RunHelper()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

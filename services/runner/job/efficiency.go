@@ -61,6 +61,10 @@ type ReferenceCache interface {
 // engine: their rates compare with that run's (an engine that served
 // them from a cache across restarts would only help its budget; the
 // cache audit is the check on caching).
+//
+// The candidate's runs (its run, its budget replays and their pairs) run
+// the job's patched engine when it has one (Runner.Patched); the
+// reference's never does.
 func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache, audit *AuditPlan) (Efficiency, error) {
 	out := Efficiency{KVCacheDType: p.KVCacheDType}
 	base := Workloads(p.Workload)
@@ -98,8 +102,8 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 	if kv == "" {
 		kv = "auto"
 	}
-	cand, err := r.Serve(ctx, Launch{Run: "candidate", Command: p.Engine.Command, Checkpoint: candidate,
-		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen, Audit: audit}, wls)
+	cand, err := r.Serve(ctx, r.candidate(Launch{Run: "candidate", Command: p.Engine.Command, Checkpoint: candidate,
+		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen, Audit: audit}), wls)
 	out.Seconds += cand.Seconds
 	if err != nil {
 		return out, err
@@ -134,9 +138,9 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 				"kv_cache_bytes", terms.KVCacheBytes, "mem_fraction_static", terms.MemFractionStatic, "pool_raised_to_one_request", terms.Floored)
 		}
 		replay := func() (record.Budget, error) {
-			rs, err := r.Serve(ctx, Launch{Run: key, Command: p.Engine.Command, Checkpoint: candidate,
+			rs, err := r.Serve(ctx, r.candidate(Launch{Run: key, Command: p.Engine.Command, Checkpoint: candidate,
 				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: b.BudgetGiB, CapGiB: b.CapGiB,
-				MaxModelLen: terms.MaxModelLen, KVCacheBytes: terms.KVCacheBytes, MemFractionStatic: terms.MemFractionStatic}, []loadgen.Workload{w})
+				MaxModelLen: terms.MaxModelLen, KVCacheBytes: terms.KVCacheBytes, MemFractionStatic: terms.MemFractionStatic}), []loadgen.Workload{w})
 			out.Seconds += rs.Seconds
 			v := record.Budget{BudgetGiB: b.BudgetGiB, CapGiB: b.CapGiB, Factor: b.Factor, FullRunning: float64(w.Concurrency)}
 			switch {
@@ -162,8 +166,8 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		pair := 1
 		again := func() (float64, error) {
 			pair++
-			s, err := r.Serve(ctx, Launch{Run: fmt.Sprintf("candidate#%d", pair), Command: p.Engine.Command, Checkpoint: candidate,
-				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, []loadgen.Workload{w})
+			s, err := r.Serve(ctx, r.candidate(Launch{Run: fmt.Sprintf("candidate#%d", pair), Command: p.Engine.Command, Checkpoint: candidate,
+				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}), []loadgen.Workload{w})
 			out.Seconds += s.Seconds
 			if err != nil {
 				return 0, fmt.Errorf("the candidate, again on %s beside its budget replay: %w", w.Name, err)

@@ -47,7 +47,8 @@ type Graded struct {
 // sandbox, and the quality stage grades them. An engine failure is an
 // *engine.Failure; an unreadable answer a *loadgen.Error. A job that
 // fails leaves no result: its rows are tagged with its run and never
-// read as complete.
+// read as complete. A candidate answers on the job's patched engine when
+// it has one (Runner.Patched); the BF16 reference never does.
 //
 //nolint:gocyclo // one job's steps in order: plan the items, run them against the engine, grade and hand over rows, keep the KL sequences
 func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpoint string, s *suite.Suite,
@@ -102,8 +103,13 @@ func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpo
 		graders[t.it.ID] = g
 	}
 
-	served, err := r.session(ctx, Launch{Run: p.Role, Command: p.Engine.Command, Checkpoint: checkpoint, KVCacheDType: kv,
-		MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, len(tasks), func(ss *session, _ *Served) error {
+	l := Launch{Run: p.Role, Command: p.Engine.Command, Checkpoint: checkpoint, KVCacheDType: kv,
+		MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}
+	if p.Role != events.RoleBF16 {
+		// A candidate answers on its patched engine, when it has one.
+		l = r.candidate(l)
+	}
+	served, err := r.session(ctx, l, len(tasks), func(ss *session, _ *Served) error {
 		hc := &http.Client{Timeout: 4 * max(r.IdleTimeout, 30*time.Second), Transport: ss.tr}
 		conc := max(p.Sampling.Concurrency, 1)
 		work := make(chan task)

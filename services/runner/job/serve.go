@@ -75,6 +75,30 @@ type Runner struct {
 	// RunDir holds the sandboxed engines' run folders (WORK/runs);
 	// default the system's temporary folder.
 	RunDir string
+	// Patched is the participant's patched engine this job's candidate
+	// runs (enginebuild.Built), set per job by the runner service; the
+	// zero value runs the campaign's own engine. The BF16 reference
+	// never runs it: its measurement is the campaign's, shared by every
+	// candidate of the pod.
+	Patched Patched
+}
+
+// Patched is a participant's patched engine, built for a job
+// (enginebuild.Built): Path fills the command template's {{.Engine}},
+// Dir is bound read-only into the sandbox, PythonPath goes first on a
+// Python engine's PYTHONPATH. A Launch that carries one is untrusted and
+// runs sandboxed (see Launch.EngineDir).
+type Patched struct {
+	Path, Dir, PythonPath string
+}
+
+// candidate returns l running the job's patched engine, when it has one.
+func (r *Runner) candidate(l Launch) Launch {
+	if r.Patched.Dir == "" {
+		return l
+	}
+	l.EnginePath, l.EngineDir, l.PythonPath = r.Patched.Path, r.Patched.Dir, r.Patched.PythonPath
+	return l
 }
 
 // Sandbox modes (Runner.Sandbox, the runner's --engine-sandbox).
@@ -235,8 +259,9 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	if err != nil {
 		return out, err
 	}
-	family := engine.Detect(argv)
-	if err := r.preflight(l, argv, family); err != nil {
+	own := ownCommand(l, params, argv)
+	family := engine.Detect(own)
+	if err := r.preflight(l, own, family); err != nil {
 		return out, err
 	}
 	// The device's memory before the engine: the last engine's must
@@ -380,6 +405,22 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	}
 	r.progress("done "+l.Run, steps, steps)
 	return out, nil
+}
+
+// ownCommand is the command l's campaign's own engine runs: argv, or,
+// for a patched engine, the template rendered with {{.Engine}} empty. A
+// patched engine is of its campaign's engine's family whatever its built
+// program is called, so the family (its health and metrics endpoints,
+// whether it is a real engine) is read from this command.
+func ownCommand(l Launch, params engine.Params, argv []string) []string {
+	if l.EnginePath == "" {
+		return argv
+	}
+	params.Engine = ""
+	if own, err := engine.Render(l.Command, params); err == nil {
+		return own
+	}
+	return argv
 }
 
 // box is the sandbox l's engine runs in (nil: none) and the runner's
