@@ -81,7 +81,7 @@ func TestComposeRefuses(t *testing.T) {
 		{"another service's credentials", "env_file: [deploy/secrets/score.env]", "env_file: [deploy/secrets/round.env]", CodeWrongCredentials, ""},
 		{"a service that names no binary", "args: {SERVICE: score}", "args: {SERVICE: scoring}", CodeUnknownBinary + " " + CodeMissingService, ""},
 		{"a campaigns folder on no volume", "      LOWBARENA_METRICS_ADDR: 0.0.0.0:9466\n", "      LOWBARENA_METRICS_ADDR: 0.0.0.0:9466\n      LOWBARENA_CAMPAIGNS: /elsewhere\n", CodeMissingVolume, ""},
-		{"a grader without its sandbox", "    security_opt: [seccomp=unconfined, apparmor=unconfined, systempaths=unconfined]\n", "", CodeGraderSandbox, ""},
+		{"a grader without its sandbox", "dockerfile: deploy/Dockerfile.grader}\n    security_opt: [seccomp=unconfined, apparmor=unconfined, systempaths=unconfined]\n", "dockerfile: deploy/Dockerfile.grader}\n", CodeGraderSandbox, ""},
 		{"an arena verb that does not exist", `command: ["campaign", "push", "/campaigns"]`, `command: ["campaigns", "push", "/campaigns"]`, CodeUnknownFlag, ""},
 		{"an unknown field", "    ulimits:", "    ulimit:", "", "ulimit"},
 		{"a service without metrics", "      LOWBARENA_METRICS_ADDR: 0.0.0.0:9469\n", "", CodeMetrics, ""},

@@ -22,6 +22,9 @@ import (
 // EnvCacheBytes names the cache cap's environment variable.
 const EnvCacheBytes = "LOWBARENA_RUNNER_CACHE_BYTES"
 
+// EnvEngineHelper names --engine-helper's environment variable.
+const EnvEngineHelper = "LOWBARENA_ENGINE_HELPER"
+
 // envInt64 is the integer in the environment variable key, or def.
 func envInt64(key string, def int64) int64 {
 	if n, err := strconv.ParseInt(os.Getenv(key), 10, 64); err == nil && n > 0 {
@@ -63,6 +66,7 @@ func Component() app.Component {
 		ackWait, health, idle, interval, stopGrace *time.Duration
 		cacheBytes                                 *int64
 		engineEnv, engineSandbox, sandboxBind      *string
+		engineHelper                               *string
 		hubOptions                                 func(*slog.Logger) (hub.Options, error)
 	)
 	return app.Component{
@@ -87,11 +91,14 @@ func Component() app.Component {
 					"a job whose engine must be sandboxed on a pod that cannot is refused with engine_sandbox_unavailable (env LOWBARENA_ENGINE_SANDBOX)")
 			sandboxBind = fs.String("engine-sandbox-bind", os.Getenv("LOWBARENA_ENGINE_SANDBOX_BIND"),
 				"comma-separated host paths a sandboxed engine and its build see read-only, beyond /usr, /lib and a few files of /etc (an image's /opt/venv); never the runner's --work (env LOWBARENA_ENGINE_SANDBOX_BIND)")
+			engineHelper = fs.String("engine-helper", os.Getenv(EnvEngineHelper),
+				"the executable a sandboxed engine's sandbox starts first (it must call engine.RunHelper first in main): the runner's own by default; "+
+					"a binary that links chDB (arena-up) cannot be it and names the light arena binary instead (env "+EnvEngineHelper+")")
 			hubOptions = app.HubFlags(fs)
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
 			jr := job.Runner{SampleInterval: *interval, HealthTimeout: *health, IdleTimeout: *idle, StopGrace: *stopGrace, EnvAllow: splitList(*engineEnv),
-				Sandbox: *engineSandbox, Box: engine.Box{Extra: splitList(*sandboxBind)}, RunDir: filepath.Join(*work, "runs")}
+				Sandbox: *engineSandbox, Box: engine.Box{Extra: splitList(*sandboxBind), Helper: *engineHelper}, RunDir: filepath.Join(*work, "runs")}
 			switch jr.Sandbox {
 			case job.SandboxAuto, job.SandboxOn, job.SandboxOff:
 			default:

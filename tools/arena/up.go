@@ -214,8 +214,29 @@ func (o upOptions) settings(data, component string, runnerIndex int) map[string]
 		m["work"] = filepath.Join(data, "runner")
 		m["ack-wait"] = o.ackWait.String()
 		m["name"] = fmt.Sprintf("%s/runner-%d", o.pod, runnerIndex)
+		if h := engineHelper(); h != "" {
+			m["engine-helper"] = h
+		}
 	}
 	return m
+}
+
+// engineHelper is the executable a sandboxed engine's sandbox starts
+// first: this process links chDB, whose loader needs libchdb.so before
+// main runs, which no sandbox holds, so it names the light arena binary
+// beside it (make build and the tests lay them out so). "" when there is
+// none: the runner then refuses patched engines with
+// engine_sandbox_unavailable and says why.
+func engineHelper() string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	light := filepath.Join(filepath.Dir(self), "arena")
+	if fi, err := os.Stat(light); err != nil || fi.IsDir() || light == self {
+		return ""
+	}
+	return light
 }
 
 // startArena starts the embedded NATS server, then every component, each
