@@ -2,12 +2,16 @@ package artifact_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/domain/examples"
+	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/artifact/artifacttest"
 )
@@ -90,4 +94,19 @@ func TestGetTreeRefusesMissingFiles(t *testing.T) {
 	ents, err := os.ReadDir(filepath.Dir(dst))
 	require.NoError(t, err)
 	require.Empty(t, ents)
+}
+
+// TestEngineSourceDigestIsTheBundleDigest: the example campaign's pinned
+// engine source is named by the digest its folder has as an artifact
+// bundle (examples.SourceDigest is the manifest digest of its files).
+func TestEngineSourceDigestIsTheBundleDigest(t *testing.T) {
+	files, err := examples.EngineSourceFiles()
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	var fds []events.FileDigest
+	for _, f := range files {
+		sum := sha256.Sum256(f.Data)
+		fds = append(fds, events.FileDigest{Path: f.Path, Size: int64(len(f.Data)), SHA256: hex.EncodeToString(sum[:])})
+	}
+	require.Equal(t, artifact.NewManifest(fds).Digest, examples.SourceDigest(files))
 }
