@@ -67,6 +67,24 @@ func edit(t *testing.T, file, old, new string) []byte {
 	return []byte(strings.Replace(string(raw), old, new, 1))
 }
 
+// editedManifests copies deploy/kubernetes into a temporary folder with
+// file's text edited (old replaced by new, once) and returns the folder.
+func editedManifests(t *testing.T, file, old, new string) string {
+	t.Helper()
+	dir := t.TempDir()
+	files, err := filepath.Glob("../kubernetes/*.yaml")
+	require.NoError(t, err)
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		require.NoError(t, err)
+		if filepath.Base(f) == file {
+			raw = edit(t, f, old, new)
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), raw, 0o644))
+	}
+	return dir
+}
+
 // TestComposeRefuses: a compose file that drifted from the binaries is
 // refused with the problem's code.
 func TestComposeRefuses(t *testing.T) {
@@ -183,18 +201,7 @@ func TestKubernetesRefuses(t *testing.T) {
 		{"no liveness probe", "runner.yaml", "          livenessProbe:\n            httpGet: {path: /healthz, port: metrics}\n            periodSeconds: 10\n", "", CodeMetrics},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			files, err := filepath.Glob("../kubernetes/*.yaml")
-			require.NoError(t, err)
-			for _, f := range files {
-				raw, err := os.ReadFile(f)
-				require.NoError(t, err)
-				if filepath.Base(f) == tc.file {
-					raw = edit(t, f, tc.old, tc.new)
-				}
-				require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), raw, 0o644))
-			}
-			objs, ps, err := DecodeManifests(dir)
+			objs, ps, err := DecodeManifests(editedManifests(t, tc.file, tc.old, tc.new))
 			require.NoError(t, err)
 			ps = append(ps, Kubernetes(objs, Binaries())...)
 			require.ElementsMatch(t, strings.Fields(tc.code), ps.Codes(), "only the problem made, and what follows from it: %s", ps.String())
@@ -244,18 +251,7 @@ func TestClusterRefuses(t *testing.T) {
 		{"an arena verb that does not exist", "provision.yaml", "args: [campaign, push, /campaigns/campaigns]", "args: [campaigns, push, /campaigns/campaigns]", CodeUnknownFlag},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			files, err := filepath.Glob("../kubernetes/*.yaml")
-			require.NoError(t, err)
-			for _, f := range files {
-				raw, err := os.ReadFile(f)
-				require.NoError(t, err)
-				if filepath.Base(f) == tc.file {
-					raw = edit(t, f, tc.old, tc.new)
-				}
-				require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), raw, 0o644))
-			}
-			objs, ps, err := DecodeManifests(dir)
+			objs, ps, err := DecodeManifests(editedManifests(t, tc.file, tc.old, tc.new))
 			require.NoError(t, err)
 			ps = append(ps, Kubernetes(objs, Binaries())...)
 			require.ElementsMatch(t, strings.Fields(tc.code), ps.Codes(), "only the problem made, and what follows from it: %s", ps.String())
@@ -319,8 +315,6 @@ func TestComposeStateRefuses(t *testing.T) {
 // TestJetStreamRefuses: limits that do not fit a NATS node's store, or
 // nodes that set none, are refused with deploy_jetstream_unbounded.
 func TestJetStreamRefuses(t *testing.T) {
-	values, err := os.ReadFile("../kubernetes/nats-values.yaml")
-	require.NoError(t, err)
 	for _, tc := range []struct {
 		name, file, old, new string
 	}{
@@ -330,21 +324,9 @@ func TestJetStreamRefuses(t *testing.T) {
 		{"a size that is no size", "services.yaml", "LOWBARENA_JS_VOLUME: 190GiB", "LOWBARENA_JS_VOLUME: lots"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			files, err := filepath.Glob("../kubernetes/*.yaml")
+			dir := editedManifests(t, tc.file, tc.old, tc.new)
+			raw, err := os.ReadFile(filepath.Join(dir, "nats-values.yaml"))
 			require.NoError(t, err)
-			raw := values
-			for _, f := range files {
-				b, err := os.ReadFile(f)
-				require.NoError(t, err)
-				if filepath.Base(f) == tc.file {
-					b = edit(t, f, tc.old, tc.new)
-				}
-				if filepath.Base(f) == "nats-values.yaml" {
-					raw = b
-				}
-				require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644))
-			}
 			objs, _, err := DecodeManifests(dir)
 			require.NoError(t, err)
 			store, err := HelmStore(raw)
