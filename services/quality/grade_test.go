@@ -3,13 +3,12 @@ package quality_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/adapters/sandbox/sandboxtest"
 	"github.com/lowbarena/lowbarena/domain/examples"
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
@@ -24,21 +23,6 @@ import (
 // codeSuite is tinySuite with a code domain of eight items.
 func codeSuite() *suite.Suite {
 	return suite.Generate("tiny", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 60, "commonsense": 60, "expert": 10, "code": 8})
-}
-
-// failingBwrap puts first on PATH a bwrap that fails the way bubblewrap
-// does where the kernel refuses user namespaces. The test that calls it
-// is not parallel: it sets PATH.
-func failingBwrap(t *testing.T) {
-	t.Helper()
-	fake, err := os.MkdirTemp("", "quality-fake-bwrap-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(fake) })
-	require.NoError(t, os.Chmod(fake, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(fake, "bwrap"), []byte("#!/bin/sh\n"+
-		`echo "bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces." >&2`+
-		"\nexit 1\n"), 0o755))
-	t.Setenv("PATH", fake+string(filepath.ListSeparator)+os.Getenv("PATH"))
 }
 
 // answers writes one role's rows as a GPU runner does: the non-code
@@ -164,7 +148,7 @@ func TestStageGradesCodeAnswers(t *testing.T) {
 // with sandbox_unavailable and the sandbox's message for the operator
 // (not a wait or an endless retry), and the stage's readiness says why.
 func TestStageWithoutSandbox(t *testing.T) {
-	failingBwrap(t)
+	sandboxtest.FailingBwrap(t)
 	h := setupSuite(t, codeSuite())
 	h.start(t)
 	h.contract(t, "sub1")
@@ -207,7 +191,7 @@ func TestReadyWithSandbox(t *testing.T) {
 	}{{"code items, sandbox", codeSuite(), true}, {"no code items, no sandbox", tinySuite(), false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !tc.sandbox {
-				failingBwrap(t)
+				sandboxtest.FailingBwrap(t)
 			}
 			h := setupSuite(t, tc.suite)
 			c := quality.Component()

@@ -3,15 +3,14 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/adapters/sandbox/sandboxtest"
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
@@ -21,22 +20,6 @@ import (
 	"github.com/lowbarena/lowbarena/platform/store"
 )
 
-// failingBwrap puts first on PATH a bwrap that fails the way bubblewrap
-// does where the kernel refuses user namespaces (a GPU pod under
-// NVIDIA's container toolkit, which has no hostUsers: false). The test
-// that calls it is not parallel: it sets PATH.
-func failingBwrap(t *testing.T) {
-	t.Helper()
-	fake, err := os.MkdirTemp("", "runner-fake-bwrap-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(fake) })
-	require.NoError(t, os.Chmod(fake, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(fake, "bwrap"), []byte("#!/bin/sh\n"+
-		`echo "bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces." >&2`+
-		"\nexit 1\n"), 0o755))
-	t.Setenv("PATH", fake+string(filepath.ListSeparator)+os.Getenv("PATH"))
-}
-
 // TestQualityJobWithoutSandbox: on a machine whose bubblewrap cannot
 // create namespaces, a quality job whose suite has code items completes:
 // the GPU runner grades the other items and writes the code answers to
@@ -45,7 +28,7 @@ func failingBwrap(t *testing.T) {
 // in quality_answers, and quality_items holds exactly the graded ones,
 // scored as grade.For scores their stored answers.
 func TestQualityJobWithoutSandbox(t *testing.T) {
-	failingBwrap(t)
+	sandboxtest.FailingBwrap(t)
 
 	b, _ := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
