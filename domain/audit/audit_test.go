@@ -107,6 +107,23 @@ func TestJudge(t *testing.T) {
 				w.ev.Items[i].TPOTMs *= 2.5
 			}
 		}, string(reason.AuditItemsSlower)},
+		{"items slower by less than the floor: the host's timing noise", func(w *world) {
+			// A replay at 50 us a token: 1.6 times the load, 0.03 ms more.
+			for wl := range w.ev.LoadTPOTMs {
+				w.ev.LoadTPOTMs[wl] = 0.05
+			}
+			for i := range w.ev.Items {
+				w.ev.Items[i].TPOTMs = 0.08
+			}
+		}, ""},
+		{"items slower by more than the floor at a fast load", func(w *world) {
+			for wl := range w.ev.LoadTPOTMs {
+				w.ev.LoadTPOTMs[wl] = 0.5
+			}
+			for i := range w.ev.Items {
+				w.ev.Items[i].TPOTMs = 2
+			}
+		}, string(reason.AuditItemsSlower)},
 	}
 	for _, c := range cases {
 		w := honest(64)
@@ -154,6 +171,8 @@ func TestAccuracyFigures(t *testing.T) {
 	require.Equal(t, "TEST01", a.MLPerf)
 	require.Len(t, a.Requests, 64)
 	require.InDelta(t, 1.0, a.SlowRatio, 1e-12)
+	require.InDelta(t, 0.0, a.SlowExcessMs, 1e-12)
+	require.Equal(t, SlowFloorMs, a.SlowFloorMs)
 }
 
 // TestWithoutQuality checks the audits that need the quality job's

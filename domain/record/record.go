@@ -610,10 +610,14 @@ type AccuracyAudit struct {
 	Lower           float64 `json:"lower"`
 	// SlowRatio is the median over items of their time per output token
 	// over the load's median in the same workload; above SlowLimit the
-	// engine tells the items apart.
-	SlowRatio float64        `json:"slow_ratio"`
-	SlowLimit float64        `json:"slow_limit"`
-	Requests  []AuditRequest `json:"requests"`
+	// engine tells the items apart, when SlowExcessMs (the median over
+	// items of their time per token minus the load's) is above
+	// SlowFloorMs too: below it the ratio is the host's timing noise.
+	SlowRatio    float64        `json:"slow_ratio"`
+	SlowLimit    float64        `json:"slow_limit"`
+	SlowExcessMs float64        `json:"slow_excess_ms"`
+	SlowFloorMs  float64        `json:"slow_floor_ms"`
+	Requests     []AuditRequest `json:"requests"`
 	// LoadCompared is how many of the load's own requests (each built
 	// from a suite item, drawn at random) were compared with the
 	// campaign's unpatched engine's answers to the same prompts (only
