@@ -248,4 +248,9 @@ type SLAJobParams struct {
 	KVCacheDType string       `json:"kv_cache_dtype"`
 	// Entry names the entry in its round ("baseline", "candidate-2").
 	Entry string `json:"entry"`
+	// EngineBundle and Patch are an entry's patched engine, as in
+	// EfficiencyJobParams: a round serves a candidate on the engine its
+	// efficiency stage measured. The BF16 baselines never carry them.
+	EngineBundle *BundleRef `json:"engine_bundle,omitempty"`
+	Patch        string     `json:"patch,omitempty"`
 }

@@ -138,6 +138,10 @@ type Standing struct {
 	// KVCacheDType is the KV dtype the engine reported running in the
 	// efficiency stage, or the declared one before that.
 	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
+	// Patch is the engine patch its kept contract checked (the engine
+	// track): a round serves the entry on the campaign's engine built
+	// with it, as the efficiency stage measured it.
+	Patch *record.Patch `json:"patch,omitempty"`
 	// Pending names the outcomes not in yet ("contract", "quality",
 	// "efficiency").
 	Pending []string `json:"pending"`

@@ -678,3 +678,47 @@ func TestRoundWithoutReference(t *testing.T) {
 	require.Equal(t, before, objects(), "nothing is stored")
 	require.Nil(t, h.lease(), "the pod is not taken")
 }
+
+// TestRoundStoresThePatchedEngineSource starts a round whose candidate
+// patches the engine: the round stores the campaign's pinned engine
+// source (the same content-addressed tree the stages store) and keeps
+// the candidate's patch on its entry, so its SLA job runs the engine
+// its efficiency stage measured. A campaign that pins no source refuses
+// such a candidate.
+func TestRoundStoresThePatchedEngineSource(t *testing.T) {
+	h := setup(t, "pod-e", nil)
+	h.register(h.pod, "stand-in", events.JobSLA)
+	h.service(round.Options{EntryTimeout: time.Minute})
+	h.submit("c1", h.bundle("fp8-w8a8"), true, true, 1.4)
+	h.submit("c2", h.bundle("int4-w4a16-g32"), true, true, 1.66)
+	h.mu.Lock()
+	st := h.standings["c1"]
+	st.Patch = &record.Patch{Path: "engine.patch", SHA256: strings.Repeat("b", 64)}
+	h.standings["c1"] = st
+	h.mu.Unlock()
+
+	c := h.set[examples.TaskID]
+	require.NotEmpty(t, c.EngineSourceDir(), "the example campaign pins its engine source")
+	want, err := artifact.PutTree(h.ctx, h.arts, c.EngineSourceDir())
+	require.NoError(t, err)
+
+	pinned := c.Engine.Source
+	c.Engine.Source = nil
+	_, err = h.start(ctl.StartRequest{Campaign: examples.TaskID, Candidates: []string{"c1", "c2"}})
+	e := refusal(t, err)
+	require.Equal(t, ctl.CodeBadRequest, e.Code)
+	require.Contains(t, e.Message, "c1 patches the engine, and campaign "+examples.TaskID+" pins no engine source")
+	require.Nil(t, h.lease(), "the pod is not taken")
+	c.Engine.Source = pinned
+
+	rep, err := h.start(ctl.StartRequest{Campaign: examples.TaskID, Candidates: []string{"c1", "c2"}})
+	require.NoError(t, err)
+	r, _ := h.state(rep.RoundID)
+	require.NotNil(t, r.EngineBundle)
+	require.Equal(t, want.SHA256, r.EngineBundle.SHA256)
+	patches := map[string]string{}
+	for _, e := range r.Entries {
+		patches[e.ID] = e.Patch
+	}
+	require.Equal(t, map[string]string{"baseline": "", "candidate-1": "engine.patch", "candidate-2": "", "drift_baseline": ""}, patches)
+}

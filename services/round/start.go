@@ -109,6 +109,9 @@ func (s *Service) start(ctx context.Context, req ctl.StartRequest) (*Round, erro
 	if err != nil {
 		return nil, err
 	}
+	if r.EngineBundle, err = s.engineSource(ctx, camp, entries); err != nil {
+		return nil, err
+	}
 	r.Entries = append([]*Entry{{ID: "baseline", Role: "baseline", Checkpoint: ref, KVCacheDType: "auto"}}, entries...)
 	r.Entries = append(r.Entries, &Entry{ID: "drift_baseline", Role: "drift_baseline", Checkpoint: ref, KVCacheDType: "auto"})
 	r.ID = "round-" + events.DeriveID(camp.TaskID, pod, r.StartedAt.Format(time.RFC3339Nano), strings.Join(req.Candidates, ","))[:16]
@@ -163,6 +166,34 @@ func (s *Service) reference(ctx context.Context, camp *campaign.Campaign) (event
 	return ref, nil
 }
 
+// engineSource stores the campaign's pinned engine source tree for the
+// runner (artifact.PutTree: content addressed, so a tree the campaign's
+// push or another stage stored already stores nothing new) when an entry
+// patches the engine; nil otherwise. An entry with a patch in a campaign
+// that no longer pins a source is refused: it cannot be served as it was
+// measured.
+func (s *Service) engineSource(ctx context.Context, camp *campaign.Campaign, entries []*Entry) (*events.BundleRef, error) {
+	patched := ""
+	for _, e := range entries {
+		if e.Patch != "" {
+			patched = e.Submission
+			break
+		}
+	}
+	if patched == "" {
+		return nil, nil
+	}
+	dir := camp.EngineSourceDir()
+	if dir == "" {
+		return nil, ctl.Refuse(ctl.CodeBadRequest, "%s patches the engine, and campaign %s pins no engine source to build it on", patched, camp.TaskID)
+	}
+	ref, err := artifact.PutTree(ctx, s.artifacts, dir)
+	if err != nil {
+		return nil, fmt.Errorf("campaign %s: store its engine source: %w", camp.TaskID, err)
+	}
+	return &ref, nil
+}
+
 // enter asks the score service whether a submission can enter a round of
 // camp, and describes its entry: the checkpoint its kept contract names
 // and the KV dtype its engine ran.
@@ -194,5 +225,9 @@ func (s *Service) enter(ctx context.Context, camp *campaign.Campaign, id, role, 
 	if kv == "" {
 		kv = "auto"
 	}
-	return &Entry{ID: entryID, Role: role, Submission: id, Checkpoint: *st.Artifact, KVCacheDType: kv}, nil
+	e := &Entry{ID: entryID, Role: role, Submission: id, Checkpoint: *st.Artifact, KVCacheDType: kv}
+	if st.Patch != nil {
+		e.Patch = st.Patch.Path
+	}
+	return e, nil
 }

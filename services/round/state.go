@@ -44,6 +44,11 @@ type Entry struct {
 	// dtype; both are kept so that a round resumes without asking again.
 	Checkpoint   events.BundleRef `json:"checkpoint"`
 	KVCacheDType string           `json:"kv_cache_dtype"`
+	// Patch is the path, inside Checkpoint, of the entry's engine patch
+	// (the engine track): its SLA job runs the campaign's engine built
+	// with it (Round.EngineBundle), as the efficiency stage measured the
+	// submission. Empty runs the campaign's own engine.
+	Patch string `json:"patch,omitempty"`
 	// Job is the entry's SLA job once requested, Deadline (wall clock)
 	// when it is given up, EngineUp whether the runner reported the
 	// engine healthy.
@@ -73,6 +78,11 @@ type Round struct {
 	Incumbent  string    `json:"incumbent,omitempty"`
 	Candidates []string  `json:"candidates,omitempty"`
 	Entries    []*Entry  `json:"entries"`
+	// EngineBundle is the campaign's pinned engine source tree in the
+	// artifact store, stored at the start when an entry patches the
+	// engine (kept, like the entries' checkpoints, so a round resumes on
+	// the same source).
+	EngineBundle *events.BundleRef `json:"engine_bundle,omitempty"`
 	Steps      []Step    `json:"steps"`
 	Status     string    `json:"status"`
 	StartedAt  time.Time `json:"started_at"`
@@ -343,9 +353,12 @@ func request(r *Round, e *Entry, camp *campaign.Campaign, now time.Time, timeout
 	e.Status, e.Job = entryRunning, jobID(r.ID, e.ID)
 	deadline := now.Add(timeout)
 	e.Deadline = &deadline
+	p := events.SLAJobParams{Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec, KVCacheDType: e.KVCacheDType, Entry: e.ID}
+	if e.Patch != "" {
+		p.EngineBundle, p.Patch = r.EngineBundle, e.Patch
+	}
 	req, err := events.SLAJob.Request(events.RunnerJobRequestedData{JobID: e.Job, SubmissionID: e.Submission, RoundID: r.ID,
-		Pod: r.Pod, Engine: camp.Engine.Command, Checkpoint: e.Checkpoint},
-		events.SLAJobParams{Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec, KVCacheDType: e.KVCacheDType, Entry: e.ID})
+		Pod: r.Pod, Engine: camp.Engine.Command, Checkpoint: e.Checkpoint}, p)
 	if err != nil {
 		disqualify(r, e, "job_bad_params: "+err.Error(), 0, now)
 		return false

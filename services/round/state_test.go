@@ -302,3 +302,35 @@ func TestComponentFlags(t *testing.T) {
 	require.NotNil(t, fs.Lookup("campaigns"))
 	require.Nil(t, fs.Lookup("pod"), "no default pod")
 }
+
+// TestPatchedEntryServesItsEngine checks that the SLA job of an entry
+// whose submission patches the engine names the round's engine source and
+// the entry's patch (the runner builds and runs that engine, as the
+// efficiency stage measured it), and that the BF16 baseline's and an
+// unpatched candidate's do not.
+func TestPatchedEntryServesItsEngine(t *testing.T) {
+	r := newRound(2, false)
+	src := events.BundleRef{SHA256: "feedfacefeedfacefeed", Size: 7, Files: 3}
+	r.EngineBundle = &src
+	r.entry("candidate-a").Patch = "engine.patch"
+	camp := testCampaign()
+	for _, c := range []struct {
+		entry  string
+		bundle *events.BundleRef
+		patch  string
+	}{
+		{"baseline", nil, ""},
+		{"candidate-a", &src, "engine.patch"},
+		{"candidate-b", nil, ""},
+		{"drift_baseline", nil, ""},
+	} {
+		r.Outbox = nil
+		require.True(t, request(r, r.entry(c.entry), camp, t0, time.Minute), c.entry)
+		require.Len(t, r.Outbox, 1, c.entry)
+		var p events.SLAJobParams
+		require.NoError(t, json.Unmarshal(r.Outbox[0].Job.Params, &p), c.entry)
+		require.Equal(t, c.entry, p.Entry)
+		require.Equal(t, c.bundle, p.EngineBundle, c.entry)
+		require.Equal(t, c.patch, p.Patch, c.entry)
+	}
+}

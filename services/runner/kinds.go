@@ -46,7 +46,10 @@ func (s *Service) kinds() *Registry {
 	Register(r, Kind[events.SLAJobParams, events.EngineRun]{
 		Job:    events.SLAJob,
 		Engine: func(p *events.SLAJobParams, cmd string) { p.Engine.Command = cmd },
-		Run:    s.sla,
+		Patched: func(p events.SLAJobParams) *EnginePatch {
+			return enginePatchOf(p.Engine, p.EngineBundle, p.Patch)
+		},
+		Run: s.sla,
 	})
 	return r
 }
@@ -95,7 +98,7 @@ func (s *Service) sla(ctx context.Context, env Env, p events.SLAJobParams) (Resu
 	if kv == "" {
 		kv = "auto"
 	}
-	sr, err := env.Job.Serve(ctx, job.Launch{Run: p.Entry, Command: p.Engine.Command, Checkpoint: env.Checkpoint, KVCacheDType: kv,
-		MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, job.Workloads(p.Workload))
+	sr, err := env.Job.Serve(ctx, env.Job.Candidate(job.Launch{Run: p.Entry, Command: p.Engine.Command, Checkpoint: env.Checkpoint, KVCacheDType: kv,
+		MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}), job.Workloads(p.Workload))
 	return Result[events.EngineRun]{Value: sr, Seconds: sr.Seconds}, err
 }

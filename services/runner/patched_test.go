@@ -84,9 +84,15 @@ func putFiles(t *testing.T, ctx context.Context, b *bus.Bus, files map[string][]
 // machine (bustest.Await bounds its polling to 30 s).
 func jobOutcome(t *testing.T, b *bus.Bus, id string, wait time.Duration) event.Event {
 	t.Helper()
+	return jobOutcomeOf(t, b, events.JobEfficiency, id, wait)
+}
+
+// jobOutcomeOf is jobOutcome for a job of any kind.
+func jobOutcomeOf(t *testing.T, b *bus.Bus, kind, id string, wait time.Duration) event.Event {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
-	c, err := b.JetStream().OrderedConsumer(ctx, events.StreamArena, jetstream.OrderedConsumerConfig{FilterSubjects: []string{outcomes(events.JobEfficiency, id)}})
+	c, err := b.JetStream().OrderedConsumer(ctx, events.StreamArena, jetstream.OrderedConsumerConfig{FilterSubjects: []string{outcomes(kind, id)}})
 	require.NoError(t, err)
 	m, err := c.Next(jetstream.FetchMaxWait(wait))
 	require.NoError(t, err, "no outcome of job %s within %v", id, wait)
@@ -245,6 +251,42 @@ func TestPatchedEngineIsBuiltOnceAndRunSandboxed(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, os.SameFile(before, after), "the program is the first job's")
 	require.Equal(t, before.ModTime(), after.ModTime())
+
+	// A round serves the candidate on the engine it was measured with:
+	// its SLA job runs the same patched program in the sandbox; the
+	// round's BF16 baseline runs the campaign's own engine outside it.
+	sla := func(id, entry string, cand events.BundleRef, patch string) events.EngineRun {
+		sp := events.SLAJobParams{Engine: events.EngineSpec{MaxNumSeqs: 256, Source: &src}, Workload: small(), KVCacheDType: "fp8", Entry: entry}
+		if patch != "" {
+			sp.EngineBundle, sp.Patch = &sourceRef, patch
+		}
+		p, err := json.Marshal(sp)
+		require.NoError(t, err)
+		req := events.RunnerJobRequestedData{JobID: id, Kind: events.JobSLA, SubmissionID: "sub-" + id, RoundID: "round-p", Engine: cmd, Checkpoint: cand, Params: p}
+		_, err = bus.Emit(ctx, b, events.Source("test"), events.Job.Requested, id, req, bus.WithID("job-"+id))
+		require.NoError(t, err)
+		e := jobOutcomeOf(t, b, events.JobSLA, id, 2*time.Minute)
+		require.Equal(t, string(events.RunnerJobCompleted), e.Type(), "%s", e.Data())
+		d, err := events.Job.Completed.Decode(e)
+		require.NoError(t, err)
+		var run events.EngineRun
+		require.NoError(t, json.Unmarshal(d.Result, &run))
+		return run
+	}
+	count := func(what string) int {
+		logged, err := os.ReadFile(bwrapLog)
+		require.NoError(t, err)
+		return strings.Count(string(logged), what+" --checkpoint")
+	}
+	runsBefore := count(program)
+	run := sla("s1", "candidate-1", withPatch(honest), "engine.patch")
+	require.Greater(t, run.Workloads["serve"].Rate, 0.0)
+	require.Equal(t, runsBefore+1, count(program), "the round's candidate ran the patched engine, sandboxed")
+	require.Equal(t, engines, built(), "the round re-uses the pod's engine")
+	run = sla("s2", "baseline", ref, "")
+	require.Greater(t, run.Workloads["serve"].Rate, 0.0)
+	require.Equal(t, runsBefore+1, count(program), "the baseline did not run the patched engine")
+	require.Zero(t, count(simengine), "the baseline ran the campaign's own engine, unsandboxed")
 
 	for _, tc := range []struct {
 		id, patch, words string

@@ -204,6 +204,10 @@ func TestStandingOf(t *testing.T) {
 	require.True(t, st.ContractKept)
 	require.Equal(t, ref, st.Artifact)
 	require.Equal(t, "fp8_e4m3", st.KVCacheDType, "the declared KV dtype before the engine ran")
+	require.Nil(t, st.Patch, "no engine patch")
+	j.Contract.Patch = &record.Patch{Path: "engine.patch", SHA256: strings.Repeat("b", 64), EngineDigest: strings.Repeat("c", 64)}
+	st = standingOf("s1", j, v1)
+	require.Equal(t, j.Contract.Patch, st.Patch, "a round serves the entry on the patched engine its contract checked")
 
 	j.Quality, j.Efficiency = full.Quality, full.Efficiency
 	j.Efficiency.Engine.Startup.KVCacheDType = "fp8"

@@ -193,6 +193,7 @@ func standingOf(id string, j joined, p policy.Policy) ctl.Standing {
 	}
 	if c := j.Contract; c != nil {
 		st.ContractKept, st.Artifact, st.BundleDigest, st.KVCacheDType = true, c.Artifact, c.BundleDigest, c.KVCacheDType
+		st.Patch = c.Patch
 		if st.Campaign == "" {
 			st.Campaign = c.TaskID
 		}

@@ -102,7 +102,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 	if kv == "" {
 		kv = "auto"
 	}
-	cand, err := r.Serve(ctx, r.candidate(Launch{Run: "candidate", Command: p.Engine.Command, Checkpoint: candidate,
+	cand, err := r.Serve(ctx, r.Candidate(Launch{Run: "candidate", Command: p.Engine.Command, Checkpoint: candidate,
 		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen, Audit: audit}), wls)
 	out.Seconds += cand.Seconds
 	if err != nil {
@@ -138,7 +138,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 				"kv_cache_bytes", terms.KVCacheBytes, "mem_fraction_static", terms.MemFractionStatic, "pool_raised_to_one_request", terms.Floored)
 		}
 		replay := func() (record.Budget, error) {
-			rs, err := r.Serve(ctx, r.candidate(Launch{Run: key, Command: p.Engine.Command, Checkpoint: candidate,
+			rs, err := r.Serve(ctx, r.Candidate(Launch{Run: key, Command: p.Engine.Command, Checkpoint: candidate,
 				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: b.BudgetGiB, CapGiB: b.CapGiB,
 				MaxModelLen: terms.MaxModelLen, KVCacheBytes: terms.KVCacheBytes, MemFractionStatic: terms.MemFractionStatic}), []loadgen.Workload{w})
 			out.Seconds += rs.Seconds
@@ -166,7 +166,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		pair := 1
 		again := func() (float64, error) {
 			pair++
-			s, err := r.Serve(ctx, r.candidate(Launch{Run: fmt.Sprintf("candidate#%d", pair), Command: p.Engine.Command, Checkpoint: candidate,
+			s, err := r.Serve(ctx, r.Candidate(Launch{Run: fmt.Sprintf("candidate#%d", pair), Command: p.Engine.Command, Checkpoint: candidate,
 				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}), []loadgen.Workload{w})
 			out.Seconds += s.Seconds
 			if err != nil {

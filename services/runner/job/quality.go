@@ -107,7 +107,7 @@ func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpo
 		MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}
 	if p.Role != events.RoleBF16 {
 		// A candidate answers on its patched engine, when it has one.
-		l = r.candidate(l)
+		l = r.Candidate(l)
 	}
 	served, err := r.session(ctx, l, len(tasks), func(ss *session, _ *Served) error {
 		hc := &http.Client{Timeout: 4 * max(r.IdleTimeout, 30*time.Second), Transport: ss.tr}

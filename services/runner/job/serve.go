@@ -92,8 +92,9 @@ type Patched struct {
 	Path, Dir, PythonPath string
 }
 
-// candidate returns l running the job's patched engine, when it has one.
-func (r *Runner) candidate(l Launch) Launch {
+// Candidate returns l running the job's patched engine, when it has one
+// (l unchanged for a job without one).
+func (r *Runner) Candidate(l Launch) Launch {
 	if r.Patched.Dir == "" {
 		return l
 	}
