@@ -175,16 +175,19 @@ func TestExampleCampaignPinsEngineSource(t *testing.T) {
 
 	patches, err := examples.EnginePatches()
 	require.NoError(t, err)
-	byName := map[string][]byte{}
+	byName := map[string]examples.EnginePatch{}
 	for _, p := range patches {
-		byName[p.Name] = p.Diff
+		byName[p.Name] = p
 	}
 	for _, ex := range exs {
 		if ex.Patch == "" {
 			continue
 		}
+		p, ok := byName[ex.Patch]
+		require.True(t, ok, "%s names the patch %s", ex.Name, ex.Patch)
 		b, err := os.ReadFile(filepath.Join(ex.Dir, examples.PatchFile))
 		require.NoError(t, err)
-		require.True(t, bytes.HasSuffix(b, byName[ex.Patch]), "%s carries the diff of %s", ex.Name, ex.Patch)
+		require.Equal(t, string(p.Diff), string(b), "%s carries exactly the diff of %s", ex.Name, ex.Patch)
+		require.Equal(t, p.Audit, ex.Audit, "%s must be caught by its patch's audit", ex.Name)
 	}
 }

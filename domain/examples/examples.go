@@ -65,22 +65,15 @@ type Example struct {
 	// the example ("" for none): its checkpoint keeps its contract, its
 	// engine patch makes the engine cheat when it is measured.
 	Audit string
-	// Fault is the simulated behaviour its engine patch names (see
-	// PatchFault), "" for no patch.
-	Fault string
-	// Patch names the EnginePatch whose diff its engine patch carries
-	// after the PatchFault line, "" for no patch.
+	// Patch names the EnginePatch whose diff is the bundle's engine patch
+	// (PatchFile), "" for no patch. The runner builds the patched engine
+	// from the campaign's pinned source and runs it, so what the engine
+	// does is the patch's code alone.
 	Patch string
 }
 
 // PatchFile is the engine patch of the examples that carry one.
 const PatchFile = "engine.patch"
-
-// PatchFault is the line of an engine patch that, in this simulated arena,
-// names the behaviour of the patched engine: simengine stands for the
-// participant's patched engine and reads it from the bundle (a real
-// engine's patch changes its code; the arena never applies a patch).
-const PatchFault = "simengine-fault: "
 
 // spec describes one example before it is written.
 type spec struct {
@@ -117,14 +110,20 @@ func specs() []spec {
 				About: "NVFP4 weights and activations (FP4 E2M1 with FP8 scales per 16 and a global scale) and an FP8 KV cache; it is the W4A4KV8 it declares, so it passes."},
 			form: formNVFP4, qc: nvfp4Config(), kvDType: "fp8", method: "NVFP4-W4A4 compressed-tensors",
 		},
-		cheat("engine-fast-path", "fast-path-under-load", "fast-path-under-load", string(reason.AccuracyDiffersUnderLoad),
+		patched("engine-async-scheduling", "async-scheduling",
+			"The FP8 checkpoint with an engine patch that schedules the next step while the device runs this one, so a step takes the longer of the device's time and the scheduler's overhead, not their sum; the answers are the unpatched engine's, so it passes every audit and is measured at its own, higher speed."),
+		patched("engine-fast-path", "fast-path-under-load",
 			"The FP8 checkpoint with an engine patch that takes a damaged fast path once four or more requests run, so it answers the eval items mixed into the load worse than in the quality job and is disqualified by the accuracy-under-load audit."),
-		cheat("engine-answer-cache", "answer-cache", "answer-cache", string(reason.AnswerCacheSuspected),
-			"The FP8 checkpoint with an engine patch that replays the answer of a prompt it has streamed before, so repeated prompts decode at once and it is disqualified by the cache-defeating audit."),
-		cheat("engine-padded-tokens", "pad-tokens", "pad-tokens", string(reason.TokenCountDishonest),
-			"The FP8 checkpoint with an engine patch that streams each token in two chunks and claims them all, so its text re-tokenises to half its claimed tokens and it is disqualified by the token-honesty audit."),
-		cheat("engine-other-model", "other-model", "other-model-for-load", string(reason.ServedModelMismatch),
+		patched("engine-answer-cache", "answer-cache",
+			"The FP8 checkpoint with an engine patch that replays the recorded stream of a request it has answered before, so repeated prompts decode at once and it is disqualified by the cache-defeating audit."),
+		patched("engine-padded-tokens", "pad-tokens",
+			"The FP8 checkpoint with an engine patch that claims half as many completion tokens again in a stream's usage as it streamed, so its text re-tokenises to fewer tokens than it claims and it is disqualified by the token-honesty audit."),
+		patched("engine-other-model", "other-model-for-load",
 			"The FP8 checkpoint with an engine patch that serves the load from another, smaller model while /v1/models names the checkpoint, so its first answers are not the quality job's and it is disqualified by the served-model audit."),
+		patched("engine-other-model-always", "other-model-always",
+			"The FP8 checkpoint with an engine patch that serves every request, the quality job's too, from another, smaller model, so only the unpatched engine's answers to the probes differ from its own and it is disqualified by the served-model audit."),
+		patched("engine-route-by-shape", "route-by-shape",
+			"The FP8 checkpoint with an engine patch that sends prompts shaped like the load's documents down a damaged fast path and the rest down the honest one, so its answers to the sampled load differ from the unpatched engine's and it is disqualified by the accuracy-under-load audit."),
 		{
 			Example: Example{Name: "bf16-declared-w4", Declared: "W4A16KV8", Honest: false, Detected: "W16A16KV8",
 				Violations: []string{string(reason.PrecisionWiderThanDeclared)},
@@ -153,32 +152,32 @@ func specs() []spec {
 	}
 }
 
-// cheat is an honest FP8 checkpoint whose engine patch makes the engine
-// behave differently when it is measured: its contract holds, one engine
-// audit must disqualify it.
-func cheat(name, fault, patch, audit, about string) spec {
+// patched is the honest FP8 checkpoint with one of EnginePatches as its
+// engine patch: its contract holds, and the audit the patch names (none
+// for an honest patch) must disqualify it. An unknown patch name is a
+// programming error of this table and panics.
+func patched(name, patch, about string) spec {
+	i := slices.IndexFunc(enginePatches, func(p EnginePatch) bool { return p.Name == patch })
+	if i < 0 {
+		panic("examples: no engine patch " + patch)
+	}
 	return spec{
-		Example: Example{Name: name, Declared: "W8A8KV8", Honest: true, Detected: "W8A8KV8", About: about, Audit: audit, Fault: fault, Patch: patch},
-		form:    formFP8, qc: fp8Config(), kvDType: "fp8", sharded: true,
-		method: "FP8-W8A8 per-channel weights, dynamic per-token activations, patched engine (" + fault + ")",
+		Example: Example{Name: name, Declared: "W8A8KV8", Honest: true, Detected: "W8A8KV8", About: about,
+			Audit: enginePatches[i].Audit, Patch: patch},
+		form: formFP8, qc: fp8Config(), kvDType: "fp8", sharded: true,
+		method: "FP8-W8A8 per-channel weights, dynamic per-token activations, patched engine (" + patch + ")",
 	}
 }
 
-// patch is the engine patch of a cheating example: the line that names
-// its behaviour to simengine (until the runner builds patched engines),
-// then the real diff against the campaign's pinned engine source, which
-// git apply and patch read past the comment lines.
-func patch(fault, name string) ([]byte, error) {
+// patchDiff is the diff of the EnginePatch named name.
+func patchDiff(name string) ([]byte, error) {
 	patches, err := EnginePatches()
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range patches {
 		if p.Name == name {
-			head := "# Engine patch of the example " + fault + " bundle: the diff below against the campaign's pinned\n" +
-				"# simengine source. Until the runner builds patched engines, simengine acts out the next line.\n" +
-				"# " + PatchFault + fault + "\n"
-			return append([]byte(head), p.Diff...), nil
+			return p.Diff, nil
 		}
 	}
 	return nil, fmt.Errorf("examples: no engine patch %q", name)
@@ -546,7 +545,7 @@ func writeBundle(dir string, s spec, tensors []safetensors.Tensor, common map[st
 			KVCacheDType: s.kvDType,
 		},
 	}
-	if s.Fault != "" {
+	if s.Patch != "" {
 		decl.Engine.Patch = PatchFile
 	}
 	if err := decl.Validate(); err != nil {
@@ -559,8 +558,8 @@ func writeBundle(dir string, s spec, tensors []safetensors.Tensor, common map[st
 	files := maps.Clone(common)
 	files["config.json"] = cfgBytes
 	files[bundle.DeclarationFile] = declBytes
-	if s.Fault != "" {
-		if files[PatchFile], err = patch(s.Fault, s.Patch); err != nil {
+	if s.Patch != "" {
+		if files[PatchFile], err = patchDiff(s.Patch); err != nil {
 			return err
 		}
 	}

@@ -104,7 +104,8 @@ func TestContract(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"bf16-reference", "fp8-w8a8", "int4-w4a16-g32", "nvfp4-w4a4",
-		"engine-fast-path", "engine-answer-cache", "engine-padded-tokens", "engine-other-model",
+		"engine-async-scheduling", "engine-fast-path", "engine-answer-cache", "engine-padded-tokens", "engine-other-model",
+		"engine-other-model-always", "engine-route-by-shape",
 		"bf16-declared-w4", "foreign-tensors", "rope-theta-changed", "kv4-declared-engine-kv8",
 	}, names)
 
@@ -127,17 +128,18 @@ func TestContract(t *testing.T) {
 			require.Equal(t, examples.TaskID, decl.TaskID)
 			require.Equal(t, ex.Declared, decl.Solution.Precision)
 			require.NotNil(t, decl.Engine)
-			// A cheating example's engine patch names its fault; the
-			// others carry none.
-			require.Equal(t, ex.Fault != "", ex.Audit != "")
-			if ex.Fault == "" {
+			// A cheating example carries an engine patch; an example
+			// without a patch has no audit to fail. The patch's text is
+			// checked in TestExampleCampaignPinsEngineSource.
+			if ex.Audit != "" {
+				require.NotEmpty(t, ex.Patch)
+			}
+			if ex.Patch == "" {
 				require.Empty(t, decl.Engine.Patch)
 			} else {
 				require.True(t, ex.Honest, "its contract holds")
 				require.Equal(t, examples.PatchFile, decl.Engine.Patch)
-				p, err := os.ReadFile(filepath.Join(ex.Dir, examples.PatchFile))
-				require.NoError(t, err)
-				require.Contains(t, string(p), examples.PatchFault+ex.Fault+"\n")
+				require.FileExists(t, filepath.Join(ex.Dir, examples.PatchFile))
 			}
 			for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json"} {
 				require.FileExists(t, filepath.Join(ex.Dir, f))

@@ -219,11 +219,7 @@ func TestPagesInABrowser(t *testing.T) {
 	// fixture's round page does.
 	crashing := t.TempDir()
 	require.NoError(t, os.CopyFS(crashing, os.DirFS(bundleDir("engine-fast-path"))))
-	patch, err := os.ReadFile(filepath.Join(crashing, examples.PatchFile))
-	require.NoError(t, err)
-	require.Contains(t, string(patch), examples.PatchFault+"fast-path-under-load")
-	require.NoError(t, os.WriteFile(filepath.Join(crashing, examples.PatchFile),
-		[]byte(strings.ReplaceAll(string(patch), examples.PatchFault+"fast-path-under-load", examples.PatchFault+"crash-on-start")), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(crashing, examples.PatchFile), []byte(crashPatch), 0o644))
 	crasher := submit(crashing)
 	row := `tr[data-submission="` + id + `"]`
 	b.waitFor(`!!document.querySelector('`+row+`')`, 30*time.Second, "the submission appears on the live page")
@@ -481,3 +477,24 @@ func nonEmptyGPU(gpu string) string {
 	}
 	return gpu
 }
+
+// crashPatch is an engine patch against the example campaign's pinned
+// simengine source whose engine dies before it serves, with a line in its
+// log.
+const crashPatch = `diff --git a/tools/simengine/crash.go b/tools/simengine/crash.go
+new file mode 100644
+--- /dev/null
++++ b/tools/simengine/crash.go
+@@ -0,0 +1,11 @@
++package main
++
++import (
++	"fmt"
++	"os"
++)
++
++func init() {
++	fmt.Fprintln(os.Stderr, "ERROR EngineCore failed to start: RuntimeError: Engine core initialization failed (the patch's crash)")
++	os.Exit(1)
++}
+`

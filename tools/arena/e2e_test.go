@@ -312,6 +312,23 @@ func TestArenaEndToEnd(t *testing.T) { //nolint:gocyclo // a scenario: one arena
 	require.Equal(t, 0, r.code, r.stderr)
 	cheatID := lastWord(r.stdout)
 	require.True(t, events.ValidID(cheatID), "submit printed %q", r.stdout)
+	// Every other example whose bundle patches the engine: the honest
+	// patch and the other cheats, each with the audit the examples' table
+	// names for it.
+	table, err := examples.Write(t.TempDir())
+	require.NoError(t, err)
+	var patchedExamples []examples.Example
+	patchedIDs := map[string]string{}
+	for _, ex := range table {
+		if ex.Patch == "" || ex.Name == "engine-fast-path" {
+			continue
+		}
+		r = arena(t, "submit", bundleDir(ex.Name), "--nats", up.natsURL)
+		require.Equal(t, 0, r.code, r.stderr)
+		patchedIDs[ex.Name] = lastWord(r.stdout)
+		patchedExamples = append(patchedExamples, ex)
+	}
+	require.NotEmpty(t, patchedExamples)
 
 	// Build and contract run; the later stages are not served yet.
 	var rec record.Submission
@@ -513,6 +530,39 @@ func TestArenaEndToEnd(t *testing.T) { //nolint:gocyclo // a scenario: one arena
 	require.False(t, cheat.Result.DevScore.Qualified)
 	require.Equal(t, 0.0, cheat.Result.DevScore.Score)
 	require.True(t, strings.HasPrefix(*cheat.Result.DevScore.Reason, "audit accuracy_differs_under_load: "), *cheat.Result.DevScore.Reason)
+	// Each of the other patched examples, its engine built from the
+	// campaign's pinned source and its patch and run in the sandbox: a
+	// cheat is disqualified for the reason of its own audit, the honest
+	// patch passes every audit and is measured at its own speed, above
+	// the unpatched engine's on the same checkpoint (fp8-w8a8).
+	for _, ex := range patchedExamples {
+		var pr record.Submission
+		require.Eventually(t, func() bool {
+			// A show that times out on a busy machine is asked again.
+			res := arena(t, "show", patchedIDs[ex.Name], "--json", "--nats", up.natsURL)
+			if res.code != 0 {
+				return false
+			}
+			pr = record.Submission{}
+			require.NoError(t, json.Unmarshal([]byte(res.stdout), &pr))
+			return pr.Result.DevScore != nil || pr.Status == record.StatusFailed
+		}, 6*time.Minute, time.Second, "%s is scored", ex.Name)
+		require.Equal(t, record.StatusDone, stageOf(t, pr, "efficiency").Status, "%s: %+v", ex.Name, pr.Error)
+		require.True(t, pr.Result.Contract.OK, "%s keeps its contract", ex.Name)
+		pa := pr.Result.Engine.Audit
+		require.NotNil(t, pa, ex.Name)
+		t.Logf("%s: audit %s %s (%s); serve %.1f against the unpatched engine's %.1f", ex.Name, pa.Verdict, pa.Reason, pa.Message,
+			pr.Result.Efficiency["serve"], rec.Result.Efficiency["serve"])
+		if ex.Audit == "" {
+			require.Equal(t, record.VerdictPass, pa.Verdict, "%s: %s", ex.Name, pa.Message)
+			require.Greater(t, pr.Result.Efficiency["serve"], rec.Result.Efficiency["serve"], "%s is measured at its own speed", ex.Name)
+			continue
+		}
+		require.Equal(t, record.VerdictFail, pa.Verdict, ex.Name)
+		require.Equal(t, ex.Audit, pa.Reason, "%s: %s", ex.Name, pa.Message)
+		require.False(t, pr.Result.DevScore.Qualified, ex.Name)
+		require.True(t, strings.HasPrefix(*pr.Result.DevScore.Reason, "audit "+ex.Audit+": "), *pr.Result.DevScore.Reason)
+	}
 	// A rescore recomputes from the stored outcomes, audits included: the
 	// cheat stays disqualified for the same reason.
 	res = arena(t, "rescore", "--policy", "lowb-score/v1", "--json", "--nats", up.natsURL)

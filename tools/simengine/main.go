@@ -78,7 +78,7 @@ func run(args []string, stderr io.Writer) int { //nolint:gocyclo // a main: its 
 	overheadMS := fs.Float64("step-overhead-ms", 0.5, "fixed time per scheduler step")
 	seed := fs.Int64("seed", 0, "seed of the generated tokens")
 	faultStr := fs.String("fault", "none", "none|never-healthy|crash-on-start|die-after-tokens=N|malformed-sse|zero-tokens|lie-tokens|hang-after-tokens=N, "+
-		"or a cheat: fast-path-under-load|answer-cache|pad-tokens|other-model, or a bad input: error-audit-items|slow-audit-items|stop-mid-item (default: the one the bundle's engine patch names)")
+		"or a bad input on the dev suite's items: error-audit-items|slow-audit-items|stop-mid-item")
 	servedName := fs.String("served-model-name", "", "the id /v1/models names the model by (default the checkpoint folder's name)")
 	imitate := fs.String("imitate", "", "imitate a pinned engine release, vllm|sglang, started as `simengine --imitate ENGINE [flags] -- ENGINE ARGV...` (empty: plain simengine)")
 	arena := fs.Bool("arena-endpoints", true, "serve /v1/lowbarena/memory and /v1/lowbarena/startup (false: only what a real engine serves, its log and /metrics; default false with --imitate)")
@@ -108,19 +108,6 @@ func run(args []string, stderr io.Writer) int { //nolint:gocyclo // a main: its 
 	if !ok {
 		logf("ERROR", "unknown --gpu %q", *gpuKey)
 		return 2
-	}
-	if *faultStr == "none" {
-		// The participant's engine patch, in this simulated arena, names
-		// the fault of the patched engine (see PatchFault).
-		pf, err := PatchFault(*checkpoint)
-		if err != nil {
-			logf("ERROR", "%v", err)
-			return 1
-		}
-		if pf != "" {
-			logf("INFO", "engine patch: simulating the patched engine's behaviour %q", pf)
-			*faultStr = pf
-		}
 	}
 	fault, err := ParseFault(*faultStr)
 	if err != nil {
@@ -182,12 +169,6 @@ func run(args []string, stderr io.Writer) int { //nolint:gocyclo // a main: its 
 	toks, why := LoadTokens(*checkpoint)
 	logf("INFO", "output: %s", why)
 	sched := NewScheduler(plan, *maxSeqs)
-	switch fault.Kind {
-	case "fast-path-under-load":
-		sched.FastFactor, sched.FastFrom = 0.6, loadFrom
-	case "other-model":
-		sched.FastFactor, sched.FastFrom = 0.6, 1
-	}
 	if fault.Kind == "hang-after-tokens" {
 		sched.Hang, sched.HangAfter = true, fault.N
 	}

@@ -55,18 +55,7 @@ func runImitate(o imitateOptions, engineArgv []string, stderr io.Writer) int { /
 		simf("unknown --gpu %q", o.GPU)
 		return 2
 	}
-	faultStr := o.Fault
-	if faultStr == "none" {
-		pf, err := PatchFault(ea.Model)
-		if err != nil {
-			simf("%v", err)
-			return 1
-		}
-		if pf != "" {
-			faultStr = pf
-		}
-	}
-	fault, err := ParseFault(faultStr)
+	fault, err := ParseFault(o.Fault)
 	if err != nil {
 		simf("%v", err)
 		return 2
@@ -108,10 +97,6 @@ func runImitate(o imitateOptions, engineArgv []string, stderr io.Writer) int { /
 	dev := &Device{GPU: gpu, Total: gpu.NVMLBytes}
 	sched := NewScheduler(im.Plan, max(im.MaxSeqs, 1))
 	switch fault.Kind {
-	case "fast-path-under-load":
-		sched.FastFactor, sched.FastFrom = 0.6, loadFrom
-	case "other-model":
-		sched.FastFactor, sched.FastFrom = 0.6, 1
 	case "hang-after-tokens":
 		sched.Hang, sched.HangAfter = true, fault.N
 	case "die-after-tokens":

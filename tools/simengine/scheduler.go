@@ -112,10 +112,6 @@ type Scheduler struct {
 	DieAfter int64
 	// OnDie is called for DieAfter; the process exits there.
 	OnDie func()
-	// FastFactor, when > 0, scales the time of every step that runs
-	// FastFrom or more sequences: a fault's fast path (see Fault).
-	FastFactor float64
-	FastFrom   int
 	// OnStep, when set, is called after every step that ran a sequence,
 	// from the scheduler's goroutine, with a snapshot taken under the
 	// lock: what an engine's per-step metrics see.
@@ -257,9 +253,6 @@ func (s *Scheduler) prepareStep() time.Duration {
 		return 0
 	}
 	d := s.plan.StepTime(len(s.running), ctxTokens, prefill)
-	if s.FastFactor > 0 && len(s.running) >= s.FastFrom {
-		d = time.Duration(float64(d) * s.FastFactor)
-	}
 	s.busy += d
 	return d
 }

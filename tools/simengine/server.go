@@ -8,29 +8,17 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Fault is an injected misbehaviour, from --fault or the bundle's engine
-// patch.
+// Fault is an injected misbehaviour, from --fault: what the runner's
+// tests need of a broken engine. The cheats an audit must catch are not
+// faults: they are real patches against simengine's source (the example
+// campaign's engine patches), built into engines of their own.
 //
 // Failures: never-healthy, crash-on-start, die-after-tokens=N,
 // malformed-sse, zero-tokens, lie-tokens, hang-after-tokens=N.
-//
-// Cheats, each of which one of the arena's audits must catch:
-//   - fast-path-under-load: streaming requests with four or more running
-//     take a damaged fast path (steps 40% shorter, answers damaged by
-//     0.3 more); requests at low load and the quality job's are served
-//     with care;
-//   - answer-cache: a streaming request whose prompt and sampling it
-//     answered before replays that answer at once;
-//   - pad-tokens: a streaming request of ignore_eos generates half its
-//     tokens and streams each in two chunks, claiming them all;
-//   - other-model: streaming requests are answered by another, smaller
-//     model (damaged by 0.3 more, steps 40% shorter), while /v1/models
-//     still names the checkpoint.
 //
 // Bad inputs, on the items of the published dev suite it recognises
 // (KnownItem) when they come streamed:
@@ -46,8 +34,7 @@ type Fault struct {
 // the fault (the failures stream filler only).
 func (f Fault) answers() bool {
 	switch f.Kind {
-	case "", "none", "fast-path-under-load", "answer-cache", "pad-tokens", "other-model",
-		"error-audit-items", "slow-audit-items", "stop-mid-item":
+	case "", "none", "error-audit-items", "slow-audit-items", "stop-mid-item":
 		return true
 	}
 	return false
@@ -60,7 +47,6 @@ func ParseFault(s string) (Fault, error) {
 	case "", "none":
 		return Fault{Kind: "none"}, nil
 	case "never-healthy", "crash-on-start", "malformed-sse", "zero-tokens", "lie-tokens",
-		"fast-path-under-load", "answer-cache", "pad-tokens", "other-model",
 		"error-audit-items", "slow-audit-items", "stop-mid-item":
 		if hasArg {
 			return Fault{}, fmt.Errorf("fault %q takes no argument", kind)
@@ -112,21 +98,11 @@ type Server struct {
 
 	ready atomic.Bool
 	seq   atomic.Int64
-
-	cacheMu sync.Mutex
-	cache   map[string][]string // answer-cache: prompt and sampling to chunks
 }
-
-// loadFrom is the count of running sequences from which a request is
-// "under load" for fast-path-under-load.
-const loadFrom = 4
 
 // slowAuditToken is what slow-audit-items adds to every token of an item
 // it recognises.
 const slowAuditToken = 12 * time.Millisecond
-
-// cheatDamage is the damage the damaged fast path and the other model add.
-const cheatDamage = 0.3
 
 // SetReady turns /health to 200 (except under fault never-healthy).
 func (s *Server) SetReady() { s.ready.Store(true) }
@@ -417,26 +393,17 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) { /
 	}
 	prompt := s.Tokens.Count(text)
 	fault := s.Fault.Kind
-	// What a cheating engine sees of a request: streamed (the load), at
-	// load, an item of the published dev suite.
-	streamed := req.Stream
-	underLoad := streamed && s.Sched.Stats().Running >= loadFrom
-	audit := streamed && (fault == "error-audit-items" || fault == "slow-audit-items" || fault == "stop-mid-item") && KnownItem(text)
+	// A bad input's fault acts on the streamed items of the published dev
+	// suite it recognises.
+	audit := req.Stream && (fault == "error-audit-items" || fault == "slow-audit-items" || fault == "stop-mid-item") && KnownItem(text)
 	if audit && fault == "error-audit-items" {
 		writeErr(w, http.StatusInternalServerError, "internal error")
 		return
 	}
 	damage := s.Damage
-	if fault == "fast-path-under-load" && underLoad || fault == "other-model" && streamed {
-		damage += cheatDamage
-	}
 	seed := int64(0)
 	if req.Seed != nil {
 		seed = *req.Seed
-	}
-	cacheKey := ""
-	if fault == "answer-cache" && streamed {
-		cacheKey = fmt.Sprintf("%d\x00%d\x00%v\x00%s", maxTokens, seed, req.IgnoreEOS, text)
 	}
 	// An eval item gets the answer model's reply, ending where the reply
 	// ends (finish "stop") or at max_tokens ("length"); with ignore_eos
@@ -482,26 +449,15 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) { /
 	}
 	created := time.Now().Unix()
 
-	// chunks yields the text of each streamed chunk as the scheduler
-	// generates it; a cached answer is replayed at once.
+	// tokens yields the index of each token as the scheduler generates
+	// it.
 	var tokens chan int64
-	var cached []string
-	if cacheKey != "" {
-		s.cacheMu.Lock()
-		cached = s.cache[cacheKey]
-		s.cacheMu.Unlock()
-	}
-	steps := maxTokens
-	if fault == "pad-tokens" && streamed && req.IgnoreEOS {
-		steps = (maxTokens + 1) / 2
-	}
 	switch {
-	case cached != nil:
 	case fault == "zero-tokens":
 		tokens = make(chan int64)
 		close(tokens)
 	default:
-		sr, err := s.Sched.Submit(r.Context(), prompt, steps)
+		sr, err := s.Sched.Submit(r.Context(), prompt, maxTokens)
 		if err != nil {
 			writeErr(w, 400, err.Error())
 			return
@@ -590,10 +546,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) { /
 		flush()
 	}
 	var n int64
-	var sent []string
 	emit := func(i int64, text string) {
 		n++
-		sent = append(sent, text)
 		send(map[string]any{"id": idStr, "object": chunkObj, "created": created, "model": s.served(),
 			"choices": []any{withLogprobs(choice(text, nil), i, text)}})
 		if n == 1 && fault == "malformed-sse" {
@@ -607,51 +561,22 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) { /
 		fmt.Fprint(w, "data: [DONE]\n\n")
 		flush()
 	}
-	if cached != nil {
-		for i, c := range cached {
-			emit(int64(i), c)
-		}
-		end()
-		return
-	}
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case i, ok := <-tokens:
 			if !ok {
-				if cacheKey != "" {
-					s.cacheMu.Lock()
-					if s.cache == nil {
-						s.cache = map[string][]string{}
-					}
-					s.cache[cacheKey] = sent
-					s.cacheMu.Unlock()
-				}
 				end()
 				return
 			}
-			if audit && fault == "stop-mid-item" && i >= steps/2 {
+			if audit && fault == "stop-mid-item" && i >= maxTokens/2 {
 				panic(http.ErrAbortHandler) // the connection is cut, no [DONE]
 			}
 			if audit && fault == "slow-audit-items" {
 				time.Sleep(slowAuditToken)
 			}
-			tok := word(i)
-			if steps < maxTokens {
-				// pad-tokens: each generated token in two chunks.
-				half := len(tok) / 2
-				if half == 0 {
-					emit(2*i, tok)
-					continue
-				}
-				emit(2*i, tok[:half])
-				if 2*i+1 < maxTokens {
-					emit(2*i+1, tok[half:])
-				}
-				continue
-			}
-			emit(i, tok)
+			emit(i, word(i))
 		}
 	}
 }

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 
 	"github.com/lowbarena/lowbarena/domain/suite"
@@ -85,45 +82,6 @@ func (t Tokens) Filler(seed, req, i int64) string {
 		return fmt.Sprintf("tok%d ", v)
 	}
 	return t.words[int(v)%len(t.words)]
-}
-
-// PatchFaultKey is the line of an engine patch that names the simulated
-// fault the patched engine has: "simengine-fault: answer-cache".
-const PatchFaultKey = "simengine-fault:"
-
-// PatchFault reads the engine patch the bundle in dir declares
-// (submission.json's engine.patch) and returns the fault it names, "" when
-// there is none. simengine stands for the participant's patched engine:
-// this is how a bundle of the simulated arena changes the engine's
-// behaviour, as a real patch changes vLLM's. A patch that names no fault
-// changes nothing.
-func PatchFault(dir string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "submission.json"))
-	if err != nil {
-		return "", nil
-	}
-	var decl struct {
-		Engine *struct {
-			Patch string `json:"patch"`
-		} `json:"engine"`
-	}
-	if json.Unmarshal(data, &decl) != nil || decl.Engine == nil || decl.Engine.Patch == "" {
-		return "", nil
-	}
-	p := filepath.Join(dir, filepath.Clean("/" + decl.Engine.Patch)[1:])
-	f, err := os.Open(p)
-	if err != nil {
-		return "", fmt.Errorf("engine patch %s: %w", decl.Engine.Patch, err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimLeft(sc.Text(), "+-# \t")
-		if v, ok := strings.CutPrefix(line, PatchFaultKey); ok {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	return "", sc.Err()
 }
 
 var (

@@ -64,8 +64,9 @@ func newAuditRig(t *testing.T) *auditRig {
 // evidence on the candidate's checkpoint served by engine, then, when
 // unpatched is set (a submission that patches the engine), the
 // campaign's unpatched engine on the same checkpoint, and judges the
-// evidence as the efficiency stage judges it.
-func (g *auditRig) judge(ctx context.Context, t *testing.T, r *job.Runner, engine job.EngineSpec, unpatched *job.EngineSpec) record.Audit {
+// evidence as the efficiency stage judges it. It returns the judgement
+// and the candidate's measured run.
+func (g *auditRig) judge(ctx context.Context, t *testing.T, r *job.Runner, engine job.EngineSpec, unpatched *job.EngineSpec) (record.Audit, job.Served) {
 	t.Helper()
 	st := g.st
 	// The quality job's answers: greedy, one sample.
@@ -120,55 +121,90 @@ func (g *auditRig) judge(ctx context.Context, t *testing.T, r *job.Runner, engin
 		}
 		res, err := gr.Grade(ctx, g.byID[id], text)
 		return res.Score, err
-	}})
+	}}), served
 }
 
 // TestAuditsCatchEachCheat runs the example INT4 checkpoint (its own
-// tokenizer beside it) on simengine with each cheat and bad input of the
-// audits: the quality job and the efficiency run on the same engine,
-// the evidence judged as the efficiency stage judges it. The honest
-// engine passes every audit; each fault fails the audit made for it.
+// tokenizer beside it) on the example campaign's pinned simengine source,
+// built unpatched and with each example engine patch, and on simengine
+// with each bad input of the audits: the quality job and the efficiency
+// run on the same engine, a patched engine's answers compared with the
+// unpatched engine's, the evidence judged as the efficiency stage judges
+// it. The unpatched engine passes every audit; each cheating patch fails
+// the audit its EnginePatch names, from its own code; the honest patch
+// passes every audit and serves faster than the unpatched engine.
 func TestAuditsCatchEachCheat(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs simengine sixteen times")
+		t.Skip("runs simengine a dozen times")
 	}
 	rig := newAuditRig(t)
-	cmd := "--scale 3000 --kv-scale 144"
-	cases := []struct {
-		fault  string
-		reason string // "" passes
-	}{
-		{"none", ""},
-		{"fast-path-under-load", string(reason.AccuracyDiffersUnderLoad)},
-		{"answer-cache", string(reason.AnswerCacheSuspected)},
-		{"pad-tokens", string(reason.TokenCountDishonest)},
-		{"other-model", string(reason.ServedModelMismatch)},
+	const flags = "--scale 3000 --kv-scale 144"
+	unpatched := job.EngineSpec{Command: pinnedCommand(pinnedEngine(t, ""), flags), MaxNumSeqs: 256}
+	type tcase struct {
+		name      string
+		engine    string
+		unpatched *job.EngineSpec
+		reason    string // "" passes
+		honest    bool   // an honest patch: it must serve faster than the unpatched engine
+	}
+	cases := []tcase{{name: "unpatched", engine: unpatched.Command}}
+	patches, err := examples.EnginePatches()
+	require.NoError(t, err)
+	for _, p := range patches {
+		cases = append(cases, tcase{name: p.Name, engine: pinnedCommand(pinnedEngine(t, p.Name), flags), unpatched: &unpatched,
+			reason: p.Audit, honest: p.Honest})
+	}
+	for _, bad := range []struct{ fault, reason string }{
 		{"error-audit-items", string(reason.AuditItemErrors)},
 		{"slow-audit-items", string(reason.AuditItemsSlower)},
 		{"stop-mid-item", string(reason.AuditItemIncomplete)},
+	} {
+		cases = append(cases, tcase{name: bad.fault, engine: command(flags + " --fault " + bad.fault), reason: bad.reason})
 	}
+	// rate sums a run's output tokens per second over its workloads.
+	rate := func(s job.Served) float64 {
+		sum := 0.0
+		for _, w := range s.Workloads {
+			sum += w.Rate
+		}
+		return sum
+	}
+	var baseRate float64
 	for _, c := range cases {
-		t.Run(c.fault, func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			r, _, _ := runner(t)
-			a := rig.judge(ctx, t, r, job.EngineSpec{Command: command(cmd + " --fault " + c.fault), MaxNumSeqs: 256}, nil)
-			t.Logf("%s: %s %s %s", c.fault, a.Verdict, a.Reason, a.Message)
-			if c.reason == "" {
-				require.Equal(t, record.VerdictPass, a.Verdict, a.Message)
-				for _, ch := range []record.Check{a.ServedModel.Check, a.TokenHonesty.Check, a.AnswerCache.Check, a.AccuracyUnderLoad.Check} {
-					require.Equal(t, record.VerdictPass, ch.Verdict, ch.Message)
-				}
-				// The honest engine's tokens re-tokenise exactly, and
-				// its answers under load are the quality job's.
-				require.Equal(t, a.TokenHonesty.Claimed, a.TokenHonesty.Retokenized)
-				require.Equal(t, 1.0, a.AccuracyUnderLoad.Agreement)
-				require.Equal(t, 1.0, float64(a.ServedModel.Agreed)/float64(a.ServedModel.Probes))
-				require.True(t, strings.HasSuffix(a.ServedModel.ServedModel, a.ServedModel.Checkpoint))
+			a, served := rig.judge(ctx, t, r, job.EngineSpec{Command: c.engine, MaxNumSeqs: 256}, c.unpatched)
+			t.Logf("%s: %s %s %s (%.0f tokens/s)", c.name, a.Verdict, a.Reason, a.Message, rate(served))
+			if c.reason != "" {
+				require.Equal(t, record.VerdictFail, a.Verdict)
+				require.Equal(t, c.reason, a.Reason, a.Message)
 				return
 			}
-			require.Equal(t, record.VerdictFail, a.Verdict)
-			require.Equal(t, c.reason, a.Reason, a.Message)
+			require.Equal(t, record.VerdictPass, a.Verdict, a.Message)
+			for _, ch := range []record.Check{a.ServedModel.Check, a.TokenHonesty.Check, a.AnswerCache.Check, a.AccuracyUnderLoad.Check} {
+				require.Equal(t, record.VerdictPass, ch.Verdict, ch.Message)
+			}
+			// An honest engine's tokens re-tokenise exactly, and its
+			// answers under load are the quality job's.
+			require.Equal(t, a.TokenHonesty.Claimed, a.TokenHonesty.Retokenized)
+			require.Equal(t, 1.0, a.AccuracyUnderLoad.Agreement)
+			require.Equal(t, 1.0, float64(a.ServedModel.Agreed)/float64(a.ServedModel.Probes))
+			require.True(t, strings.HasSuffix(a.ServedModel.ServedModel, a.ServedModel.Checkpoint))
+			if c.unpatched == nil {
+				baseRate = rate(served)
+				return
+			}
+			// The honest patch answers as the unpatched engine does, on
+			// the probes and the sampled load, and is measured at its own
+			// speed, above the unpatched engine's.
+			require.Equal(t, a.ServedModel.UnpatchedProbes, a.ServedModel.UnpatchedAgreed)
+			require.Positive(t, a.ServedModel.UnpatchedProbes)
+			require.Equal(t, 1.0, a.AccuracyUnderLoad.LoadAgreement)
+			require.True(t, c.honest)
+			require.Positive(t, baseRate, "the unpatched engine ran first")
+			require.Greater(t, rate(served), baseRate, "the honest patch serves faster than the unpatched engine")
 		})
 	}
 }

@@ -295,7 +295,7 @@ func TestAuditsCatchProxiedCheats(t *testing.T) {
 			defer cancel()
 			r, _, _ := runner(t)
 			c.proxy.items = items
-			a := rig.judge(ctx, t, r, job.EngineSpec{Command: c.proxy.serve(t), MaxNumSeqs: 256}, c.unpatched)
+			a, _ := rig.judge(ctx, t, r, job.EngineSpec{Command: c.proxy.serve(t), MaxNumSeqs: 256}, c.unpatched)
 			t.Logf("%s: %s %s %s", c.name, a.Verdict, a.Reason, a.Message)
 			if c.routed {
 				require.Positive(t, c.proxy.count("item", "honest"))
