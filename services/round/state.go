@@ -71,21 +71,21 @@ type Step = events.RoundStepData
 // of any instance may change it.
 type Round struct {
 	// Version is the stateVersion of the service that wrote the state.
-	Version    int       `json:"version,omitempty"`
-	ID         string    `json:"round_id"`
-	Campaign   string    `json:"campaign"`
-	Pod        string    `json:"pod"`
-	Incumbent  string    `json:"incumbent,omitempty"`
-	Candidates []string  `json:"candidates,omitempty"`
-	Entries    []*Entry  `json:"entries"`
+	Version    int      `json:"version,omitempty"`
+	ID         string   `json:"round_id"`
+	Campaign   string   `json:"campaign"`
+	Pod        string   `json:"pod"`
+	Incumbent  string   `json:"incumbent,omitempty"`
+	Candidates []string `json:"candidates,omitempty"`
+	Entries    []*Entry `json:"entries"`
 	// EngineBundle is the campaign's pinned engine source tree in the
 	// artifact store, stored at the start when an entry patches the
 	// engine (kept, like the entries' checkpoints, so a round resumes on
 	// the same source).
 	EngineBundle *events.BundleRef `json:"engine_bundle,omitempty"`
-	Steps      []Step    `json:"steps"`
-	Status     string    `json:"status"`
-	StartedAt  time.Time `json:"started_at"`
+	Steps        []Step            `json:"steps"`
+	Status       string            `json:"status"`
+	StartedAt    time.Time         `json:"started_at"`
 	// ScoreBy bounds how long the teardown waits for the score service's
 	// standings (wall clock).
 	ScoreBy *time.Time                 `json:"score_by,omitempty"`
