@@ -398,7 +398,7 @@ func TestPagesInABrowser(t *testing.T) {
 			// apart from the reason, as the engine wrote it.
 			require.Equal(t, "disqualified", e.Status, e.Reason)
 			require.Contains(t, e.Reason, "; container log tail: ")
-			require.Contains(t, b.text(`article.disq[data-entry="`+entry+`"] pre.logtail`), "simulated fault crash-on-start")
+			require.Contains(t, b.text(`article.disq[data-entry="`+entry+`"] pre.logtail`), crashLine)
 			require.Equal(t, "—", b.text(tr+" .speeds"), entry)
 			continue
 		}
@@ -427,7 +427,7 @@ func TestPagesInABrowser(t *testing.T) {
 	b.waitFor(`!!document.querySelector("#failure pre.logtail")`, 30*time.Second, "the crashed engine's failure and log tail")
 	require.Contains(t, b.text("#failure"), "Failed at the "+crashRec.Error.Stage+" stage")
 	require.Contains(t, crashRec.Error.Message, "; container log tail: ")
-	require.Contains(t, b.text("#failure pre.logtail"), "simulated fault crash-on-start")
+	require.Contains(t, b.text("#failure pre.logtail"), crashLine)
 	b.shot("engine-crashed")
 
 	// The leaderboard and the participant's history.
@@ -477,6 +477,10 @@ func nonEmptyGPU(gpu string) string {
 	}
 	return gpu
 }
+
+// crashLine is what crashPatch's engine writes to its log as it dies:
+// the pages show it in the log tail apart from the reason.
+const crashLine = "the patch's crash"
 
 // crashPatch is an engine patch against the example campaign's pinned
 // simengine source whose engine dies before it serves, with a line in its
