@@ -47,6 +47,12 @@ type EfficiencyJobParams struct {
 	// the patched engine (services/runner/enginebuild) and runs it
 	// sandboxed; empty runs the campaign's own engine.
 	Patch string `json:"patch,omitempty"`
+	// EngineDigest is the patched tree's digest as the build stage
+	// checked it (record.Patch.EngineDigest): the runner builds only that
+	// tree, and fails the job with engine_source_changed when the source
+	// it was handed patches to another (a campaign pushed between the
+	// stages). Empty skips the check (jobs of older stages).
+	EngineDigest string `json:"engine_digest,omitempty"`
 }
 
 // AuditJobParams say how an efficiency job gathers the audits' evidence.
@@ -200,6 +206,7 @@ type QualityJobParams struct {
 	// BF16 reference's job never carries them.
 	EngineBundle *BundleRef `json:"engine_bundle,omitempty"`
 	Patch        string     `json:"patch,omitempty"`
+	EngineDigest string     `json:"engine_digest,omitempty"`
 }
 
 // Sampling is campaign.Sampling, carried in job params.
@@ -253,4 +260,5 @@ type SLAJobParams struct {
 	// efficiency stage measured. The BF16 baselines never carry them.
 	EngineBundle *BundleRef `json:"engine_bundle,omitempty"`
 	Patch        string     `json:"patch,omitempty"`
+	EngineDigest string     `json:"engine_digest,omitempty"`
 }

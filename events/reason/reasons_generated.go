@@ -344,6 +344,13 @@ const (
 	// fix, not the participant's. Given by runner.
 	EngineSandboxUnavailable Code = "engine_sandbox_unavailable"
 
+	// EngineSourceChanged is engine_source_changed. The patched engine tree
+	// the runner would build is not the one the build stage checked and the
+	// record names (its digest differs): the campaign's pinned engine source
+	// changed between the stages. The job fails rather than measure another
+	// engine. Given by runner.
+	EngineSourceChanged Code = "engine_source_changed"
+
 	// EngineTokenCountMismatch is engine_token_count_mismatch. The engine
 	// reported another number of completion tokens than it streamed. Given
 	// by runner.
@@ -1058,6 +1065,7 @@ var catalogue = []Info{
 	{Code: EngineOverMemoryCap, Name: "EngineOverMemoryCap", Description: "The runner stopped an engine above its hard cap.", GivenBy: []string{"runner"}},
 	{Code: EnginePortInUse, Name: "EnginePortInUse", Description: "A port the engine binds was taken (the runner starts it again on another port before giving up).", GivenBy: []string{"runner"}},
 	{Code: EngineSandboxUnavailable, Name: "EngineSandboxUnavailable", Description: "The runner could not sandbox an engine that must run sandboxed (a participant's patched engine, or every engine under --engine-sandbox on): bubblewrap is missing or cannot create its namespaces on this pod; an operator's fix, not the participant's.", GivenBy: []string{"runner"}},
+	{Code: EngineSourceChanged, Name: "EngineSourceChanged", Description: "The patched engine tree the runner would build is not the one the build stage checked and the record names (its digest differs): the campaign's pinned engine source changed between the stages. The job fails rather than measure another engine.", GivenBy: []string{"runner"}},
 	{Code: EngineTokenCountMismatch, Name: "EngineTokenCountMismatch", Description: "The engine reported another number of completion tokens than it streamed.", GivenBy: []string{"runner"}},
 	{Code: EngineUnsupportedQuantization, Name: "EngineUnsupportedQuantization", Description: "The engine, or this GPU, does not support the checkpoint's quantization method or the KV cache dtype asked for.", GivenBy: []string{"runner"}},
 	{Code: EngineZeroTokens, Name: "EngineZeroTokens", Description: "The engine streamed no token for a request.", GivenBy: []string{"runner"}},

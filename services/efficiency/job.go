@@ -84,6 +84,9 @@ func Job(in events.ContractCompletedData, set campaign.Source, store func(*campa
 	if p.EngineBundle, p.Patch, err = PatchedEngine(in, camp, engine); err != nil {
 		return stage.Job{}, err
 	}
+	if p.Patch != "" {
+		p.EngineDigest = in.Patch.EngineDigest
+	}
 	id := in.SubmissionID
 	req, err := events.EfficiencyJob.Request(events.RunnerJobRequestedData{JobID: JobID(id), SubmissionID: id, Engine: camp.Engine.Command,
 		Checkpoint: *in.Artifact}, p)

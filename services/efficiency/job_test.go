@@ -191,7 +191,7 @@ func TestJobPatchedEngine(t *testing.T) {
 	reference := events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/ref.json", SHA256: strings.Repeat("cd", 32), Files: 2}
 	source := events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/src.json", SHA256: strings.Repeat("ef", 32), Files: 40}
 	patched := kept("sub1")
-	patched.Patch = &record.Patch{Path: "engine.patch", Size: 10, SHA256: strings.Repeat("12", 32)}
+	patched.Patch = &record.Patch{Path: "engine.patch", Size: 10, SHA256: strings.Repeat("12", 32), EngineDigest: strings.Repeat("34", 32)}
 	for _, tc := range []struct {
 		name     string
 		in       events.ContractCompletedData
@@ -223,11 +223,13 @@ func TestJobPatchedEngine(t *testing.T) {
 			if !tc.patched {
 				require.Nil(t, p.EngineBundle)
 				require.Empty(t, p.Patch)
+				require.Empty(t, p.EngineDigest)
 				require.Empty(t, dirs, "no engine source stored")
 				return
 			}
 			require.Equal(t, &source, p.EngineBundle)
 			require.Equal(t, "engine.patch", p.Patch)
+			require.Equal(t, patched.Patch.EngineDigest, p.EngineDigest, "the runner builds only the tree the build checked")
 			require.Equal(t, []string{filepath.Join(camp.Dir, examples.EngineSourceDir)}, dirs)
 			require.Equal(t, camp.Engine.Source, p.Engine.Source, "the runner builds against the source the params pin")
 		})

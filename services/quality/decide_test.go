@@ -201,7 +201,7 @@ func TestJobs(t *testing.T) {
 	engineSource := &events.BundleRef{Store: "jetstream", Bucket: bus.ObjectArtifacts, Object: "bundles/e.json", SHA256: strings.Repeat("12", 32), Files: 40}
 	honest := events.ContractCompletedData{SubmissionID: "sub1", TaskID: examples.TaskID, Artifact: &art, KVCacheDType: "fp8"}
 	patched := honest
-	patched.Patch = &record.Patch{Path: "engine.patch", Size: 10, SHA256: strings.Repeat("34", 32)}
+	patched.Patch = &record.Patch{Path: "engine.patch", Size: 10, SHA256: strings.Repeat("34", 32), EngineDigest: strings.Repeat("56", 32)}
 	for _, tc := range []struct {
 		name   string
 		in     events.ContractCompletedData
@@ -243,9 +243,11 @@ func TestJobs(t *testing.T) {
 					if tc.patched {
 						require.Equal(t, engineSource, p.EngineBundle)
 						require.Equal(t, "engine.patch", p.Patch)
+						require.Equal(t, patched.Patch.EngineDigest, p.EngineDigest, "the runner builds only the tree the build checked")
 					} else {
 						require.Nil(t, p.EngineBundle)
 						require.Empty(t, p.Patch)
+						require.Empty(t, p.EngineDigest)
 					}
 					require.Equal(t, quality.JobID("sub1"), j.Request.JobID)
 					require.Equal(t, "sub1", j.Request.SubmissionID)

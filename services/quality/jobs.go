@@ -44,7 +44,7 @@ func Jobs(in events.ContractCompletedData, c *campaign.Campaign, st *suite.Suite
 		p := events.QualityJobParams{Campaign: c.TaskID, Role: role, Engine: *c.Engine, KVCacheDType: kv,
 			Suite: suiteRef, SuiteKey: st.Key(), Sampling: c.Quality.Sampling}
 		if role == events.RoleCandidate && engineSource != nil && in.Patch != nil && in.Patch.Path != "" {
-			p.EngineBundle, p.Patch = engineSource, in.Patch.Path
+			p.EngineBundle, p.Patch, p.EngineDigest = engineSource, in.Patch.Path, in.Patch.EngineDigest
 		}
 		req, err := events.QualityJob.Request(events.RunnerJobRequestedData{JobID: id, SubmissionID: submission,
 			Engine: c.Engine.Command, Checkpoint: ckpt}, p)

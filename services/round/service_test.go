@@ -693,7 +693,7 @@ func TestRoundStoresThePatchedEngineSource(t *testing.T) {
 	h.submit("c2", h.bundle("int4-w4a16-g32"), true, true, 1.66)
 	h.mu.Lock()
 	st := h.standings["c1"]
-	st.Patch = &record.Patch{Path: "engine.patch", SHA256: strings.Repeat("b", 64)}
+	st.Patch = &record.Patch{Path: "engine.patch", SHA256: strings.Repeat("b", 64), EngineDigest: strings.Repeat("c", 64)}
 	h.standings["c1"] = st
 	h.mu.Unlock()
 
@@ -719,6 +719,9 @@ func TestRoundStoresThePatchedEngineSource(t *testing.T) {
 	patches := map[string]string{}
 	for _, e := range r.Entries {
 		patches[e.ID] = e.Patch
+		if e.Patch != "" {
+			require.Equal(t, strings.Repeat("c", 64), e.EngineDigest, "the tree its build checked")
+		}
 	}
 	require.Equal(t, map[string]string{"baseline": "", "candidate-1": "engine.patch", "candidate-2": "", "drift_baseline": ""}, patches)
 }

@@ -227,7 +227,7 @@ func (s *Service) enter(ctx context.Context, camp *campaign.Campaign, id, role, 
 	}
 	e := &Entry{ID: entryID, Role: role, Submission: id, Checkpoint: *st.Artifact, KVCacheDType: kv}
 	if st.Patch != nil {
-		e.Patch = st.Patch.Path
+		e.Patch, e.EngineDigest = st.Patch.Path, st.Patch.EngineDigest
 	}
 	return e, nil
 }

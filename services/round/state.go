@@ -49,6 +49,9 @@ type Entry struct {
 	// with it (Round.EngineBundle), as the efficiency stage measured the
 	// submission. Empty runs the campaign's own engine.
 	Patch string `json:"patch,omitempty"`
+	// EngineDigest is the patched tree's digest the build stage checked:
+	// the runner serves no other (see events.SLAJobParams).
+	EngineDigest string `json:"engine_digest,omitempty"`
 	// Job is the entry's SLA job once requested, Deadline (wall clock)
 	// when it is given up, EngineUp whether the runner reported the
 	// engine healthy.
@@ -355,7 +358,7 @@ func request(r *Round, e *Entry, camp *campaign.Campaign, now time.Time, timeout
 	e.Deadline = &deadline
 	p := events.SLAJobParams{Engine: *camp.Engine, Workload: camp.Efficiency.WorkloadSpec, KVCacheDType: e.KVCacheDType, Entry: e.ID}
 	if e.Patch != "" {
-		p.EngineBundle, p.Patch = r.EngineBundle, e.Patch
+		p.EngineBundle, p.Patch, p.EngineDigest = r.EngineBundle, e.Patch, e.EngineDigest
 	}
 	req, err := events.SLAJob.Request(events.RunnerJobRequestedData{JobID: e.Job, SubmissionID: e.Submission, RoundID: r.ID,
 		Pod: r.Pod, Engine: camp.Engine.Command, Checkpoint: e.Checkpoint}, p)

@@ -313,6 +313,7 @@ func TestPatchedEntryServesItsEngine(t *testing.T) {
 	src := events.BundleRef{SHA256: "feedfacefeedfacefeed", Size: 7, Files: 3}
 	r.EngineBundle = &src
 	r.entry("candidate-a").Patch = "engine.patch"
+	r.entry("candidate-a").EngineDigest = "0f0f"
 	camp := testCampaign()
 	for _, c := range []struct {
 		entry  string
@@ -332,5 +333,10 @@ func TestPatchedEntryServesItsEngine(t *testing.T) {
 		require.Equal(t, c.entry, p.Entry)
 		require.Equal(t, c.bundle, p.EngineBundle, c.entry)
 		require.Equal(t, c.patch, p.Patch, c.entry)
+		if c.patch != "" {
+			require.Equal(t, "0f0f", p.EngineDigest, "the runner serves only the tree the build checked")
+		} else {
+			require.Empty(t, p.EngineDigest, c.entry)
+		}
 	}
 }

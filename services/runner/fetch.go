@@ -33,7 +33,7 @@ func (s *Service) fetch(ctx context.Context, ref events.BundleRef, progress stag
 		return "", none, fmt.Errorf("%w: bundle reference %q has no digest", artifact.ErrNotFound, ref.Object)
 	}
 	dir := filepath.Join(s.opts.WorkDir, ref.SHA256)
-	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
+	if _, err := os.Stat(completeMark(dir)); err == nil {
 		return dir, none, nil
 	}
 	m, err := s.artifacts.Manifest(ctx, ref)
@@ -45,7 +45,7 @@ func (s *Service) fetch(ctx context.Context, ref events.BundleRef, progress stag
 	}
 	s.fetchMu.Lock()
 	defer s.fetchMu.Unlock()
-	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
+	if _, err := os.Stat(completeMark(dir)); err == nil {
 		return dir, none, nil
 	}
 	path, err := s.materialise(ctx, m, dir)
@@ -70,15 +70,23 @@ func (s *Service) materialise(ctx context.Context, m artifact.Manifest, dir stri
 			return "", err
 		}
 	}
-	if err := root.WriteFile(".complete", []byte(m.Digest+"\n"), 0o644); err != nil {
-		return "", fmt.Errorf("runner: %w", err)
-	}
 	_ = os.RemoveAll(dir)
 	if err := os.Rename(tmp, dir); err != nil {
 		return "", fmt.Errorf("runner: %w", err)
 	}
+	if err := os.WriteFile(completeMark(dir), []byte(m.Digest+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("runner: %w", err)
+	}
 	return dir, nil
 }
+
+// completeMark is the file that says the bundle folder dir is complete.
+// It lies beside the folder, never in it: the folder holds the bundle's
+// files and nothing else, so a tree's digest (an engine source's, which
+// the runner checks against the record) is the bundle's own. Written
+// after the folder is renamed into place: a folder without its mark (a
+// crash between the two) is fetched again.
+func completeMark(dir string) string { return dir + ".complete" }
 
 var hexDigest = regexp.MustCompile(`^[0-9a-f]{64}$`)
 

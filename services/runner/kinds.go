@@ -25,7 +25,7 @@ func (s *Service) kinds() *Registry {
 			return out
 		},
 		Patched: func(p events.EfficiencyJobParams) *EnginePatch {
-			return enginePatchOf(p.Engine, p.EngineBundle, p.Patch)
+			return enginePatchOf(p.Engine, p.EngineBundle, p.Patch, p.EngineDigest)
 		},
 		Run: s.efficiency,
 	})
@@ -39,7 +39,7 @@ func (s *Service) kinds() *Registry {
 			if p.Role == events.RoleBF16 {
 				return nil // the reference answers on the campaign's own engine
 			}
-			return enginePatchOf(p.Engine, p.EngineBundle, p.Patch)
+			return enginePatchOf(p.Engine, p.EngineBundle, p.Patch, p.EngineDigest)
 		},
 		Run: s.quality,
 	})
@@ -47,7 +47,7 @@ func (s *Service) kinds() *Registry {
 		Job:    events.SLAJob,
 		Engine: func(p *events.SLAJobParams, cmd string) { p.Engine.Command = cmd },
 		Patched: func(p events.SLAJobParams) *EnginePatch {
-			return enginePatchOf(p.Engine, p.EngineBundle, p.Patch)
+			return enginePatchOf(p.Engine, p.EngineBundle, p.Patch, p.EngineDigest)
 		},
 		Run: s.sla,
 	})

@@ -25,16 +25,19 @@ type EnginePatch struct {
 	Source campaign.EngineSource
 	Bundle *events.BundleRef
 	Patch  string
+	// EngineDigest is the patched tree's digest the build stage checked
+	// ("" checks nothing).
+	EngineDigest string
 }
 
 // enginePatchOf is the patched engine an engine job's params ask for:
 // nil when they name no patch. A patch without the campaign's bundle or
 // pinned source is the stage's error, and fails the job when it is built.
-func enginePatchOf(spec events.EngineSpec, bundle *events.BundleRef, patch string) *EnginePatch {
+func enginePatchOf(spec events.EngineSpec, bundle *events.BundleRef, patch, digest string) *EnginePatch {
 	if patch == "" {
 		return nil
 	}
-	ep := &EnginePatch{Bundle: bundle, Patch: patch}
+	ep := &EnginePatch{Bundle: bundle, Patch: patch, EngineDigest: digest}
 	if spec.Source != nil {
 		ep.Source = *spec.Source
 	}
@@ -100,6 +103,25 @@ func (s *Service) buildEngine(ctx context.Context, ep EnginePatch, tree, checkpo
 	patch, err := readPatch(checkpoint, ep.Patch)
 	if err != nil {
 		return job.Patched{}, enginebuild.Built{}, failed("the candidate's engine patch %s cannot be read from its bundle: %v", ep.Patch, err)
+	}
+	if ep.EngineDigest != "" {
+		// Invariant: the runner builds and runs only the tree the build
+		// stage checked and the record names. Checked here, before the
+		// pod's cache, which is keyed by tree and patch and would
+		// otherwise hand back an engine of another source.
+		src, err := enginepatch.Open(&ep.Source, tree)
+		if err != nil {
+			return job.Patched{}, enginebuild.Built{}, failed("the campaign's engine source cannot be read: %v", err)
+		}
+		sum, err := src.Check(patch)
+		if err != nil {
+			return job.Patched{}, enginebuild.Built{}, failed("the candidate's engine patch %s: %v", ep.Patch, err)
+		}
+		if sum.EngineDigest != ep.EngineDigest {
+			return job.Patched{}, enginebuild.Built{}, &engine.Failure{Reason: reason.EngineSourceChanged, Message: fmt.Sprintf(
+				"the patch %s applied to the engine source this job names (revision %s, tree %s) gives the tree %s, not the %s the build stage checked and the record names: the campaign's engine source changed between the stages, and the submission is run on no other engine than its record's",
+				ep.Patch, ep.Source.Revision, short(sum.SourceDigest), short(sum.EngineDigest), short(ep.EngineDigest))}
+		}
 	}
 	b := s.builder
 	b.Applier = exactApplier{source: ep.Source}
@@ -168,4 +190,12 @@ func (a exactApplier) Apply(_ context.Context, dir string, patch []byte) error {
 // device nodes, which no build needs.
 func buildBox(b engine.Box) engine.Box {
 	return engine.Box{Bwrap: b.Bwrap, Helper: b.Helper, System: b.System, Extra: b.Extra}
+}
+
+// short is a digest's first 12 characters, as people read them.
+func short(digest string) string {
+	if len(digest) > 12 {
+		return digest[:12]
+	}
+	return digest
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lowbarena/lowbarena/domain/enginepatch"
 	"github.com/lowbarena/lowbarena/domain/examples"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
@@ -198,9 +199,22 @@ func TestPatchedEngineIsBuiltOnceAndRunSandboxed(t *testing.T) {
 
 	cmd := "{{if .Engine}}{{.Engine}}{{else}}" + simengine + "{{end}} --checkpoint {{.Checkpoint}} --port {{.Port}} --kv-cache-dtype {{.KVCacheDType}} " +
 		"--max-num-seqs {{.MaxNumSeqs}} --gpu-memory-gib {{.GPUMemoryGiB}} --scale 8192 --kv-scale 64 --startup-seconds 0.2"
+	// The patched tree's digest, as the build stage checks it and the
+	// record names it.
+	onDisk := t.TempDir()
+	for _, f := range files {
+		p := filepath.Join(onDisk, filepath.FromSlash(f.Path))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, f.Data, 0o644))
+	}
+	checked, err := enginepatch.Open(&src, onDisk)
+	require.NoError(t, err)
+	sum, err := checked.Check(honest)
+	require.NoError(t, err)
+	digest := sum.EngineDigest
 	ask := func(id string, cand events.BundleRef, budget float64) {
 		p, err := json.Marshal(events.EfficiencyJobParams{Campaign: "tiny", Engine: events.EngineSpec{MaxNumSeqs: 256, Source: &src}, Workload: small(),
-			KVCacheDType: "fp8", Reference: ref, BudgetFactor: budget, EngineBundle: &sourceRef, Patch: "engine.patch"})
+			KVCacheDType: "fp8", Reference: ref, BudgetFactor: budget, EngineBundle: &sourceRef, Patch: "engine.patch", EngineDigest: digest})
 		require.NoError(t, err)
 		req := events.RunnerJobRequestedData{JobID: id, Kind: events.JobEfficiency, SubmissionID: "sub-" + id, Engine: cmd, Checkpoint: cand, Params: p}
 		_, err = bus.Emit(ctx, b, events.Source("test"), events.Job.Requested, id, req, bus.WithID("job-"+id))
@@ -258,7 +272,7 @@ func TestPatchedEngineIsBuiltOnceAndRunSandboxed(t *testing.T) {
 	sla := func(id, entry string, cand events.BundleRef, patch string) events.EngineRun {
 		sp := events.SLAJobParams{Engine: events.EngineSpec{MaxNumSeqs: 256, Source: &src}, Workload: small(), KVCacheDType: "fp8", Entry: entry}
 		if patch != "" {
-			sp.EngineBundle, sp.Patch = &sourceRef, patch
+			sp.EngineBundle, sp.Patch, sp.EngineDigest = &sourceRef, patch, digest
 		}
 		p, err := json.Marshal(sp)
 		require.NoError(t, err)
@@ -287,6 +301,20 @@ func TestPatchedEngineIsBuiltOnceAndRunSandboxed(t *testing.T) {
 	require.Greater(t, run.Workloads["serve"].Rate, 0.0)
 	require.Equal(t, runsBefore+1, count(program), "the baseline did not run the patched engine")
 	require.Zero(t, count(simengine), "the baseline ran the campaign's own engine, unsandboxed")
+
+	// A source changed between the stages: the tree the runner would
+	// build is not the one the record names, and the pod's engine of
+	// that source and patch is not run.
+	checkedDigest := digest
+	digest = strings.Repeat("0", 64)
+	ask("p5", withPatch(honest), 0)
+	e := jobOutcome(t, b, "p5", time.Minute)
+	require.Equal(t, string(events.RunnerJobFailed), e.Type())
+	var changed events.RunnerJobFailedData
+	require.NoError(t, json.Unmarshal(e.Data(), &changed))
+	require.Equal(t, string(reason.EngineSourceChanged), changed.Reason, changed.Message)
+	require.Contains(t, changed.Message, checkedDigest[:12], "it names the tree it would have built")
+	digest = ""
 
 	for _, tc := range []struct {
 		id, patch, words string

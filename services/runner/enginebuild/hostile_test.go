@@ -85,6 +85,10 @@ func TestHostileEngineIsContained(t *testing.T) {
 			if sandboxed {
 				box = &engine.Box{ReadOnly: []string{built.Dir}, Writable: []string{run}}
 				o.Sandbox = box
+			} else {
+				// The plain process writes its own-file in its working
+				// folder: the run's, not the package's.
+				t.Chdir(run)
 			}
 			e, err := engine.Start(t.Context(), o)
 			require.NoError(t, err)
