@@ -574,6 +574,13 @@ const (
 	// a file touched twice). Given by build.
 	PatchMalformed Code = "patch_malformed"
 
+	// PatchNotFound is patch_not_found. GET /v1/submissions/{id}/patch found
+	// no engine patch this token may read: no such submission, one whose
+	// bundle carries no patch, a token that is neither an operator's nor the
+	// submission's participant's, or a patch whose text was collected with
+	// its artifacts. Given by gateway.
+	PatchNotFound Code = "patch_not_found"
+
 	// PatchPathForbidden is patch_path_forbidden. The engine patch touches a
 	// path outside the campaign's allowed paths, or one that escapes the
 	// source tree (.., an absolute path, a symbolic link). Given by build.
@@ -1112,6 +1119,7 @@ var catalogue = []Info{
 	{Code: PatchBuildScript, Name: "PatchBuildScript", Description: "The engine patch changes a build script (go.mod, go.sum, setup.py, setup.cfg, pyproject.toml, CMakeLists.txt, a Makefile, a *.sh script or a file under build/), which the campaign does not allow.", GivenBy: []string{"build"}},
 	{Code: PatchDoesNotApply, Name: "PatchDoesNotApply", Description: "The engine patch does not apply to the campaign's pinned engine source exactly: a hunk's context or removed lines differ from the source at the line the hunk names (no fuzz, no offset), or it creates a file that exists or changes one that does not.", GivenBy: []string{"build"}},
 	{Code: PatchMalformed, Name: "PatchMalformed", Description: "The engine patch is empty or is not a unified diff the arena can read (a header, a hunk's line counts, or a file touched twice).", GivenBy: []string{"build"}},
+	{Code: PatchNotFound, Name: "PatchNotFound", Description: "GET /v1/submissions/{id}/patch found no engine patch this token may read: no such submission, one whose bundle carries no patch, a token that is neither an operator's nor the submission's participant's, or a patch whose text was collected with its artifacts.", GivenBy: []string{"gateway"}},
 	{Code: PatchPathForbidden, Name: "PatchPathForbidden", Description: "The engine patch touches a path outside the campaign's allowed paths, or one that escapes the source tree (.., an absolute path, a symbolic link).", GivenBy: []string{"build"}},
 	{Code: PatchTooLarge, Name: "PatchTooLarge", Description: "The engine patch is larger than the campaign's size limit for patches.", GivenBy: []string{"build"}},
 	{Code: PatchUnknownSource, Name: "PatchUnknownSource", Description: "The bundle carries an engine patch but its campaign pins no engine source (engine.source) to check and apply it against.", GivenBy: []string{"build"}},

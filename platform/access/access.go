@@ -156,7 +156,9 @@ var Users = []User{
 			{Name: bus.BucketParticipants, Mode: Write}, {Name: bus.BucketUsage, Mode: Write},
 			// GET /v1/pods: the registry and the pods' leases.
 			{Name: bus.BucketPods, Mode: Read}, {Name: bus.BucketRounds, Mode: Read, Keys: "pod.*"}},
-		Objects: []Bucket{{Name: bus.ObjectUploads, Mode: Write}},
+		// GET /v1/submissions/{id}/patch reads an engine patch's text
+		// from the artifacts, by the digest its record names.
+		Objects: []Bucket{{Name: bus.ObjectUploads, Mode: Write}, {Name: bus.ObjectArtifacts, Mode: Read}},
 		Serves: []Service{{Name: ctl.ServiceGateway, Subjects: []string{ctl.SubjectParticipantAdd, ctl.SubjectParticipantToken,
 			ctl.SubjectParticipantList, ctl.SubjectParticipantRevoke}}},
 		// The HTTP API's leaderboard and history, and its operators'

@@ -145,8 +145,10 @@ func TestObjectStores(t *testing.T) {
 		bus.ObjectArtifacts: {access.Build, access.Quality, access.Efficiency, access.Round, access.Operator},
 	}
 	readers := map[string][]string{
-		bus.ObjectUploads:   {access.Gateway, access.Build, access.Operator},
-		bus.ObjectArtifacts: {access.Build, access.Contract, access.Quality, access.Efficiency, access.Round, access.Runner, access.Operator},
+		bus.ObjectUploads: {access.Gateway, access.Build, access.Operator},
+		// The gateway serves an engine patch's text (GET
+		// /v1/submissions/{id}/patch).
+		bus.ObjectArtifacts: {access.Gateway, access.Build, access.Contract, access.Quality, access.Efficiency, access.Round, access.Runner, access.Operator},
 	}
 	for store, want := range writers {
 		for _, u := range access.Users {

@@ -428,6 +428,13 @@ func TestPagesInABrowser(t *testing.T) {
 	require.Contains(t, b.text("#failure"), "Failed at the "+crashRec.Error.Stage+" stage")
 	require.Contains(t, crashRec.Error.Message, "; container log tail: ")
 	require.Contains(t, b.text("#failure pre.logtail"), crashLine)
+	// Its engine patch, and its text for the operator, fetched with the
+	// tab's token and shown under the summary.
+	require.Contains(t, b.text("#patch"), examples.PatchFile)
+	b.waitFor(`!!document.querySelector("#patch-text")`, 30*time.Second, "the link to the patch's text")
+	b.js(`document.getElementById("patch-text").click(), ""`)
+	b.waitFor(`!!document.querySelector("#patch-text-body")`, 30*time.Second, "the patch's text")
+	require.Equal(t, crashPatch, b.js(`document.getElementById("patch-text-body").textContent`))
 	b.shot("engine-crashed")
 
 	// The leaderboard and the participant's history.

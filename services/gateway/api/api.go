@@ -204,6 +204,7 @@ func New(o Options) (*API, error) {
 	mux.HandleFunc("GET /healthz", a.health)
 	mux.HandleFunc("GET /v1/live", a.liveStream)
 	mux.HandleFunc("GET /v1/submissions/{id}", a.getSubmission)
+	mux.HandleFunc("GET /v1/submissions/{id}/patch", a.getPatch)
 	mux.HandleFunc("GET /v1/submissions", a.listSubmissions)
 	mux.HandleFunc("POST /v1/submissions", a.submit)
 	mux.HandleFunc("GET /v1/me", a.me)

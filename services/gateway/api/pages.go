@@ -140,7 +140,11 @@ func (a *API) submissionPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tel := a.telemetry(r.Context(), id)
-	a.render(w, r, http.StatusOK, pages.KindSubmission, pages.Page{Title: "Submission " + id, Live: live, Body: pages.NewSubmission(rec, tel)})
+	body := pages.NewSubmission(rec, tel)
+	if rec.Bundle != nil && rec.Bundle.Patch != nil && mayReadPatch(v, rec) {
+		body.PatchText = "/v1/submissions/" + id + "/patch"
+	}
+	a.render(w, r, http.StatusOK, pages.KindSubmission, pages.Page{Title: "Submission " + id, Live: live, Body: body})
 }
 
 // roundPage serves GET /rounds/{id}.

@@ -33,7 +33,11 @@ type Submission struct {
 	// Failure is the stage that failed, with its code and sentence (the
 	// sentence without the engine's log tail, which FailureLogTail holds
 	// apart).
-	Failure        *record.Error
+	Failure *record.Error
+	// PatchText is the address of the engine patch's text (GET
+	// /v1/submissions/{id}/patch) when the page's viewer may read it (an
+	// operator, or the participant who wrote it); empty otherwise.
+	PatchText      string
 	FailureLogTail string
 	Contract       *ContractView
 	Efficiency     *EfficiencyView

@@ -19,6 +19,28 @@
   }
   const token = () => sessionStorage.getItem(KEY) || "";
   const auth = () => (token() ? {Authorization: "Bearer " + token()} : {});
+  // A link to a text the token may read (an engine patch's) is fetched
+  // with the token and shown below its paragraph: a plain link would go
+  // without it. A second click hides it.
+  document.addEventListener("click", async ev => {
+    const a = ev.target.closest && ev.target.closest("a[data-auth-text]");
+    if (!a) return;
+    ev.preventDefault();
+    const id = a.id + "-body";
+    const shown = document.getElementById(id);
+    if (shown) { shown.remove(); return; }
+    const pre = document.createElement("pre");
+    pre.id = id;
+    pre.className = "logtail";
+    try {
+      const resp = await fetch(a.getAttribute("href"), {headers: auth(), cache: "no-store"});
+      pre.textContent = resp.ok ? await resp.text()
+        : ((await resp.json().catch(() => ({}))).error || {}).message || "HTTP " + resp.status;
+    } catch (e) {
+      pre.textContent = "the arena does not answer: " + e;
+    }
+    a.closest("p").after(pre);
+  });
   const follow = main && main.dataset.live;
   if (!follow) {
     if (status) status.textContent = "";
