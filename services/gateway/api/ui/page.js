@@ -21,25 +21,38 @@
   const auth = () => (token() ? {Authorization: "Bearer " + token()} : {});
   // A link to a text the token may read (an engine patch's) is fetched
   // with the token and shown below its paragraph: a plain link would go
-  // without it. A second click hides it.
+  // without it. A second click hides it. What is shown stays shown when
+  // the live page is drawn again.
+  const opened = new Map();
+  const show = (a, text) => {
+    const pre = document.createElement("pre");
+    pre.id = a.id + "-body";
+    pre.className = "logtail";
+    pre.textContent = text;
+    a.closest("p").after(pre);
+  };
+  const reopen = () => {
+    for (const [id, text] of opened) {
+      const a = document.getElementById(id);
+      if (a && !document.getElementById(id + "-body")) show(a, text);
+    }
+  };
   document.addEventListener("click", async ev => {
     const a = ev.target.closest && ev.target.closest("a[data-auth-text]");
     if (!a) return;
     ev.preventDefault();
-    const id = a.id + "-body";
-    const shown = document.getElementById(id);
-    if (shown) { shown.remove(); return; }
-    const pre = document.createElement("pre");
-    pre.id = id;
-    pre.className = "logtail";
+    const shown = document.getElementById(a.id + "-body");
+    if (shown) { shown.remove(); opened.delete(a.id); return; }
+    let text;
     try {
       const resp = await fetch(a.getAttribute("href"), {headers: auth(), cache: "no-store"});
-      pre.textContent = resp.ok ? await resp.text()
+      text = resp.ok ? await resp.text()
         : ((await resp.json().catch(() => ({}))).error || {}).message || "HTTP " + resp.status;
     } catch (e) {
-      pre.textContent = "the arena does not answer: " + e;
+      text = "the arena does not answer: " + e;
     }
-    a.closest("p").after(pre);
+    opened.set(a.id, text);
+    reopen();
   });
   const follow = main && main.dataset.live;
   if (!follow) {
@@ -66,6 +79,7 @@
       const html = await resp.text();
       if (html.trim() !== "") {
         main.innerHTML = html;
+        reopen();
         draws++;
         main.dataset.draws = String(draws);
       }
