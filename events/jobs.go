@@ -120,6 +120,69 @@ type WorkloadRun struct {
 	AuditItems int `json:"audit_items,omitempty"`
 }
 
+// EngineStart is one engine start of a runner job: Run names the run
+// ("reference", "candidate", "serve@1.02", "candidate#2", "unpatched",
+// a quality job's role, an SLA job's entry); Seconds is its launch to its
+// health; LoadSeconds and GraphSeconds are the weight loading and the
+// CUDA-graph capture the engine's start-up log reports (LoadLogged and
+// GraphLogged say whether it reported them; a figure it did not report
+// is 0); OtherSeconds is the rest, Seconds less both, never negative.
+// Cached marks a BF16 reference measured by an earlier job and reused:
+// its start is shown, not paid again.
+type EngineStart struct {
+	Run          string  `json:"run"`
+	Seconds      float64 `json:"seconds"`
+	LoadSeconds  float64 `json:"load_seconds"`
+	GraphSeconds float64 `json:"graph_seconds"`
+	OtherSeconds float64 `json:"other_seconds"`
+	LoadLogged   bool    `json:"load_logged"`
+	GraphLogged  bool    `json:"graph_logged"`
+	Cached       bool    `json:"cached,omitempty"`
+}
+
+// JobGPUTime is how a runner job used its GPU: every engine start it made
+// (and a reused reference's, Cached), the time it held the GPU (its start
+// on the device to its end: HeldSeconds) and the time the GPU served the
+// measured work (ServingSeconds: the workloads' requests, or the suite's
+// answers).
+//
+// Invariant: HeldSeconds >= the starts' Seconds (not Cached) plus
+// ServingSeconds, every one measured on the job's clock.
+type JobGPUTime struct {
+	Starts         []EngineStart `json:"engine_starts,omitempty"`
+	HeldSeconds    float64       `json:"held_seconds,omitempty"`
+	ServingSeconds float64       `json:"serving_seconds,omitempty"`
+}
+
+// Phases sums t by phase (record.GPUPhases), its cached starts left out.
+func (t JobGPUTime) Phases() record.GPUPhases {
+	p := record.GPUPhases{Held: t.HeldSeconds, Serving: t.ServingSeconds}
+	for _, s := range t.Starts {
+		if s.Cached {
+			continue
+		}
+		p.Starts++
+		p.EngineStart += s.Seconds
+		p.Loading += s.LoadSeconds
+		p.GraphCapture += s.GraphSeconds
+		p.OtherStart += s.OtherSeconds
+	}
+	return p.Rounded()
+}
+
+// Add appends run's start (when it has one) and its serving time to t; a
+// cached run adds its start as Cached and nothing else.
+func (t *JobGPUTime) Add(run EngineRun, cached bool) {
+	if run.Start != nil {
+		s := *run.Start
+		s.Cached = cached
+		t.Starts = append(t.Starts, s)
+	}
+	if !cached {
+		t.ServingSeconds += run.ServingSeconds
+	}
+}
+
 // EngineRun is what one engine start measured.
 type EngineRun struct {
 	Startup   record.Startup         `json:"startup"`
@@ -142,6 +205,12 @@ type EngineRun struct {
 	Simulated bool   `json:"simulated"`
 	// Seconds is the engine's wall time, start to stop.
 	Seconds float64 `json:"seconds"`
+	// Start is the engine's start, launch to health, by phase; nil from
+	// a runner that did not time it.
+	Start *EngineStart `json:"engine_start,omitempty"`
+	// ServingSeconds is the time the workloads' measured requests were
+	// being served (each workload's run, its requests in flight).
+	ServingSeconds float64 `json:"serving_seconds,omitempty"`
 	// Audit is the audits' evidence of the candidate's run; nil for a
 	// run that gathered none.
 	Audit *AuditEvidence `json:"audit,omitempty"`
@@ -170,6 +239,10 @@ type EfficiencyJobResult struct {
 	// for (the declaration's), beside what the engine reported running
 	// (Candidate.Startup.KVCacheDType).
 	KVCacheDType string `json:"kv_cache_dtype"`
+	// JobGPUTime is every engine start of the job (the reference's,
+	// Cached when reused), the time it held the GPU and the time the GPU
+	// served the workloads.
+	JobGPUTime
 }
 
 // JobQuality answers a campaign's eval suite with one checkpoint (the BF16
@@ -242,6 +315,9 @@ type QualityJobResult struct {
 	// KLItems are the ids of those sequences, in order.
 	KLItems []string `json:"kl_items,omitempty"`
 	Seconds float64  `json:"seconds"`
+	// JobGPUTime is the job's one engine start, the time it held the GPU
+	// and the time the engine spent answering the suite.
+	JobGPUTime
 }
 
 // JobSLA serves one round entry through the three workloads on the

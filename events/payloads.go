@@ -145,6 +145,10 @@ type QualityCompletedData struct {
 	MeanDrop float64 `json:"mean_drop"`
 	// BundleDigest is the bundle the candidate's answers came from.
 	BundleDigest string `json:"bundle_digest,omitempty"`
+	// GPUSeconds is the candidate's quality job's GPU time by phase
+	// (JobGPUTime.Phases of its result); nil from a runner that did not
+	// time it.
+	GPUSeconds *record.GPUPhases `json:"gpu_seconds,omitempty"`
 }
 
 // EfficiencyCompletedData is the payload of efficiency.completed.
@@ -159,6 +163,10 @@ type EfficiencyCompletedData struct {
 	GPUHours         float64                      `json:"gpu_hours"`
 	GPU              string                       `json:"gpu"`
 	Simulated        bool                         `json:"simulated"`
+	// GPUSeconds is the efficiency job's GPU time by phase
+	// (JobGPUTime.Phases of its result); nil from a runner that did not
+	// time it.
+	GPUSeconds *record.GPUPhases `json:"gpu_seconds,omitempty"`
 	// BudgetReason is the first failed budget's sentence ("contract:
 	// limited to a hard cap of ..."), empty when every budget held; the
 	// score disqualifies with it.

@@ -151,6 +151,10 @@ type Result struct {
 	// or simulated.
 	Simulated bool   `json:"simulated,omitempty"`
 	GPU       string `json:"gpu,omitempty"`
+	// GPUSeconds is the GPU time the submission's efficiency and quality
+	// jobs held, by phase (engine starts, serving, ...); nil before
+	// either reported it.
+	GPUSeconds *GPUSeconds `json:"gpu_seconds,omitempty"`
 }
 
 // Contract is what the checkpoint really is, read from its safetensors

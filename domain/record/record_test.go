@@ -45,3 +45,14 @@ func TestEmptyContractListsAreArrays(t *testing.T) {
 	require.Equal(t, []any{}, m["foreign_tensors"].(map[string]any)["largest"])
 	require.Equal(t, []any{}, m["quantization"].(map[string]any)["ignore"])
 }
+
+// TestGPUSecondsSetJob: the totals are the sum of the jobs', a job set
+// again replaces its own figures.
+func TestGPUSecondsSetJob(t *testing.T) {
+	var g GPUSeconds
+	g.SetJob("efficiency", GPUPhases{Held: 10.0004, Serving: 2, EngineStart: 7, Loading: 3, GraphCapture: 2, OtherStart: 2, Starts: 3})
+	g.SetJob("quality", GPUPhases{Held: 4, Serving: 1, EngineStart: 2.5, OtherStart: 2.5, Starts: 1})
+	g.SetJob("efficiency", GPUPhases{Held: 11, Serving: 2, EngineStart: 8, Loading: 3, GraphCapture: 2, OtherStart: 3, Starts: 3})
+	require.Equal(t, GPUPhases{Held: 15, Serving: 3, EngineStart: 10.5, Loading: 3, GraphCapture: 2, OtherStart: 5.5, Starts: 4}, g.GPUPhases)
+	require.Len(t, g.Jobs, 2)
+}

@@ -353,3 +353,25 @@ var roundStepFields = fields[RoundStep]{
 	u64("finished_ms", func(r *RoundStep) uint64 { return r.FinishedMs }),
 	str("detail", func(r *RoundStep) string { return r.Detail }),
 }
+
+func (GPUSeconds) fields() any { return gpuSecondsFields }
+
+var gpuSecondsFields = fields[GPUSeconds]{
+	u64("ts_ms", func(r *GPUSeconds) uint64 { return r.TsMs }),
+	str("submission_id", func(r *GPUSeconds) string { return r.SubmissionID }),
+	str("round_id", func(r *GPUSeconds) string { return r.RoundID }),
+	str("job_id", func(r *GPUSeconds) string { return r.JobID }),
+	u32("attempt", func(r *GPUSeconds) uint32 { return r.Attempt }),
+	str("kind", func(r *GPUSeconds) string { return r.Kind }),
+	str("pod", func(r *GPUSeconds) string { return r.Pod }),
+	str("status", func(r *GPUSeconds) string { return r.Status }),
+	f64("held_s", func(r *GPUSeconds) float64 { return r.HeldS }),
+	f64("serving_s", func(r *GPUSeconds) float64 { return r.ServingS }),
+	f64("engine_start_s", func(r *GPUSeconds) float64 { return r.EngineStartS }),
+	f64("loading_s", func(r *GPUSeconds) float64 { return r.LoadingS }),
+	f64("graph_capture_s", func(r *GPUSeconds) float64 { return r.GraphCaptureS }),
+	f64("other_start_s", func(r *GPUSeconds) float64 { return r.OtherStartS }),
+	u32("starts", func(r *GPUSeconds) uint32 { return r.Starts }),
+	u32("cached_starts", func(r *GPUSeconds) uint32 { return r.CachedStarts }),
+	u8("simulated", func(r *GPUSeconds) uint8 { return r.Simulated }),
+}

@@ -77,6 +77,7 @@ func TestRowColumnsMatchTheirTags(t *testing.T) {
 	t.Run("StageResult", checkColumns[store.StageResult])
 	t.Run("Score", checkColumns[store.Score])
 	t.Run("RoundStep", checkColumns[store.RoundStep])
+	t.Run("GPUSeconds", checkColumns[store.GPUSeconds])
 }
 
 // otherRow is a row type outside the package: it has no column table.

@@ -157,6 +157,34 @@ type RoundStep struct {
 // TableName implements Row.
 func (RoundStep) TableName() string { return "round_steps" }
 
+// GPUSeconds is the GPU time of one delivery of a runner job, by phase
+// (table gpu_seconds): held, serving and the engines' starts split into
+// loading, graph capture and the rest, in seconds. Attempt is the
+// delivery (a job handed back and run again held its GPU each time);
+// Status "completed" or "failed".
+type GPUSeconds struct {
+	TsMs          uint64  `ch:"ts_ms" json:"ts_ms"`
+	SubmissionID  string  `ch:"submission_id" json:"submission_id"`
+	RoundID       string  `ch:"round_id" json:"round_id"`
+	JobID         string  `ch:"job_id" json:"job_id"`
+	Attempt       uint32  `ch:"attempt" json:"attempt"`
+	Kind          string  `ch:"kind" json:"kind"`
+	Pod           string  `ch:"pod" json:"pod"`
+	Status        string  `ch:"status" json:"status"`
+	HeldS         float64 `ch:"held_s" json:"held_s"`
+	ServingS      float64 `ch:"serving_s" json:"serving_s"`
+	EngineStartS  float64 `ch:"engine_start_s" json:"engine_start_s"`
+	LoadingS      float64 `ch:"loading_s" json:"loading_s"`
+	GraphCaptureS float64 `ch:"graph_capture_s" json:"graph_capture_s"`
+	OtherStartS   float64 `ch:"other_start_s" json:"other_start_s"`
+	Starts        uint32  `ch:"starts" json:"starts"`
+	CachedStarts  uint32  `ch:"cached_starts" json:"cached_starts"`
+	Simulated     uint8   `ch:"simulated" json:"simulated"`
+}
+
+// TableName implements Row.
+func (GPUSeconds) TableName() string { return "gpu_seconds" }
+
 // Insert appends typed rows to their table in one batch. To a store that
 // takes columns (ColumnAppender) the rows go as typed columns, read
 // without reflection (see ColumnsOf): a slice per column, no value boxed.

@@ -139,3 +139,26 @@ func TestResult(t *testing.T) {
 		})
 	}
 }
+
+// TestBlockCarriesTheJobsGPUSeconds: the efficiency block carries the
+// job's GPU time by phase, summed from its starts (a reused reference's
+// left out) and the held and serving times the runner measured; a job
+// from a runner that did not time it carries none.
+func TestBlockCarriesTheJobsGPUSeconds(t *testing.T) {
+	r := load(t, rec27b)
+	res := measurement(r)
+	out, err := efficiency.Block(events.RunnerJobCompletedData{SubmissionID: r.ID, Pod: "pod-0"}, res)
+	require.NoError(t, err)
+	require.Nil(t, out.GPUSeconds, "an untimed job gives no GPU-seconds")
+
+	res.JobGPUTime = events.JobGPUTime{HeldSeconds: 700.5, ServingSeconds: 90.25, Starts: []events.EngineStart{
+		{Run: "reference", Seconds: 120, LoadSeconds: 50, GraphSeconds: 30, OtherSeconds: 40, Cached: true},
+		{Run: "candidate", Seconds: 100, LoadSeconds: 40, GraphSeconds: 25, OtherSeconds: 35, LoadLogged: true, GraphLogged: true},
+		{Run: "serve@1.02", Seconds: 110, LoadSeconds: 41, GraphSeconds: 26, OtherSeconds: 43, LoadLogged: true, GraphLogged: true},
+		{Run: "interactive@1.02", Seconds: 90, OtherSeconds: 90},
+	}}
+	out, err = efficiency.Block(events.RunnerJobCompletedData{SubmissionID: r.ID, Pod: "pod-0"}, res)
+	require.NoError(t, err)
+	require.NotNil(t, out.GPUSeconds)
+	require.Equal(t, record.GPUPhases{Held: 700.5, Serving: 90.25, EngineStart: 300, Loading: 81, GraphCapture: 51, OtherStart: 168, Starts: 3}, *out.GPUSeconds)
+}

@@ -187,6 +187,24 @@ func TestPairKL(t *testing.T) {
 	require.NotNil(t, out.KL)
 	require.Equal(t, 2, out.KL.Sequences)
 	require.InDelta(t, 0, out.KL.KL, 1e-9, "the same distributions")
+	require.Nil(t, out.GPUSeconds, "a job the runner did not time gives no GPU-seconds")
+}
+
+// TestPairCarriesTheJobsGPUSeconds: the completion carries the
+// candidate's job's GPU time by phase, never the shared reference's.
+func TestPairCarriesTheJobsGPUSeconds(t *testing.T) {
+	st := tinySuite()
+	bf := rowsOf(st, bf16Score)
+	start := func(run string, s float64) events.JobGPUTime {
+		return events.JobGPUTime{HeldSeconds: s + 40, ServingSeconds: 30, Starts: []events.EngineStart{
+			{Run: run, Seconds: s, LoadSeconds: 0.4 * s, GraphSeconds: 0.25 * s, OtherSeconds: 0.35 * s, LoadLogged: true, GraphLogged: true}}}
+	}
+	res := events.QualityJobResult{SuiteKey: st.Key(), Generations: len(bf), JobGPUTime: start(events.RoleCandidate, 60)}
+	ref := events.QualityJobResult{SuiteKey: st.Key(), Generations: len(bf), JobGPUTime: start(events.RoleBF16, 90)}
+	out, err := quality.Pair(examples.TaskID, st, events.RunnerJobCompletedData{SubmissionID: "sub1"}, res, ref, rowsOf(st, lossScore), bf)
+	require.NoError(t, err)
+	require.NotNil(t, out.GPUSeconds)
+	require.Equal(t, record.GPUPhases{Held: 100, Serving: 30, EngineStart: 60, Loading: 24, GraphCapture: 15, OtherStart: 21, Starts: 1}, *out.GPUSeconds)
 }
 
 // TestJobs: a kept contract becomes the candidate's job, preceded by the

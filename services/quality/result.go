@@ -124,8 +124,15 @@ func Pair(task string, st *suite.Suite, c events.RunnerJobCompletedData, res, re
 		return events.QualityCompletedData{}, err
 	}
 	md, _ := stats.MeanDrop(block.Domains)
-	return events.QualityCompletedData{SubmissionID: c.SubmissionID, DevQuality: block, KL: klOf(res, ref), Simulated: res.Simulated || ref.Simulated,
-		TierReason: stats.Reason(block.Tier), MeanDrop: md, BundleDigest: c.CheckpointDigest}, nil
+	out := events.QualityCompletedData{SubmissionID: c.SubmissionID, DevQuality: block, KL: klOf(res, ref), Simulated: res.Simulated || ref.Simulated,
+		TierReason: stats.Reason(block.Tier), MeanDrop: md, BundleDigest: c.CheckpointDigest}
+	// The candidate's own job's GPU time; the reference's is the
+	// campaign's, shared by every candidate of the suite.
+	if res.HeldSeconds > 0 {
+		p := res.Phases()
+		out.GPUSeconds = &p
+	}
+	return out, nil
 }
 
 // incomplete is a job whose rows are fewer than its generations.

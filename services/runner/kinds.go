@@ -3,7 +3,9 @@ package runner
 import (
 	"context"
 	"math/rand/v2"
+	"time"
 
+	"github.com/lowbarena/lowbarena/domain/formula"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
@@ -72,7 +74,7 @@ func (s *Service) efficiency(ctx context.Context, env Env, p events.EfficiencyJo
 		plan = job.NewAuditPlan(st, *p.Audit, rand.Uint64(), env.Artifacts[0], env.Checkpoint)
 	}
 	er, err := env.Job.Efficiency(ctx, p, env.Checkpoint, env.Artifacts[0], &refCache{kv: s.refs, pod: s.opts.Pod}, plan)
-	return Result[events.EfficiencyJobResult]{Value: er, Seconds: er.Seconds, Attrs: []any{"reference_cached", er.Cached}}, err
+	return Result[events.EfficiencyJobResult]{Value: er, Seconds: er.Seconds, Attrs: []any{"reference_cached", er.Cached}, GPU: &er.JobGPUTime}, err
 }
 
 // quality answers the campaign's suite and grades what pure Go grades,
@@ -89,7 +91,7 @@ func (s *Service) quality(ctx context.Context, env Env, p events.QualityJobParam
 	qr, err := env.Job.Quality(ctx, p, env.Checkpoint, st, func(ctx context.Context, b []job.Graded) error {
 		return s.graded(ctx, env.Request, p, b, sim)
 	})
-	return Result[events.QualityJobResult]{Value: qr, Seconds: qr.Seconds}, err
+	return Result[events.QualityJobResult]{Value: qr, Seconds: qr.Seconds, GPU: &qr.JobGPUTime}, err
 }
 
 // sla serves one round entry through the standard workloads.
@@ -98,7 +100,13 @@ func (s *Service) sla(ctx context.Context, env Env, p events.SLAJobParams) (Resu
 	if kv == "" {
 		kv = "auto"
 	}
+	t0 := time.Now()
 	sr, err := env.Job.Serve(ctx, env.Job.Candidate(job.Launch{Run: p.Entry, Command: p.Engine.Command, Checkpoint: env.Checkpoint, KVCacheDType: kv,
 		MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}), job.Workloads(p.Workload))
-	return Result[events.EngineRun]{Value: sr, Seconds: sr.Seconds}, err
+	// An SLA job is one engine run: its start, its serving and the time
+	// it held the GPU are the run's (in its result's engine_start and
+	// serving_seconds).
+	gpu := &events.JobGPUTime{HeldSeconds: formula.Round(time.Since(t0).Seconds(), 3)}
+	gpu.Add(sr, false)
+	return Result[events.EngineRun]{Value: sr, Seconds: sr.Seconds, GPU: gpu}, err
 }

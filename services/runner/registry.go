@@ -73,6 +73,10 @@ type Result[R any] struct {
 	Seconds float64
 	// Attrs are extra attributes of the completion's log line.
 	Attrs []any
+	// GPU is how the run used its GPU (its engine starts, the time it
+	// held the GPU and served); nil for a run that used none. It counts
+	// on failure too.
+	GPU *events.JobGPUTime
 }
 
 // Failure is a job's own failure with its reason: the job ends with
@@ -117,6 +121,7 @@ type prepared struct {
 type ran struct {
 	Seconds     float64
 	Attrs       []any
+	GPU         *events.JobGPUTime
 	Body        json.RawMessage
 	Unencodable error
 }
@@ -150,7 +155,7 @@ func Register[P, R any](r *Registry, k Kind[P, R]) {
 		}
 		run := func(ctx context.Context, env Env) (ran, error) {
 			res, err := k.Run(ctx, env, p)
-			out := ran{Seconds: res.Seconds, Attrs: res.Attrs}
+			out := ran{Seconds: res.Seconds, Attrs: res.Attrs, GPU: res.GPU}
 			if err == nil {
 				out.Body, out.Unencodable = k.Job.Encode(res.Value)
 			}

@@ -112,3 +112,44 @@ func (s *Service) requests(ctx context.Context, req events.RunnerJobRequestedDat
 	}
 	return store.Insert(ctx, s.opts.Store, rows)
 }
+
+// addGPUSeconds hands the job's writer the gpu_seconds row of one
+// delivery of it (attempt), whose run used its GPU as t tells (nil: no
+// row) and ended with err.
+func (s *Service) addGPUSeconds(rows *rowWriter, req events.RunnerJobRequestedData, attempt uint64, t *events.JobGPUTime, err error, simulated bool) {
+	if t == nil {
+		return
+	}
+	status := "completed"
+	if err != nil {
+		status = "failed"
+	}
+	g := *t
+	rows.add(func(ctx context.Context) error { return s.gpuSeconds(ctx, req, attempt, status, g, simulated) })
+}
+
+// gpuSeconds writes how one delivery of a job used its GPU (table
+// gpu_seconds): the time it held the GPU, the time it served, and its
+// engine starts by phase. status is "completed" or "failed" (a job handed
+// back writes the delivery's row too: it held the GPU).
+func (s *Service) gpuSeconds(ctx context.Context, req events.RunnerJobRequestedData, attempt uint64, status string, t events.JobGPUTime, simulated bool) error {
+	if s.opts.Store == nil {
+		return nil
+	}
+	p := t.Phases()
+	cached := 0
+	for _, st := range t.Starts {
+		if st.Cached {
+			cached++
+		}
+	}
+	sim := uint8(0)
+	if simulated {
+		sim = 1
+	}
+	row := store.GPUSeconds{TsMs: uint64(time.Now().UnixMilli()), SubmissionID: req.SubmissionID, RoundID: req.RoundID, JobID: req.JobID,
+		Attempt: uint32(attempt), Kind: req.Kind, Pod: s.opts.Pod, Status: status, HeldS: p.Held, ServingS: p.Serving,
+		EngineStartS: p.EngineStart, LoadingS: p.Loading, GraphCaptureS: p.GraphCapture, OtherStartS: p.OtherStart,
+		Starts: uint32(p.Starts), CachedStarts: uint32(cached), Simulated: sim}
+	return store.Insert(ctx, s.opts.Store, []store.GPUSeconds{row})
+}

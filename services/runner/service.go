@@ -534,6 +534,7 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	jr.Progress = func(phase string, done, total int) { progress(phase, done, total, "") }
 	env.Job = &jr
 	res, err := work.run(ctx, env)
+	s.addGPUSeconds(rows, req, d.NumDelivered, res.GPU, err, simulated)
 	s.flushRows(ctx, rows, req.JobID)
 	switch {
 	case ctx.Err() != nil:

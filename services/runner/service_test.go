@@ -204,6 +204,36 @@ func TestRunnerRunsJobsAndCachesTheReference(t *testing.T) {
 	require.Contains(t, f.Message, "container log tail")
 	require.Contains(t, f.LogTail, "crash-on-start")
 
+	// Each job's GPU time, by phase, in gpu_seconds (written before its
+	// outcome): j1 paid for the reference's start, j2 reused it, j3's
+	// engine failed its one start and held the GPU for it.
+	type gpuRow struct {
+		JobID        string  `ch:"job_id"`
+		Status       string  `ch:"status"`
+		Held         float64 `ch:"held_s"`
+		Serving      float64 `ch:"serving_s"`
+		Start        float64 `ch:"engine_start_s"`
+		Starts       uint32  `ch:"starts"`
+		CachedStarts uint32  `ch:"cached_starts"`
+	}
+	var gpu []gpuRow
+	require.NoError(t, st.Select(ctx, &gpu, "SELECT job_id, status, held_s, serving_s, engine_start_s, starts, cached_starts FROM gpu_seconds FINAL WHERE job_id IN ('j1', 'j2', 'j3') ORDER BY job_id"))
+	require.Len(t, gpu, 3)
+	for i, res := range []events.EfficiencyJobResult{r, r2} {
+		p := res.Phases()
+		require.Equal(t, gpuRow{JobID: []string{"j1", "j2"}[i], Status: "completed", Held: p.Held, Serving: p.Serving, Start: p.EngineStart,
+			Starts: uint32(p.Starts), CachedStarts: uint32(i)}, gpu[i])
+		runs := 2 - i // the reference (j1 only) and the candidate
+		for _, v := range res.Budget {
+			runs += 1 + 2*(v.Attempts-1) // each replay, and each further pair's two runs
+		}
+		require.Equal(t, runs, p.Starts, "one start per engine run")
+	}
+	require.Equal(t, "failed", gpu[2].Status)
+	require.Equal(t, uint32(1), gpu[2].Starts, "j3's candidate start, failed")
+	require.Equal(t, uint32(1), gpu[2].CachedStarts)
+	require.Positive(t, gpu[2].Held)
+
 	// A real engine on this runner, which has no NVML: refused, handed
 	// back, and failed with the refusal's reason once the tries are
 	// spent, never measured on a simulated device.

@@ -24,6 +24,7 @@ run platform '^BenchmarkSustainedVsRaw$' 6x ./bus
 run platform/store '^BenchmarkInsertVsRaw$' 40x ./clickhouse ./chdb
 run services/runner '^BenchmarkCeilingVsMinimal$' 12x ./loadgen
 run services/runner '^BenchmarkMediansAtConcurrency64$' 1x ./loadgen
+run services/runner '^BenchmarkGPUSecondsPerVerdict$' 1x ./job
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 awk -v before="$load_before" -v after="$load_after" -v cpus="$(nproc)" '
@@ -59,5 +60,9 @@ END {
 		sprintf("%s tokens/s, %.2f allocs/token", n(v(lc "loadgen-tokens/s")), v(lc "loadgen-allocs/token")), sprintf("%.2fx", v(lc "ratio")), "at least 0.9x, counts exact")
 	row("12 runs at concurrency 64: spread of the TTFT / TPOT medians; medians more than 20% off", sprintf("%.1f%% / %.1f%%; %d of 24", 100 * v(lm "minimal-ttft-spread"), 100 * v(lm "minimal-tpot-spread"), v(lm "minimal-runs-off")),
 		sprintf("%.1f%% / %.1f%%; %d of 24", 100 * v(lm "loadgen-ttft-spread"), 100 * v(lm "loadgen-tpot-spread"), v(lm "loadgen-runs-off")), "", "as stable as the minimal client")
+	gv = "job/BenchmarkGPUSecondsPerVerdict/"
+	row(sprintf("GPU-seconds held per verdict: efficiency + quality job, simengine imitating vLLM with %g s start-ups, reference cached", v(gv "startup-s")),
+		sprintf("%.1f s unavoidable (1 start + serving)", v(gv "unavoidable-s")), sprintf("%.1f s held, %d starts of %.1f s", v(gv "held-s"), v(gv "starts"), v(gv "start-s")),
+		sprintf("%.2fx", v(gv "ratio")), "at most 1.3x")
 	if (missing != "") { print "\ntable.sh: no figure for" missing > "/dev/stderr"; exit 1 }
 }' "$raw"

@@ -76,7 +76,7 @@ func DatabaseName(t testing.TB) string {
 }
 
 // Tables are the tables of the arena's DDL.
-var Tables = []string{"gpu_samples", "requests", "quality_items", "quality_answers", "stage_results", "scores", "round_steps"}
+var Tables = []string{"gpu_samples", "requests", "quality_items", "quality_answers", "stage_results", "scores", "round_steps", "gpu_seconds"}
 
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -217,6 +217,15 @@ func testRoundTrip(t *testing.T, open Opener) {
 				{TsMs: tsMs, RoundID: "r1", Step: maxU32, Name: quotes, Phase: "score", Role: "scorer", EntryID: "e1",
 					Status: "running", StartedMs: maxU64, Detail: controls},
 			}, "round_id, step")
+		}},
+		{"gpu_seconds", func(t *testing.T) {
+			roundTrip(t, st, []store.GPUSeconds{
+				{TsMs: tsMs, SubmissionID: "s1", JobID: "j1", Attempt: 1, Kind: "efficiency", Pod: "pod-0", Status: "completed",
+					HeldS: 441.125, ServingS: 31.5, EngineStartS: 400.25, LoadingS: 160.1, GraphCaptureS: 100, OtherStartS: 140.15,
+					Starts: 5, CachedStarts: 1, Simulated: 1},
+				{TsMs: maxU64, SubmissionID: "s2", RoundID: unicode, JobID: quotes, Attempt: maxU32, Kind: "quality", Status: "failed",
+					HeldS: 1e-9, ServingS: 0, EngineStartS: 2.0 / 3.0, OtherStartS: 2.0 / 3.0, Starts: maxU32},
+			}, "submission_id, job_id, attempt")
 		}},
 	}
 	for _, tt := range tests {

@@ -242,6 +242,7 @@ func foldResult(r *record.Submission, t events.Type, e event.Event) error {
 		}
 		r.Result.DevQuality, r.Result.KL = &d.DevQuality, d.KL
 		r.Result.Simulated = r.Result.Simulated || d.Simulated
+		setGPUSeconds(r, events.JobQuality, d.GPUSeconds)
 	case events.EfficiencyCompleted:
 		var d events.EfficiencyCompletedData
 		if err := decode(e, &d); err != nil {
@@ -252,6 +253,7 @@ func foldResult(r *record.Submission, t events.Type, e event.Event) error {
 		r.Result.Engine, r.Result.Workload = &d.Engine, &d.Workload
 		r.Result.GPUHours, r.Result.GPU = &d.GPUHours, d.GPU
 		r.Result.Simulated = r.Result.Simulated || d.Simulated
+		setGPUSeconds(r, events.JobEfficiency, d.GPUSeconds)
 	case events.ScoreCompleted:
 		var d events.ScoreCompletedData
 		if err := decode(e, &d); err != nil {
@@ -261,6 +263,20 @@ func foldResult(r *record.Submission, t events.Type, e event.Event) error {
 		r.Result.Split = r.Split
 	}
 	return nil
+}
+
+// setGPUSeconds sets the GPU time of the submission's job of kind (its
+// completion's gpu_seconds) in the record's gpu_seconds, whose totals are
+// the sum of its jobs': a completion folded twice counts once. p nil (a
+// runner that did not time its job) leaves the record as it is.
+func setGPUSeconds(r *record.Submission, kind string, p *record.GPUPhases) {
+	if p == nil {
+		return
+	}
+	if r.Result.GPUSeconds == nil {
+		r.Result.GPUSeconds = &record.GPUSeconds{}
+	}
+	r.Result.GPUSeconds.SetJob(kind, *p)
 }
 
 func decode(e event.Event, v any) error {

@@ -235,3 +235,24 @@ func TestFoldErrors(t *testing.T) {
 	require.False(t, changed)
 	require.Equal(t, record.StatusPending, rec.Stages[0].Status)
 }
+
+// TestFoldGPUSeconds: the record's gpu_seconds holds each job's GPU time
+// by phase, from its stage's completion, and their totals; a completion
+// folded again counts once.
+func TestFoldGPUSeconds(t *testing.T) {
+	eff := record.GPUPhases{Held: 500, Serving: 60, EngineStart: 400, Loading: 160, GraphCapture: 100, OtherStart: 140, Starts: 4}
+	qual := record.GPUPhases{Held: 130, Serving: 25, EngineStart: 100, Loading: 40, GraphCapture: 25, OtherStart: 35, Starts: 1}
+	effDone := ev(t, events.EfficiencyCompleted, 9, events.EfficiencyCompletedData{SubmissionID: sub, Efficiency: map[string]float64{"serve": 1234.5},
+		AnchorEfficiency: map[string]float64{"serve": 1000}, GPUHours: 0.25, GPU: "NVIDIA H200 (simulated)", Simulated: true, GPUSeconds: &eff})
+	qualDone := ev(t, events.QualityCompleted, 8, events.QualityCompletedData{SubmissionID: sub, GPUSeconds: &qual})
+	rec, _ := foldAll(t, received(t), started(t, "quality", 4), started(t, "efficiency", 4), effDone, qualDone, effDone)
+	g := rec.Result.GPUSeconds
+	require.NotNil(t, g)
+	require.Equal(t, map[string]record.GPUPhases{"efficiency": eff, "quality": qual}, g.Jobs)
+	require.Equal(t, record.GPUPhases{Held: 630, Serving: 85, EngineStart: 500, Loading: 200, GraphCapture: 125, OtherStart: 175, Starts: 5}, g.GPUPhases,
+		"the totals are the jobs' sum, the efficiency job counted once")
+
+	untimed := ev(t, events.QualityCompleted, 8, events.QualityCompletedData{SubmissionID: sub})
+	rec, _ = foldAll(t, received(t), untimed)
+	require.Nil(t, rec.Result.GPUSeconds, "a job that was not timed adds nothing")
+}

@@ -512,7 +512,9 @@ func deviceRun(out *Served, wls []loadgen.Workload, results map[string]loadgen.R
 // (a few at a time), greedy, each to its end of sequence: the answers
 // the audits compare the patched engine's with. wls are the measured
 // run's workloads (their prompts). The engine is stopped on every path.
-func (r *Runner) Unpatched(ctx context.Context, l Launch, plan *AuditPlan, wls []loadgen.Workload, ev *events.AuditEvidence) (*events.AuditUnpatched, float64, error) {
+// The run it returns holds the engine's wall time and its start; it
+// serves no measured work (ServingSeconds 0).
+func (r *Runner) Unpatched(ctx context.Context, l Launch, plan *AuditPlan, wls []loadgen.Workload, ev *events.AuditEvidence) (*events.AuditUnpatched, Served, error) {
 	u := &events.AuditUnpatched{Probes: []events.AuditAnswer{}, Load: []events.AuditAnswer{}}
 	s, err := r.session(ctx, l, 2, func(ss *session, _ *Served) error {
 		client := &loadgen.Client{BaseURL: ss.base, Model: ss.model, IdleTimeout: r.IdleTimeout}
@@ -557,5 +559,5 @@ func (r *Runner) Unpatched(ctx context.Context, l Launch, plan *AuditPlan, wls [
 		}
 		return nil
 	})
-	return u, s.Seconds, err
+	return u, s, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/lowbarena/lowbarena/domain/formula"
 	"github.com/lowbarena/lowbarena/domain/record"
@@ -65,7 +66,21 @@ type ReferenceCache interface {
 // The candidate's runs (its run, its budget replays and their pairs) run
 // the job's patched engine when it has one (Runner.Patched); the
 // reference's never does.
+//
+// The result's JobGPUTime holds every engine start the job made, in
+// order (the reused reference's first, Cached), the time the job held
+// the GPU (HeldSeconds: this call, start to end) and the time its
+// engines served the workloads (ServingSeconds), on a failed job as on
+// one that completed.
 func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache, audit *AuditPlan) (Efficiency, error) {
+	t0 := time.Now()
+	out, err := r.efficiency(ctx, p, candidate, reference, cache, audit)
+	out.HeldSeconds = formula.Round(time.Since(t0).Seconds(), 3)
+	out.ServingSeconds = formula.Round(out.ServingSeconds, 3)
+	return out, err
+}
+
+func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache, audit *AuditPlan) (Efficiency, error) { //nolint:gocyclo // the job's runs in order: reference, candidate, unpatched, each workload's replays
 	out := Efficiency{KVCacheDType: p.KVCacheDType}
 	base := Workloads(p.Workload)
 	var pool []suite.Item
@@ -86,10 +101,12 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 	}
 	if ref != nil {
 		out.Reference, out.Cached = *ref, true
+		out.Add(*ref, true)
 	} else {
 		s, err := r.Serve(ctx, Launch{Run: "reference", Command: p.Engine.Command, Checkpoint: reference,
 			KVCacheDType: "auto", MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, mix(1000))
 		out.Seconds += s.Seconds
+		out.Add(s, false)
 		if err != nil {
 			return out, fmt.Errorf("the BF16 reference: %w", err)
 		}
@@ -105,6 +122,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 	cand, err := r.Serve(ctx, r.Candidate(Launch{Run: "candidate", Command: p.Engine.Command, Checkpoint: candidate,
 		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen, Audit: audit}), wls)
 	out.Seconds += cand.Seconds
+	out.Add(cand, false)
 	if err != nil {
 		return out, err
 	}
@@ -112,9 +130,10 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 	// the same checkpoint: the probes and a sample of the load answered
 	// again (an honest submission, unpatched, pays no engine start).
 	if audit != nil && audit.Unpatched != nil && cand.Audit != nil {
-		u, secs, err := r.Unpatched(ctx, Launch{Run: "unpatched", Command: audit.Unpatched.Command, Checkpoint: candidate,
+		u, us, err := r.Unpatched(ctx, Launch{Run: "unpatched", Command: audit.Unpatched.Command, Checkpoint: candidate,
 			KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, audit, wls, cand.Audit)
-		out.Seconds += secs
+		out.Seconds += us.Seconds
+		out.Add(us, false)
 		if err != nil {
 			return out, fmt.Errorf("the campaign's unpatched engine: %w", err)
 		}
@@ -142,6 +161,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: b.BudgetGiB, CapGiB: b.CapGiB,
 				MaxModelLen: terms.MaxModelLen, KVCacheBytes: terms.KVCacheBytes, MemFractionStatic: terms.MemFractionStatic}), []loadgen.Workload{w})
 			out.Seconds += rs.Seconds
+			out.Add(rs, false)
 			v := record.Budget{BudgetGiB: b.BudgetGiB, CapGiB: b.CapGiB, Factor: b.Factor, FullRunning: float64(w.Concurrency)}
 			switch {
 			case ctx.Err() != nil:
@@ -169,6 +189,7 @@ func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 			s, err := r.Serve(ctx, r.Candidate(Launch{Run: fmt.Sprintf("candidate#%d", pair), Command: p.Engine.Command, Checkpoint: candidate,
 				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}), []loadgen.Workload{w})
 			out.Seconds += s.Seconds
+			out.Add(s, false)
 			if err != nil {
 				return 0, fmt.Errorf("the candidate, again on %s beside its budget replay: %w", w.Name, err)
 			}

@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 
 // writeCheckpoint writes a config.json and one safetensors file holding a
 // single tensor of the given dtype and byte size.
-func writeCheckpoint(t *testing.T, dtype string, bytes int) string {
+func writeCheckpoint(t testing.TB, dtype string, bytes int) string {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := `{"architectures":["Qwen3ForCausalLM"],"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":64,"hidden_size":256,"max_position_embeddings":32768}`
@@ -105,7 +105,7 @@ func (c *memCache) Put(_ context.Context, campaign, digest string, s job.Served)
 	return nil
 }
 
-func runner(t *testing.T) (*job.Runner, *[]telemetry.Sample, *[]loadgen.Result) {
+func runner(t testing.TB) (*job.Runner, *[]telemetry.Sample, *[]loadgen.Result) {
 	var mu sync.Mutex
 	var samples []telemetry.Sample
 	var results []loadgen.Result

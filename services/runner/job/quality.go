@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lowbarena/lowbarena/domain/formula"
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
@@ -109,7 +110,11 @@ func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpo
 		// A candidate answers on its patched engine, when it has one.
 		l = r.Candidate(l)
 	}
+	t0 := time.Now()
+	var answering time.Duration
 	served, err := r.session(ctx, l, len(tasks), func(ss *session, _ *Served) error {
+		began := time.Now()
+		defer func() { answering = time.Since(began) }()
 		hc := &http.Client{Timeout: 4 * max(r.IdleTimeout, 30*time.Second), Transport: ss.tr}
 		conc := max(p.Sampling.Concurrency, 1)
 		work := make(chan task)
@@ -198,6 +203,12 @@ func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpo
 		return flush(true)
 	})
 	out.Seconds, out.GPU, out.Simulated = served.Seconds, served.GPU, served.Simulated
+	// The job's one engine start; its serving is the suite's answering,
+	// the engine's whole time after its start.
+	served.ServingSeconds = answering.Seconds()
+	out.Add(served, false)
+	out.ServingSeconds = formula.Round(out.ServingSeconds, 3)
+	out.HeldSeconds = formula.Round(time.Since(t0).Seconds(), 3)
 	return out, err
 }
 

@@ -193,7 +193,9 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 			var pwg sync.WaitGroup
 			pwg.Go(func() { pr.run(pctx, r.interval()) })
 			pwg.Go(func() { mp.run(pctx, r.interval()) })
+			served := time.Now()
 			res, err := client.Run(jctx, w)
+			out.ServingSeconds += time.Since(served).Seconds()
 			stopProbe()
 			pwg.Wait()
 			if err != nil {
@@ -320,7 +322,10 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	}()
 	// A port taken between freePort and the engine's bind is the
 	// runner's race, not the engine's failure: start again on another
-	// port, up to three times.
+	// port, up to three times. The start is timed from the first launch
+	// to health (or to the engine's failure to start: that start held
+	// the GPU as well).
+	launched := time.Now()
 	for attempt := 1; ; attempt++ {
 		if port, err = freePort(); err != nil {
 			return out, err
@@ -370,8 +375,11 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 			}
 			continue
 		}
+		out.Start = failedStart(l.Run, launched, err)
 		return out, err
 	}
+	st := StartOf(l.Run, time.Since(launched).Seconds(), startupLog(e))
+	out.Start = &st
 	tailOf = e.Tail
 	defer e.Stop()
 	defer func() {
@@ -406,6 +414,18 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	}
 	r.progress("done "+l.Run, steps, steps)
 	return out, nil
+}
+
+// failedStart is the start of an engine that failed to start (err, an
+// *engine.Failure, whose log tail is what it logged), launched at
+// launched: it held the GPU until it failed. nil for any other error.
+func failedStart(run string, launched time.Time, err error) *events.EngineStart {
+	f := engine.AsFailure(err)
+	if f == nil {
+		return nil
+	}
+	st := StartOf(run, time.Since(launched).Seconds(), f.LogTail)
+	return &st
 }
 
 // ownCommand is the command l's campaign's own engine runs: argv, or,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/formula"
 	"github.com/lowbarena/lowbarena/domain/record"
+	"github.com/lowbarena/lowbarena/events"
 )
 
 // The start-up lines vLLM writes (and simengine imitates). Each figure is
@@ -200,4 +201,69 @@ func sglangGraphGiB(log string, num func(*regexp.Regexp, int) (float64, bool)) f
 	}
 	v, _ := num(reSGGraph, 1)
 	return v
+}
+
+// The start-up times the engines log (and simengine imitates):
+//   - vLLM's "Model loading took %s GiB memory and %.6f seconds" (the
+//     weights, read and placed; earlier releases "... GiB and %s
+//     seconds", 0.7's and 0.8's "... GB and %s seconds"), else its
+//     loader's "Loading weights took %.2f seconds", and "Graph capturing
+//     finished in %.0f secs, took %.2f GiB";
+//   - SGLang's "Load weight end. elapsed=%.2f s, ..." and its CUDA
+//     graphs' "Capture cuda graph end. Time elapsed: %.2f s." (earlier)
+//     or one "Capture target decode CUDA graph end. elapsed=%.2f s, ..."
+//     per captured phase, rank 0's summed.
+var (
+	reLoadTime         = regexp.MustCompile(`Model loading took -?[0-9.]+ ?Gi?B(?: memory)? and ([0-9.]+) seconds`)
+	reWeightsTime      = regexp.MustCompile(`Loading weights took ([0-9.]+) seconds`)
+	reGraphTime        = regexp.MustCompile(`Graph capturing finished in ([0-9.]+) secs?`)
+	reSGLoadTime       = regexp.MustCompile(`Load weight end\. elapsed=([0-9.]+) s`)
+	reSGGraphTime      = regexp.MustCompile(`Capture cuda graph end\. Time elapsed: ([0-9.]+) s`)
+	reSGPhaseGraphTime = regexp.MustCompile(`(?m)^(.*?)Capture (?:target|draft) [a-z_]+ CUDA graph end\. elapsed=([0-9.]+) s`)
+)
+
+// StartTimes reads the weight loading and CUDA-graph capture times an
+// engine's start-up log reports, vLLM's lines or SGLang's; loadOK and
+// graphOK say whether it reported each (a figure it did not report is
+// 0).
+func StartTimes(log string) (load, graph float64, loadOK, graphOK bool) {
+	first := func(res ...*regexp.Regexp) (float64, bool) {
+		for _, re := range res {
+			if m := re.FindStringSubmatch(log); m != nil {
+				if v, err := strconv.ParseFloat(m[1], 64); err == nil {
+					return v, true
+				}
+			}
+		}
+		return 0, false
+	}
+	load, loadOK = first(reLoadTime, reWeightsTime, reSGLoadTime)
+	graph, graphOK = first(reGraphTime, reSGGraphTime)
+	if !graphOK {
+		for _, m := range reSGPhaseGraphTime.FindAllStringSubmatch(log, -1) {
+			rank0 := true
+			for _, r := range reSGRank.FindAllStringSubmatch(m[1], -1) {
+				rank0 = rank0 && r[1] == "0"
+			}
+			if v, err := strconv.ParseFloat(m[2], 64); err == nil && rank0 {
+				graph += v
+				graphOK = true
+			}
+		}
+	}
+	return load, graph, loadOK, graphOK
+}
+
+// StartOf is the start of the engine run named run that took seconds
+// from its launch to its health (or its failure to start), split by its
+// start-up log: the loading and graph capture it reports, and the rest.
+// A log whose figures sum past seconds (an engine's clock that started
+// before the launch was timed) keeps them as told and the rest at 0;
+// the rest is never negative.
+func StartOf(run string, seconds float64, log string) events.EngineStart {
+	load, graph, loadOK, graphOK := StartTimes(log)
+	s := events.EngineStart{Run: run, Seconds: formula.Round(seconds, 3), LoadSeconds: load, GraphSeconds: graph,
+		LoadLogged: loadOK, GraphLogged: graphOK}
+	s.OtherSeconds = formula.Round(max(s.Seconds-load-graph, 0), 3)
+	return s
 }
