@@ -24,6 +24,7 @@ run platform '^BenchmarkSustainedVsRaw$' 6x ./bus
 run platform/store '^BenchmarkInsertVsRaw$' 40x ./clickhouse ./chdb
 run services/runner '^BenchmarkCeilingVsMinimal$' 12x ./loadgen
 run services/runner '^BenchmarkMediansAtConcurrency64$' 1x ./loadgen
+run tools/arena '^BenchmarkIntakeVsFloor$' 3x .
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 awk -v before="$load_before" -v after="$load_after" -v cpus="$(nproc)" '
@@ -43,6 +44,7 @@ END {
 	h = "bus/BenchmarkHopVsRaw/"; s = "bus/BenchmarkSustainedVsRaw/"
 	ch = "clickhouse/BenchmarkInsertVsRaw/"; cd = "chdb/BenchmarkInsertVsRaw/"
 	lc = "loadgen/BenchmarkCeilingVsMinimal/"; lm = "loadgen/BenchmarkMediansAtConcurrency64/"
+	ik = "arena/BenchmarkIntakeVsFloor/"
 	printf "load average %s before, %s after (%d cores)\n\n", before, after, cpus
 	print "| path | raw | arena | arena / raw | goal |"
 	print "| --- | --- | --- | --- | --- |"
@@ -59,5 +61,7 @@ END {
 		sprintf("%s tokens/s, %.2f allocs/token", n(v(lc "loadgen-tokens/s")), v(lc "loadgen-allocs/token")), sprintf("%.2fx", v(lc "ratio")), "at least 0.9x, counts exact")
 	row("12 runs at concurrency 64: spread of the TTFT / TPOT medians; medians more than 20% off", sprintf("%.1f%% / %.1f%%; %d of 24", 100 * v(lm "minimal-ttft-spread"), 100 * v(lm "minimal-tpot-spread"), v(lm "minimal-runs-off")),
 		sprintf("%.1f%% / %.1f%%; %d of 24", 100 * v(lm "loadgen-ttft-spread"), 100 * v(lm "loadgen-tpot-spread"), v(lm "loadgen-runs-off")), "", "as stable as the minimal client")
+	row(sprintf("intake: %d distinct bundles, upload + build + contract", v(ik "bundles")), sprintf("%.1f bundles/s", v(ik "floor-bundles/s")),
+		sprintf("%.1f bundles/s", v(ik "arena-bundles/s")), sprintf("%.2fx", v(ik "ratio")), "at least 0.25x")
 	if (missing != "") { print "\ntable.sh: no figure for" missing > "/dev/stderr"; exit 1 }
 }' "$raw"
