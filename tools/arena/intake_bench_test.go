@@ -112,8 +112,11 @@ func BenchmarkIntakeVsFloor(b *testing.B) {
 		round++
 		return intakeCopies(b, src, round, n)
 	}
+	var uploadShares []float64
 	arena := func(bundles []intakeBundle) float64 {
-		return intakeArena(ctx, b, bs, outcomes, bundles)
+		rate, share := intakeArena(ctx, b, bs, outcomes, bundles)
+		uploadShares = append(uploadShares, share)
+		return rate
 	}
 	floor := func(bundles []intakeBundle) float64 {
 		return intakeFloor(b, bundles)
@@ -149,6 +152,9 @@ func BenchmarkIntakeVsFloor(b *testing.B) {
 	per := float64(len(floorR) * intakeBundles)
 	b.ReportMetric(floorCPU.Seconds()*1000/per, "floor-cpu-ms/bundle")
 	b.ReportMetric(arenaCPU.Seconds()*1000/per, "arena-cpu-ms/bundle")
+	// The share of the arena's time its uploads took: near 1, the uploads
+	// bound intake; well below, the stages do.
+	b.ReportMetric(median(uploadShares[1:]), "arena-upload-share")
 	b.ReportMetric(float64(intakeBundles), "bundles")
 	b.ReportMetric(float64(runtime.GOMAXPROCS(0)), "cores")
 }
@@ -295,8 +301,8 @@ func (o *intakeOutcomes) expect(bundles []intakeBundle) chan struct{} {
 
 // intakeArena submits bundles as `arena submit` does, intakeInFlight at
 // a time, and returns the bundles per second from the first upload to
-// the last contract outcome.
-func intakeArena(ctx context.Context, b *testing.B, bs *bus.Bus, o *intakeOutcomes, bundles []intakeBundle) float64 {
+// the last contract outcome, and the share of that time the uploads took.
+func intakeArena(ctx context.Context, b *testing.B, bs *bus.Bus, o *intakeOutcomes, bundles []intakeBundle) (rate, uploadShare float64) {
 	b.Helper()
 	done := o.expect(bundles)
 	var next atomic.Int64
@@ -317,6 +323,7 @@ func intakeArena(ctx context.Context, b *testing.B, bs *bus.Bus, o *intakeOutcom
 		})
 	}
 	wg.Wait()
+	uploaded := time.Since(t0)
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
@@ -329,7 +336,7 @@ func intakeArena(ctx context.Context, b *testing.B, bs *bus.Bus, o *intakeOutcom
 	if bad != "" {
 		b.Fatal(bad)
 	}
-	return float64(len(bundles)) / elapsed.Seconds()
+	return float64(len(bundles)) / elapsed.Seconds(), uploaded.Seconds() / elapsed.Seconds()
 }
 
 // intakeSubmit is `arena submit`'s upload and event (tools/arena
