@@ -45,8 +45,11 @@ const EnvWork = "LOWBARENA_BUILD_WORK"
 // builds at once keeps every guarantee: each works in a folder of its
 // own, artifacts are content addressed (two puts of one file store it
 // once), and the first submission of a digest is decided by one KV
-// create (Bundles.First), whichever build gets there first. Four bound
-// the work folder to four unpacked bundles.
+// create (Bundles.First), whichever build gets there first: every
+// submission of a digest names the same first one. Two submissions of
+// one bundle built at the same moment may be recorded in either order
+// (DuplicateOf is what the record and `arena show` say; nothing is
+// ranked by it). Four bound the work folder to four unpacked bundles.
 var Consumer = bus.ConsumerConfig{
 	Name:     Name,
 	Subjects: []string{events.Submission.Received.Filter()},
