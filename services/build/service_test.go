@@ -298,6 +298,20 @@ func TestBuildRefuses(t *testing.T) {
 		announce string
 		code     string
 	}{id: "gone", code: string(reason.BundleNotFound)})
+	// The announced digest is the upload's, its size is not: the store's
+	// own check of the digest does not stand for the size's.
+	shorter := pack(t, folder(t, goodFiles()))
+	store, err := h.b.JetStream().ObjectStore(h.ctx, bus.ObjectUploads)
+	require.NoError(t, err)
+	_, err = store.PutBytes(h.ctx, "size.tar.gz", shorter)
+	require.NoError(t, err)
+	h.publish("size", events.BundleRef{Store: "jetstream", Bucket: bus.ObjectUploads, Object: "size.tar.gz", Size: int64(len(shorter) - 1), SHA256: sha(shorter), Files: 4})
+	cases = append(cases, struct {
+		id       string
+		archive  []byte
+		announce string
+		code     string
+	}{id: "size", code: string(reason.BundleDigestMismatch)})
 
 	for _, tc := range cases {
 		e := h.outcome(tc.id)
