@@ -34,6 +34,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -101,6 +102,9 @@ func ManifestObject(digest string) string { return "bundles/" + digest + ".json"
 type JetStream struct {
 	os     jetstream.ObjectStore
 	bucket string
+	// puts serializes the PutFiles of one content in this process, by
+	// the first byte of its digest (see PutFile).
+	puts [256]sync.Mutex
 }
 
 // NewJetStream returns a Store on the object store named bucket.
@@ -123,11 +127,25 @@ func natsDigest(sha string) (string, error) {
 
 // PutFile implements Store. The object store computes its own SHA-256 of
 // what it stored; a mismatch deletes the object and returns ErrCorrupt.
+//
+// Invariant: two PutFiles of one content never run at once in a process.
+// The object store's Put writes an object's chunks under a new id, then
+// its meta, then purges the chunks of the meta it found when it began;
+// and the touch below republishes the meta it read. Side by side (the
+// build stage builds several bundles at once, and bundles share files),
+// a touch that read the first put's meta could republish it after a
+// second put had purged that meta's chunks, leaving a meta whose chunks
+// are gone: every read of the file then timed out
+// (TestConcurrentPutsOfOneFileStayReadable).
 func (s *JetStream) PutFile(ctx context.Context, sha string, size int64, r io.Reader) (bool, error) {
 	want, err := natsDigest(sha)
 	if err != nil {
 		return false, err
 	}
+	b, _ := hex.DecodeString(sha[:2]) // natsDigest checked sha is hex
+	mu := &s.puts[b[0]]
+	mu.Lock()
+	defer mu.Unlock()
 	name := FileObject(sha)
 	if info, err := s.os.GetInfo(ctx, name); err == nil && info.Digest == want && int64(info.Size) == size {
 		// Touch it: the artifact collector (package gc) never deletes

@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -127,4 +129,39 @@ func TestJetStreamManifest(t *testing.T) {
 	missing.Object = artifact.ManifestObject(wrong.SHA256)
 	_, err = s.Manifest(ctx, missing)
 	require.ErrorIs(t, err, artifact.ErrNotFound)
+}
+
+// TestConcurrentPutsOfOneFileStayReadable: many puts of the same files
+// at once, as builds side by side of bundles that share files make them,
+// leave every file whole and readable.
+func TestConcurrentPutsOfOneFileStayReadable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := store(t)
+	for round := range 40 {
+		var contents [][]byte
+		for f := range 3 {
+			contents = append(contents, bytes.Repeat([]byte{byte(round), byte('0' + f)}, 1000))
+		}
+		var wg sync.WaitGroup
+		for range 16 {
+			for _, c := range contents {
+				wg.Go(func() {
+					_, err := s.PutFile(ctx, shaOf(c), int64(len(c)), bytes.NewReader(c))
+					require.NoError(t, err)
+				})
+			}
+		}
+		wg.Wait()
+		for _, c := range contents {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			r, err := s.OpenFile(rctx, shaOf(c))
+			require.NoError(t, err)
+			got, err := io.ReadAll(r)
+			cancel()
+			require.NoError(t, err, "round %d: the file is whole", round)
+			require.NoError(t, r.Close())
+			require.Equal(t, c, got)
+		}
+	}
 }

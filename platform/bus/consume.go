@@ -153,6 +153,12 @@ type ConsumerConfig struct {
 	// that takes seconds wants a few (the contract stage: 16), and a long
 	// one (GPU jobs) 1.
 	Prefetch int
+	// Handlers is how many messages are handled at once; default 1, in
+	// the order the server delivers them (projections rely on it). A
+	// stage whose inputs are independent of each other (the build stage:
+	// one bundle each) sets more to use more than one core; order is
+	// then not kept, and Prefetch is raised to at least Handlers.
+	Handlers int
 	// DeliverNew starts a new durable at the end of the stream instead of
 	// its beginning.
 	DeliverNew bool
@@ -226,6 +232,10 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.Prefetch <= 0 {
 		c.Prefetch = 64
 	}
+	if c.Handlers <= 0 {
+		c.Handlers = 1
+	}
+	c.Prefetch = max(c.Prefetch, c.Handlers)
 	return c
 }
 
@@ -334,8 +344,9 @@ func consumerExists(err error) bool {
 // mode, so Publish answers in it.
 //
 // Messages are handled one at a time, in the order the server delivers
-// them (projections such as the gateway's records rely on it); up to
-// Prefetch more wait in the client's buffer, pulled in batches.
+// them (projections such as the gateway's records rely on it), unless
+// cfg.Handlers allows more at once; up to Prefetch more wait in the
+// client's buffer, pulled in batches.
 //
 // Ack semantics, per message:
 //   - oversized data, a message that is not a valid CloudEvent, an unknown
@@ -371,9 +382,26 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) 
 	hb := newHeartbeat(cfg.AckWait/3, log)
 	go hb.run()
 	defer hb.stop()
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		b.handle(ctx, cfg, m, handler, hb)
-	}, jetstream.PullMaxMessages(cfg.Prefetch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	// Invariant: at most cfg.Handlers handlers run at once, each on its
+	// own message, which it settles itself (handle); with one, they run
+	// on the library's delivery goroutine, in delivery order. With more,
+	// the delivery goroutine waits for a free slot before it hands a
+	// message on, so no more than Handlers leave the client's buffer, and
+	// the drain below waits for every handler to have settled its
+	// message before the acks are flushed.
+	var running sync.WaitGroup
+	slots := make(chan struct{}, cfg.Handlers)
+	deliver := func(m jetstream.Msg) { b.handle(ctx, cfg, m, handler, hb) }
+	if cfg.Handlers > 1 {
+		deliver = func(m jetstream.Msg) {
+			slots <- struct{}{}
+			running.Go(func() {
+				defer func() { <-slots }()
+				b.handle(ctx, cfg, m, handler, hb)
+			})
+		}
+	}
+	cc, err := cons.Consume(deliver, jetstream.PullMaxMessages(cfg.Prefetch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		// Missing heartbeats and reconnects are not terminal: the library
 		// keeps pulling. Log them so an operator sees a sick consumer.
 		if ctx.Err() == nil {
@@ -386,6 +414,7 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) 
 	<-ctx.Done()
 	cc.Drain()
 	<-cc.Closed()
+	running.Wait()
 	// The acks sent without waiting are on the wire once the server has
 	// answered a ping sent after them: a caller that closes the
 	// connection next loses none of them.

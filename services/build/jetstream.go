@@ -2,6 +2,8 @@ package build
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -54,8 +56,27 @@ func (u JetStreamUploads) Open(ctx context.Context, ref events.BundleRef) (io.Re
 	if err != nil {
 		return nil, fmt.Errorf("build: get upload %s: %w", ref.Object, err)
 	}
+	if res, ok := obj.(jetstream.ObjectResult); ok {
+		if info, err := res.Info(); err == nil {
+			if sum, err := jetstream.DecodeObjectDigest(info.Digest); err == nil && len(sum) == sha256.Size {
+				return verifiedObject{ReadCloser: obj, sha: hex.EncodeToString(sum)}, nil
+			}
+		}
+	}
 	return obj, nil
 }
+
+// verifiedObject is an object store's reader with the sha256 the store
+// holds for it: nats.go's reader hashes what it reads and fails its last
+// read (jetstream.ErrDigestMismatch) when the bytes do not give that
+// digest, so it implements verifiedUpload.
+type verifiedObject struct {
+	io.ReadCloser
+	sha string
+}
+
+// SHA256 implements verifiedUpload.
+func (v verifiedObject) SHA256() string { return v.sha }
 
 // Delete deletes the upload ref names. One already gone, or a bucket
 // that does not exist, is no error: what Delete is for holds.

@@ -2,6 +2,8 @@ package build
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"strings"
@@ -10,6 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lowbarena/lowbarena/events"
+	"github.com/lowbarena/lowbarena/platform/bus"
+	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 )
 
 // TestSettled: an upload a lagging replica does not hold yet is looked
@@ -55,4 +61,28 @@ func TestSettled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUploadsKnowTheirDigest: an upload opened from the object store
+// carries the sha256 the store holds for it, so the build need not hash
+// it again (verifiedUpload), and its reader gives its bytes whole.
+func TestUploadsKnowTheirDigest(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	ctx := context.Background()
+	body := []byte(strings.Repeat("an uploaded archive ", 20_000))
+	store, err := b.JetStream().ObjectStore(ctx, bus.ObjectUploads)
+	require.NoError(t, err)
+	_, err = store.PutBytes(ctx, "digest.tar.gz", body)
+	require.NoError(t, err)
+
+	r, err := JetStreamUploads{JS: b.JetStream()}.Open(ctx, events.BundleRef{Store: "jetstream", Bucket: bus.ObjectUploads, Object: "digest.tar.gz"})
+	require.NoError(t, err)
+	defer r.Close()
+	v, ok := r.(verifiedUpload)
+	require.True(t, ok, "the object store's upload checks its own digest")
+	sum := sha256.Sum256(body)
+	require.Equal(t, hex.EncodeToString(sum[:]), v.SHA256())
+	got, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.Equal(t, body, got)
 }

@@ -38,11 +38,24 @@ const EnvWork = "LOWBARENA_BUILD_WORK"
 // Consumer is the stage's durable consumer, filtered on the stage's
 // input topic. Bundles can be large, so the consume loop heartbeats
 // (InProgress every AckWait/3) and takes them a few at a time.
+//
+// Builds run Handlers at once: a build is CPU work (gunzip, a sha256 of
+// the archive and of every file) between waits on the stores, and one at
+// a time it used one core of two (BenchmarkIntakeVsFloor). Running
+// builds at once keeps every guarantee: each works in a folder of its
+// own, artifacts are content addressed (two puts of one file store it
+// once), and the first submission of a digest is decided by one KV
+// create (Bundles.First), whichever build gets there first: every
+// submission of a digest names the same first one. Two submissions of
+// one bundle built at the same moment may be recorded in either order
+// (DuplicateOf is what the record and `arena show` say; nothing is
+// ranked by it). Four bound the work folder to four unpacked bundles.
 var Consumer = bus.ConsumerConfig{
 	Name:     Name,
 	Subjects: []string{events.Submission.Received.Filter()},
 	AckWait:  60 * time.Second,
-	Prefetch: 2,
+	Prefetch: 4,
+	Handlers: 4,
 }
 
 // Stage is the build stage on the kit: submission.received in,

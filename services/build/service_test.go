@@ -197,6 +197,46 @@ func TestBuildRecognisesTheSameBundle(t *testing.T) {
 	require.Empty(t, c.DuplicateOf)
 }
 
+// TestBuildsAtOnceAgreeOnTheFirst submits one bundle under several ids
+// at once, so that the stage builds them side by side (Consumer.Handlers):
+// every build completes with the same digest, one of them is the first
+// and every other names it as the one it duplicates, and no work folder
+// is left behind.
+func TestBuildsAtOnceAgreeOnTheFirst(t *testing.T) {
+	t.Parallel()
+	require.Greater(t, build.Consumer.Handlers, 1, "the stage builds several bundles at once")
+	h := start(t)
+	archive := pack(t, folder(t, goodFiles()))
+	ids := []string{"same-1", "same-2", "same-3", "same-4", "same-5", "same-6"}
+	for _, id := range ids {
+		h.upload(id, archive, "")
+	}
+	var firsts []string
+	var digest string
+	for _, id := range ids {
+		e := h.outcome(id)
+		require.Equal(t, string(events.BuildCompleted), e.Type(), id)
+		var got events.BuildCompletedData
+		require.NoError(t, json.Unmarshal(e.Data(), &got))
+		if digest == "" {
+			digest = got.BundleDigest
+		}
+		require.Equal(t, digest, got.BundleDigest, id)
+		if got.DuplicateOf == "" {
+			firsts = append(firsts, id)
+		}
+	}
+	require.Len(t, firsts, 1, "one first submission of the digest")
+	for _, id := range ids {
+		var got events.BuildCompletedData
+		require.NoError(t, json.Unmarshal(h.outcome(id).Data(), &got))
+		if id != firsts[0] {
+			require.Equal(t, firsts[0], got.DuplicateOf, id)
+		}
+	}
+	h.requireWorkEmpty()
+}
+
 // TestBuildIsIdempotent hands the same delivery to the stage twice, as
 // a redelivery after a crash would: one started, one completed, and the
 // submission is not a duplicate of itself.
@@ -258,6 +298,20 @@ func TestBuildRefuses(t *testing.T) {
 		announce string
 		code     string
 	}{id: "gone", code: string(reason.BundleNotFound)})
+	// The announced digest is the upload's, its size is not: the store's
+	// own check of the digest does not stand for the size's.
+	shorter := pack(t, folder(t, goodFiles()))
+	store, err := h.b.JetStream().ObjectStore(h.ctx, bus.ObjectUploads)
+	require.NoError(t, err)
+	_, err = store.PutBytes(h.ctx, "size.tar.gz", shorter)
+	require.NoError(t, err)
+	h.publish("size", events.BundleRef{Store: "jetstream", Bucket: bus.ObjectUploads, Object: "size.tar.gz", Size: int64(len(shorter) - 1), SHA256: sha(shorter), Files: 4})
+	cases = append(cases, struct {
+		id       string
+		archive  []byte
+		announce string
+		code     string
+	}{id: "size", code: string(reason.BundleDigestMismatch)})
 
 	for _, tc := range cases {
 		e := h.outcome(tc.id)

@@ -40,6 +40,10 @@ var Consumer = bus.ConsumerConfig{
 	// A contract by reference reads headers over HTTP and may take
 	// seconds: a short buffer keeps inputs from waiting out AckWait in it.
 	Prefetch: 16,
+	// A check waits on the artifact store (or a hub) for each file it
+	// reads, so several run at once; each is a pure function of its
+	// input, so their order does not matter.
+	Handlers: 4,
 }
 
 // Stage is the contract stage on the kit: build.completed in,

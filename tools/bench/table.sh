@@ -25,6 +25,7 @@ run platform/store '^BenchmarkInsertVsRaw$' 40x ./clickhouse ./chdb
 run services/runner '^BenchmarkCeilingVsMinimal$' 12x ./loadgen
 run services/runner '^BenchmarkMediansAtConcurrency64$' 1x ./loadgen
 run services/runner '^BenchmarkGPUSecondsPerVerdict$' 1x ./job
+run tools/arena '^BenchmarkIntakeVsFloor$' 3x .
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 awk -v before="$load_before" -v after="$load_after" -v cpus="$(nproc)" '
@@ -44,6 +45,7 @@ END {
 	h = "bus/BenchmarkHopVsRaw/"; s = "bus/BenchmarkSustainedVsRaw/"
 	ch = "clickhouse/BenchmarkInsertVsRaw/"; cd = "chdb/BenchmarkInsertVsRaw/"
 	lc = "loadgen/BenchmarkCeilingVsMinimal/"; lm = "loadgen/BenchmarkMediansAtConcurrency64/"
+	ik = "arena/BenchmarkIntakeVsFloor/"
 	printf "load average %s before, %s after (%d cores)\n\n", before, after, cpus
 	print "| path | raw | arena | arena / raw | goal |"
 	print "| --- | --- | --- | --- | --- |"
@@ -64,5 +66,7 @@ END {
 	row(sprintf("GPU-seconds held per verdict: efficiency + quality job, simengine imitating vLLM with %g s start-ups, reference cached", v(gv "startup-s")),
 		sprintf("%.1f s unavoidable (1 start + serving)", v(gv "unavoidable-s")), sprintf("%.1f s held, %d starts of %.1f s", v(gv "held-s"), v(gv "starts"), v(gv "start-s")),
 		sprintf("%.2fx", v(gv "ratio")), "at most 1.3x")
+	row(sprintf("intake: %d distinct bundles, upload + build + contract", v(ik "bundles")), sprintf("%.1f bundles/s", v(ik "floor-bundles/s")),
+		sprintf("%.1f bundles/s", v(ik "arena-bundles/s")), sprintf("%.2fx", v(ik "ratio")), "at least 0.25x")
 	if (missing != "") { print "\ntable.sh: no figure for" missing > "/dev/stderr"; exit 1 }
 }' "$raw"
