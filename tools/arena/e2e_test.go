@@ -595,6 +595,7 @@ func TestArenaEndToEnd(t *testing.T) { //nolint:gocyclo // a scenario: one arena
 	require.True(t, strings.HasPrefix(roundID, "round-"), rr.stdout)
 	for _, stmt := range docSQL(t) {
 		stmt = strings.ReplaceAll(stmt, "'round-...'", "'"+roundID+"'")
+		stmt = strings.ReplaceAll(stmt, "submission_id = '...'", "submission_id = '"+id+"'")
 		res := arena(t, "sql", stmt, "--json", "--nats", up.natsURL)
 		require.Equal(t, 0, res.code, "%s\n%s", stmt, res.stderr)
 		var rep ctl.SQLReply
