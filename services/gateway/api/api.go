@@ -272,26 +272,38 @@ type owner struct {
 	Split       string `json:"split"`
 }
 
+// submissionEntry reads the record the path's {id} names, answering a
+// bad id (400), a missing record (404 with code and notFound, the id
+// appended) or a store that does not answer (503) itself; ok false then.
+func (a *API) submissionEntry(w http.ResponseWriter, r *http.Request, code reason.Code, notFound func(id string) string) (string, jetstream.KeyValueEntry, bool) {
+	id := r.PathValue("id")
+	if !events.ValidID(id) {
+		a.refuse(w, r, http.StatusBadRequest, reason.InvalidID, "a submission id is 1 to 128 letters, digits, '-' or '_'")
+		return "", nil, false
+	}
+	e, err := a.o.Records.Get(r.Context(), id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		a.refuse(w, r, http.StatusNotFound, code, notFound(id))
+		return "", nil, false
+	}
+	if err != nil {
+		a.unavailable(w, r, err)
+		return "", nil, false
+	}
+	return id, e, true
+}
+
 func (a *API) getSubmission(w http.ResponseWriter, r *http.Request) {
 	v, ok := a.viewer(w, r)
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	if !events.ValidID(id) {
-		a.refuse(w, r, http.StatusBadRequest, reason.InvalidID, "a submission id is 1 to 128 letters, digits, '-' or '_'")
+	msg := func(id string) string { return "the arena has no submission " + id + " that this token may read" }
+	id, e, ok := a.submissionEntry(w, r, reason.SubmissionNotFound, msg)
+	if !ok {
 		return
 	}
-	notFound := "the arena has no submission " + id + " that this token may read"
-	e, err := a.o.Records.Get(r.Context(), id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		a.refuse(w, r, http.StatusNotFound, reason.SubmissionNotFound, notFound)
-		return
-	}
-	if err != nil {
-		a.unavailable(w, r, err)
-		return
-	}
+	notFound := msg(id)
 	var o owner
 	if json.Unmarshal(e.Value(), &o) != nil || !v.CanRead(o.Participant, o.Split) {
 		// The same answer as a submission that does not exist, so that

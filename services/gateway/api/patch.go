@@ -13,7 +13,6 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/participant"
 	"github.com/lowbarena/lowbarena/domain/record"
-	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
@@ -35,21 +34,14 @@ func (a *API) getPatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	if !events.ValidID(id) {
-		a.refuse(w, r, http.StatusBadRequest, reason.InvalidID, "a submission id is 1 to 128 letters, digits, '-' or '_'")
+	msg := func(id string) string {
+		return "the arena has no engine patch of a submission " + id + " that this token may read"
+	}
+	id, e, ok := a.submissionEntry(w, r, reason.PatchNotFound, msg)
+	if !ok {
 		return
 	}
-	notFound := "the arena has no engine patch of a submission " + id + " that this token may read"
-	e, err := a.o.Records.Get(r.Context(), id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		a.refuse(w, r, http.StatusNotFound, reason.PatchNotFound, notFound)
-		return
-	}
-	if err != nil {
-		a.unavailable(w, r, err)
-		return
-	}
+	notFound := msg(id)
 	var rec record.Submission
 	if json.Unmarshal(e.Value(), &rec) != nil || !mayReadPatch(v, rec) {
 		a.refuse(w, r, http.StatusNotFound, reason.PatchNotFound, notFound)
