@@ -128,7 +128,10 @@ type WorkloadRun struct {
 // GraphLogged say whether it reported them; a figure it did not report
 // is 0); OtherSeconds is the rest, Seconds less both, never negative.
 // Cached marks a BF16 reference measured by an earlier job and reused:
-// its start is shown, not paid again.
+// its start is shown, not paid again. KeptFrom marks a run served by an
+// engine kept running after an earlier run with the same settings (the
+// run named, of this job or an earlier one on the pod): no start was
+// paid, Seconds and its split are 0.
 type EngineStart struct {
 	Run          string  `json:"run"`
 	Seconds      float64 `json:"seconds"`
@@ -138,6 +141,7 @@ type EngineStart struct {
 	LoadLogged   bool    `json:"load_logged"`
 	GraphLogged  bool    `json:"graph_logged"`
 	Cached       bool    `json:"cached,omitempty"`
+	KeptFrom     string  `json:"kept_from,omitempty"`
 }
 
 // JobGPUTime is how a runner job used its GPU: every engine start it made
@@ -154,11 +158,16 @@ type JobGPUTime struct {
 	ServingSeconds float64       `json:"serving_seconds,omitempty"`
 }
 
-// Phases sums t by phase (record.GPUPhases), its cached starts left out.
+// Phases sums t by phase (record.GPUPhases), its cached starts left out
+// and the runs served by a kept engine counted in Kept, not in Starts.
 func (t JobGPUTime) Phases() record.GPUPhases {
 	p := record.GPUPhases{Held: t.HeldSeconds, Serving: t.ServingSeconds}
 	for _, s := range t.Starts {
-		if s.Cached {
+		switch {
+		case s.Cached:
+			continue
+		case s.KeptFrom != "":
+			p.Kept++
 			continue
 		}
 		p.Starts++

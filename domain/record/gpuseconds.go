@@ -10,7 +10,9 @@ import "github.com/lowbarena/lowbarena/domain/formula"
 // Loading (weights, where the engine's log tells), GraphCapture (CUDA
 // graphs, where it tells) and OtherStart (the rest of the start: never
 // negative). Starts counts the engine starts the jobs paid for; a BF16
-// reference reused from an earlier job is not one of them.
+// reference reused from an earlier job is not one of them, nor a run
+// served by an engine kept from an earlier run with the same settings,
+// which Kept counts.
 //
 // Invariants: EngineStart = Loading + GraphCapture + OtherStart (up to
 // rounding); Held >= EngineStart + Serving for a job measured on one
@@ -23,20 +25,21 @@ type GPUPhases struct {
 	GraphCapture float64 `json:"graph_capture"`
 	OtherStart   float64 `json:"other_start"`
 	Starts       int     `json:"starts"`
+	Kept         int     `json:"kept,omitempty"`
 }
 
 // Plus returns p and q summed phase by phase.
 func (p GPUPhases) Plus(q GPUPhases) GPUPhases {
 	return GPUPhases{Held: p.Held + q.Held, Serving: p.Serving + q.Serving, EngineStart: p.EngineStart + q.EngineStart,
 		Loading: p.Loading + q.Loading, GraphCapture: p.GraphCapture + q.GraphCapture, OtherStart: p.OtherStart + q.OtherStart,
-		Starts: p.Starts + q.Starts}
+		Starts: p.Starts + q.Starts, Kept: p.Kept + q.Kept}
 }
 
 // Rounded returns p with every figure rounded to the millisecond.
 func (p GPUPhases) Rounded() GPUPhases {
 	r := func(v float64) float64 { return formula.Round(v, 3) }
 	return GPUPhases{Held: r(p.Held), Serving: r(p.Serving), EngineStart: r(p.EngineStart), Loading: r(p.Loading),
-		GraphCapture: r(p.GraphCapture), OtherStart: r(p.OtherStart), Starts: p.Starts}
+		GraphCapture: r(p.GraphCapture), OtherStart: r(p.OtherStart), Starts: p.Starts, Kept: p.Kept}
 }
 
 // GPUSeconds is a submission's GPU-seconds by phase (record.result's

@@ -64,6 +64,8 @@ func Component() app.Component {
 		pod, name, work                            *string
 		gpu                                        *int
 		ackWait, health, idle, interval, stopGrace *time.Duration
+		keepEngine                                 *time.Duration
+		engineCache                                *string
 		cacheBytes                                 *int64
 		engineEnv, engineSandbox, sandboxBind      *string
 		engineHelper                               *string
@@ -94,11 +96,18 @@ func Component() app.Component {
 			engineHelper = fs.String("engine-helper", os.Getenv(EnvEngineHelper),
 				"the executable a sandboxed engine's sandbox starts first (it must call engine.RunHelper first in main): the runner's own by default; "+
 					"a binary that links chDB (arena-up) cannot be it and names the light arena binary instead (env "+EnvEngineHelper+")")
+			keepEngine = fs.Duration("keep-engine", 2*time.Minute,
+				"how long an engine is kept running after a run without a memory budget, for the next run on this GPU with the same settings (a submission's quality and efficiency jobs, a round's entry step after step): "+
+					"that run pays no start; 0 stops every engine after its run")
+			engineCache = fs.String("engine-cache", os.Getenv("LOWBARENA_ENGINE_CACHE"),
+				"folder of the engines' compile and kernel caches (torch.compile, Triton, inductor, FlashInfer), kept across starts, a folder per engine program (a patched engine's its own, bound writable into its sandbox); "+
+					"default WORK/engine-cache under --work; none leaves the caches where the engine's environment puts them (env LOWBARENA_ENGINE_CACHE)")
 			hubOptions = app.HubFlags(fs)
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
 			jr := job.Runner{SampleInterval: *interval, HealthTimeout: *health, IdleTimeout: *idle, StopGrace: *stopGrace, EnvAllow: splitList(*engineEnv),
-				Sandbox: *engineSandbox, Box: engine.Box{Extra: splitList(*sandboxBind), Helper: *engineHelper}, RunDir: filepath.Join(*work, "runs")}
+				Sandbox: *engineSandbox, Box: engine.Box{Extra: splitList(*sandboxBind), Helper: *engineHelper}, RunDir: filepath.Join(*work, "runs"),
+				Keep: job.NewKeeper(*keepEngine), CacheDir: engineCacheDir(*engineCache, *work)}
 			switch jr.Sandbox {
 			case job.SandboxAuto, job.SandboxOn, job.SandboxOff:
 			default:
@@ -140,4 +149,16 @@ func Component() app.Component {
 			return s.Actors(), nil
 		},
 	}
+}
+
+// engineCacheDir is the runner's --engine-cache: the folder given, none
+// for none, else WORK/engine-cache.
+func engineCacheDir(flag, work string) string {
+	switch flag {
+	case "none":
+		return ""
+	case "":
+		return filepath.Join(work, "engine-cache")
+	}
+	return flag
 }

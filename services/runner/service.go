@@ -355,6 +355,8 @@ func (s *Service) Actors() []app.Actor {
 func (s *Service) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// An engine kept for a later job stops with the runner.
+	defer s.opts.Job.Keep.Close()
 	ready := make(chan struct{})
 	watched := make(chan error, 1)
 	go func() { watched <- s.pod.watchLease(ctx, ready) }()

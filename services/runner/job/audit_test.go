@@ -130,7 +130,8 @@ func (g *auditRig) judge(ctx context.Context, t *testing.T, r *job.Runner, engin
 // with each bad input of the audits: the quality job and the efficiency
 // run on the same engine, a patched engine's answers compared with the
 // unpatched engine's, the evidence judged as the efficiency stage judges
-// it. The unpatched engine passes every audit; each cheating patch fails
+// it; the candidate's run is served by the engine the quality job
+// started, kept by the runner. The unpatched engine passes every audit; each cheating patch fails
 // the audit its EnginePatch names, from its own code; the honest patch
 // passes every audit and serves faster than the unpatched engine.
 func TestAuditsCatchEachCheat(t *testing.T) {
@@ -175,7 +176,14 @@ func TestAuditsCatchEachCheat(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			r, _, _ := runner(t)
+			// The candidate's run on the engine its quality job started
+			// and the runner kept (the quality job came first): the
+			// engine has answered the whole suite before it is audited,
+			// and each verdict is still its own.
+			r.Keep = job.NewKeeper(time.Minute)
+			defer r.Keep.Close()
 			a, served := rig.judge(ctx, t, r, job.EngineSpec{Command: c.engine, MaxNumSeqs: 256}, c.unpatched)
+			require.Equal(t, "candidate", served.Start.KeptFrom, "served by the quality job's engine")
 			t.Logf("%s: %s %s %s (%.0f tokens/s)", c.name, a.Verdict, a.Reason, a.Message, rate(served))
 			if c.reason != "" {
 				require.Equal(t, record.VerdictFail, a.Verdict)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/lowbarena/lowbarena/domain/formula"
@@ -147,21 +148,43 @@ func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 	// Each replay serves the workload exactly as the candidate's run did
 	// (its load and items in the same places, on a restarted engine), so
 	// its rate compares with that run's.
+	type plan struct {
+		w     loadgen.Workload
+		b     formula.Budget
+		terms formula.ReplayTerms
+		key   string
+	}
+	plans := make([]plan, 0, len(wls))
 	for _, w := range wls {
 		wr := cand.Workloads[w.Name]
 		b := formula.BudgetFor(wr.Peak.PeakGiB, p.BudgetFactor)
-		key := fmt.Sprintf("%s@%g", w.Name, p.BudgetFactor)
 		terms := replayTerms(b, wr, cand, p.Engine.MaxModelLen)
 		if r.Log != nil {
 			r.Log.Info("budget replay", "workload", w.Name, "budget_gib", b.BudgetGiB, "cap_gib", b.CapGiB, "max_model_len", terms.MaxModelLen,
 				"kv_cache_bytes", terms.KVCacheBytes, "mem_fraction_static", terms.MemFractionStatic, "pool_raised_to_one_request", terms.Floored)
 		}
-		replay := func() (record.Budget, error) {
-			rs, err := r.Serve(ctx, r.Candidate(Launch{Run: key, Command: p.Engine.Command, Checkpoint: candidate,
-				KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: b.BudgetGiB, CapGiB: b.CapGiB,
-				MaxModelLen: terms.MaxModelLen, KVCacheBytes: terms.KVCacheBytes, MemFractionStatic: terms.MemFractionStatic}), []loadgen.Workload{w})
-			out.Seconds += rs.Seconds
-			out.Add(rs, false)
+		plans = append(plans, plan{w: w, b: b, terms: terms, key: fmt.Sprintf("%s@%g", w.Name, p.BudgetFactor)})
+	}
+	launch := func(run string, pl plan) Launch {
+		return r.Candidate(Launch{Run: run, Command: p.Engine.Command, Checkpoint: candidate,
+			KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: pl.b.BudgetGiB, CapGiB: pl.b.CapGiB,
+			MaxModelLen: pl.terms.MaxModelLen, KVCacheBytes: pl.terms.KVCacheBytes, MemFractionStatic: pl.terms.MemFractionStatic})
+	}
+	// Workloads whose budgets come to the same engine setting share one
+	// restart for their first replays (sharedReplays); a workload the
+	// shared engine did not serve whole is replayed on its own.
+	rls := make([]replayLaunch, 0, len(plans))
+	for _, pl := range plans {
+		rls = append(rls, replayLaunch{key: pl.key, l: launch(pl.key, pl), w: pl.w})
+	}
+	shared, err := r.sharedReplays(ctx, rls, &out)
+	if err != nil {
+		return out, err
+	}
+	for _, pl := range plans {
+		w, b, key := pl.w, pl.b, pl.key
+		wr := cand.Workloads[w.Name]
+		verdict := func(rs Served, err error) (record.Budget, error) {
 			v := record.Budget{BudgetGiB: b.BudgetGiB, CapGiB: b.CapGiB, Factor: b.Factor, FullRunning: float64(w.Concurrency)}
 			switch {
 			case ctx.Err() != nil:
@@ -180,6 +203,17 @@ func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 			rp := formula.Replay{Running: v.Running, Full: v.FullRunning, Rate: v.Value}
 			v.Healthy = rp.Healthy(wr.Rate)
 			return v, nil
+		}
+		first, sharedRun := shared[key]
+		replay := func() (record.Budget, error) {
+			if sharedRun {
+				sharedRun = false
+				return verdict(first, nil)
+			}
+			rs, err := r.Serve(ctx, launch(key, pl), []loadgen.Workload{w})
+			out.Seconds += rs.Seconds
+			out.Add(rs, false)
+			return verdict(rs, err)
 		}
 		// The unconstrained engine on this workload again, for an
 		// interleaved pair: its rate.
@@ -206,6 +240,77 @@ func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		out.Budget[key] = v
 	}
 	return out, nil
+}
+
+// replayLaunch is one workload's budget replay: its key (the budget's
+// name in the record), its engine's launch and the workload.
+type replayLaunch struct {
+	key string
+	l   Launch
+	w   loadgen.Workload
+}
+
+// sharedReplays serves together, on one engine start, the first replays
+// of the workloads whose replays start the same engine (every setting of
+// the launch equal, launchKey), in the order given, and returns each
+// such replay's run by its key. A workload the shared engine did not
+// serve whole (it failed, went over its cap, a stream broke while or
+// before it was served) is left out, to be replayed on its own: its
+// verdict is then the one a start of its own gives. Workloads with a
+// setting of their own are left out too. The shared runs' time and
+// start go to out. An error is returned only when it is not the engine's
+// or the stream's (the job is retried).
+func (r *Runner) sharedReplays(ctx context.Context, replays []replayLaunch, out *Efficiency) (map[string]Served, error) {
+	groups := map[string][]replayLaunch{}
+	var order []string
+	for _, rp := range replays {
+		l := rp.l
+		l.Run = ""
+		k := launchKey(l, engine.Params{Checkpoint: l.Checkpoint, KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs,
+			GPUMemoryGiB: l.GPUMemoryGiB, MaxModelLen: l.MaxModelLen, KVCacheBytes: l.KVCacheBytes, MemFractionStatic: l.MemFractionStatic,
+			Engine: l.EnginePath}) + fmt.Sprintf("\x00%g", l.CapGiB)
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], rp)
+	}
+	served := map[string]Served{}
+	for _, k := range order {
+		g := groups[k]
+		if len(g) < 2 {
+			continue
+		}
+		l := g[0].l
+		names := make([]string, 0, len(g))
+		wls := make([]loadgen.Workload, 0, len(g))
+		for _, rp := range g {
+			names = append(names, rp.key)
+			wls = append(wls, rp.w)
+		}
+		l.Run = strings.Join(names, "+")
+		if r.Log != nil {
+			r.Log.Info("budget replays share one engine start: their budgets come to the same engine setting", "replays", l.Run)
+		}
+		rs, err := r.Serve(ctx, l, wls)
+		out.Seconds += rs.Seconds
+		out.Add(rs, false)
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil && engine.AsFailure(err) == nil && loadgen.AsError(err) == nil:
+			return nil, err
+		}
+		for _, rp := range g {
+			wr, ok := rs.Workloads[rp.w.Name]
+			if !ok {
+				break // this one and those after it: on their own
+			}
+			one := rs
+			one.Workloads = map[string]WorkloadResult{rp.w.Name: wr}
+			served[rp.key] = one
+		}
+	}
+	return served, nil
 }
 
 // replayTerms sizes a workload's budget replay in the engines' own terms

@@ -8,12 +8,15 @@ package job
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,6 +84,14 @@ type Runner struct {
 	// never runs it: its measurement is the campaign's, shared by every
 	// candidate of the pod.
 	Patched Patched
+	// CacheDir, when set, holds the engines' compile and kernel caches
+	// across starts, a folder per engine (see engineCache); "" leaves
+	// them where the engine's environment puts them.
+	CacheDir string
+	// Keep, when set, keeps an unconstrained engine running after its
+	// run for the next run with the same settings (see Keeper); shared
+	// by the copies of a Runner made per job. nil keeps none.
+	Keep *Keeper
 }
 
 // Patched is a participant's patched engine, built for a job
@@ -254,7 +265,6 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 // it on every path. steps is the count of body's phases, for progress.
 func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss *session, out *Served) error) (out Served, err error) {
 	t0 := time.Now()
-	r.progress("starting_engine "+l.Run, 0, steps)
 	params := engine.Params{Checkpoint: l.Checkpoint, KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs,
 		GPUMemoryGiB: l.GPUMemoryGiB, GPUTotalGiB: r.gpuTotalGiB(), MaxModelLen: l.MaxModelLen,
 		KVCacheBytes: l.KVCacheBytes, MemFractionStatic: l.MemFractionStatic, Engine: l.EnginePath}
@@ -267,31 +277,16 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	if err := r.preflight(l, own, family); err != nil {
 		return out, err
 	}
-	// The device's memory before the engine: the last engine's must
-	// have gone (a bounded wait), and what is left is this one's
-	// baseline.
-	var baseline uint64
-	if r.NVML != nil {
-		baseline, err = r.NVML.WaitIdle(ctx, r.baselineWait(), 200*time.Millisecond, baselineSlack)
-		switch {
-		case errors.Is(err, telemetry.ErrNotAtBaseline):
-			return out, &Refusal{Reason: reason.DeviceNotAtBaseline, Message: fmt.Sprintf(
-				"the GPU did not return to its idle baseline before the %s engine could start (%v); nothing was measured", l.Run, err)}
-		case err != nil:
-			return out, fmt.Errorf("job: the device's baseline: %w", err)
-		}
-	}
+	// The engine a run with these settings kept, if any (see Keeper);
+	// any other kept engine is stopped here, before the wait for the
+	// device's baseline.
+	k := r.Keep.take(ctx, launchKey(l, params))
 	// The job's context ends when the engine dies or goes over its cap,
 	// so a start-up or a workload in flight stops at once.
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var (
-		e      *engine.Engine
-		port   int
-		src    *telemetry.Source
-		tailOf = func() string { return "" }
-	)
-	sampler := &telemetry.Sampler{Interval: r.SampleInterval, Baseline: baseline,
+	tailOf := func() string { return "" }
+	sampler := &telemetry.Sampler{Interval: r.SampleInterval,
 		Sink: func(ctx context.Context, b []telemetry.Sample) error {
 			if r.Samples == nil {
 				return nil
@@ -303,46 +298,12 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 		sampler.OverCap = func(s telemetry.Sample) {
 			cancel(&engine.Failure{Reason: reason.EngineOverMemoryCap, LogTail: tailOf(), Message: fmt.Sprintf(
 				"engine used %.3f GiB of GPU memory (the device's count over its %.3f GiB baseline), above its hard cap of %.3f GiB, and was stopped; container log tail: %s",
-				float64(s.EngineMem)/formula.GiB, float64(baseline)/formula.GiB, l.CapGiB, flat(tailOf(), 600))})
+				float64(s.EngineMem)/formula.GiB, float64(sampler.Baseline)/formula.GiB, l.CapGiB, flat(tailOf(), 600))})
 		}
 	}
-	box, env, err := r.box(l)
-	if err != nil {
-		return out, err
-	}
-	if box != nil {
-		defer os.RemoveAll(box.Writable[0])
-	}
-	tr := box.Transport()
 	var wg sync.WaitGroup
 	stopSampler := func() {}
-	defer func() {
-		stopSampler()
-		wg.Wait()
-	}()
-	// A port taken between freePort and the engine's bind is the
-	// runner's race, not the engine's failure: start again on another
-	// port, up to three times. The start is timed from the first launch
-	// to health (or to the engine's failure to start: that start held
-	// the GPU as well).
-	launched := time.Now()
-	for attempt := 1; ; attempt++ {
-		if port, err = freePort(); err != nil {
-			return out, err
-		}
-		params.Port = port
-		if argv, err = engine.Render(l.Command, params); err != nil {
-			return out, err
-		}
-		src = r.NVML
-		if src == nil {
-			// No GPU: simengine's simulated device (preflight refused
-			// every real engine).
-			if src, err = telemetry.SimulatedVia("http://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tr); err != nil {
-				return out, fmt.Errorf("job: simulated telemetry: %w", err)
-			}
-		}
-		sampler.Source = src
+	runSampler := func() {
 		sctx, stop := context.WithCancel(context.Background())
 		wg.Go(func() {
 			if err := sampler.Run(sctx); err != nil && r.Log != nil {
@@ -352,54 +313,52 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 		stopSampler = func() {
 			stop()
 			wg.Wait()
-			if src != r.NVML {
-				src.Close()
-			}
 		}
-		e, err = engine.Start(jctx, engine.Options{Command: argv, Port: port, HealthPath: family.HealthPath,
-			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200, Env: env, EnvAllow: r.EnvAllow, Sandbox: box})
-		if err == nil {
-			break
-		}
-		stopSampler()
-		stopSampler = func() {}
-		if ctx.Err() != nil {
-			return out, ctx.Err()
-		}
-		if cause := context.Cause(jctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return out, cause // over its cap while it started
-		}
-		if f := engine.AsFailure(err); f != nil && f.Reason == reason.EnginePortInUse && attempt < 3 {
-			if r.Log != nil {
-				r.Log.Warn("engine port taken; starting it on another", "run", l.Run, "port", port, "attempt", attempt)
-			}
-			continue
-		}
-		out.Start = failedStart(l.Run, launched, err)
-		return out, err
 	}
-	st := StartOf(l.Run, time.Since(launched).Seconds(), startupLog(e))
-	out.Start = &st
+	defer func() { stopSampler() }()
+	if k == nil {
+		r.progress("starting_engine "+l.Run, 0, steps)
+		if k, err = r.start(ctx, jctx, cancel, l, params, family, sampler, runSampler, &stopSampler, &out); err != nil {
+			return out, err
+		}
+	} else {
+		// Served by the engine a run with the same settings kept: no
+		// start paid, the start's figures reported as they were.
+		r.progress("engine_kept "+l.Run, 0, steps)
+		sampler.Source, sampler.Baseline = k.src, k.baseline
+		runSampler()
+		st := events.EngineStart{Run: l.Run, KeptFrom: k.run, LoadLogged: k.started.Start != nil && k.started.Start.LoadLogged,
+			GraphLogged: k.started.Start != nil && k.started.Start.GraphLogged}
+		out.Start = &st
+		out.Startup, out.StartupPeakGiB, out.BaselineGiB, out.DeviceTotalGiB = k.started.Startup, k.started.StartupPeakGiB, k.started.BaselineGiB, k.started.DeviceTotalGiB
+		out.GPU, out.Simulated = k.started.GPU, k.started.Simulated
+		if r.Log != nil {
+			r.Log.Info("engine kept from an earlier run serves this one", "run", l.Run, "kept_from", k.run)
+		}
+	}
+	e := k.e
 	tailOf = e.Tail
-	defer e.Stop()
+	// The engine is kept for a later run with the same settings when this
+	// one served its body whole, the engine alive and within its cap;
+	// stopped on every other path.
+	defer func() {
+		stopSampler()
+		healthy := err == nil && ctx.Err() == nil && context.Cause(jctx) == nil
+		select {
+		case <-e.Exited():
+			healthy = false
+		default:
+		}
+		if healthy && keepable(l) && r.Keep != nil {
+			r.Keep.put(k)
+			return
+		}
+		k.release()
+	}()
 	defer func() {
 		out.Seconds = time.Since(t0).Seconds()
 		out.Samples = sampler.Count()
 	}()
-	base := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: tr}
-	out.StartupPeakGiB = formula.Round(float64(sampler.ResetPeak())/formula.GiB, 3)
-	out.BaselineGiB = formula.Round(float64(baseline)/formula.GiB, 3)
-	out.DeviceTotalGiB = formula.Round(float64(src.TotalBytes())/formula.GiB, 3)
-
-	// Start-up: the engine's own report where it serves one, else its
-	// whole start-up log.
-	out.Startup, err = r.startup(ctx, hc, base, startupLog(e))
-	if err != nil {
-		return out, err
-	}
-	out.Startup.EngineInitSeconds = formula.Round(time.Since(t0).Seconds(), 2)
-	out.GPU, out.Simulated = src.GPU(), src.Simulated()
 	go func() {
 		select {
 		case <-e.Exited():
@@ -407,13 +366,131 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 		case <-jctx.Done():
 		}
 	}()
-	ss := &session{ctx: ctx, jctx: jctx, e: e, base: base, hc: hc, tr: tr, sampler: sampler, family: family,
-		model: servedModel(ctx, hc, base, l.Checkpoint)}
+	ss := &session{ctx: ctx, jctx: jctx, e: e, base: k.base(), hc: &http.Client{Timeout: 5 * time.Second, Transport: k.tr},
+		tr: k.tr, sampler: sampler, family: k.family, model: k.model}
 	if err := body(ss, &out); err != nil {
 		return out, err
 	}
 	r.progress("done "+l.Run, steps, steps)
 	return out, nil
+}
+
+// start starts l's engine with telemetry (and its hard cap) from its
+// launch: the device's baseline first, then the engine on a free port
+// (again on another, up to three times, when the port was taken between),
+// then its start-up report. It returns the running engine, whose release
+// the caller owns; on an error nothing of it is left running. out gets
+// the start's figures.
+func (r *Runner) start(ctx, jctx context.Context, cancel context.CancelCauseFunc, l Launch, params engine.Params, family engine.Family,
+	sampler *telemetry.Sampler, runSampler func(), stopSampler *func(), out *Served) (*kept, error) {
+	t0 := time.Now()
+	// The device's memory before the engine: the last engine's must
+	// have gone (a bounded wait), and what is left is this one's
+	// baseline.
+	var (
+		baseline uint64
+		err      error
+	)
+	if r.NVML != nil {
+		baseline, err = r.NVML.WaitIdle(ctx, r.baselineWait(), 200*time.Millisecond, baselineSlack)
+		switch {
+		case errors.Is(err, telemetry.ErrNotAtBaseline):
+			return nil, &Refusal{Reason: reason.DeviceNotAtBaseline, Message: fmt.Sprintf(
+				"the GPU did not return to its idle baseline before the %s engine could start (%v); nothing was measured", l.Run, err)}
+		case err != nil:
+			return nil, fmt.Errorf("job: the device's baseline: %w", err)
+		}
+	}
+	sampler.Baseline = baseline
+	box, env, err := r.box(l)
+	if err != nil {
+		return nil, err
+	}
+	tr := box.Transport()
+	var (
+		e    *engine.Engine
+		port int
+		src  *telemetry.Source
+	)
+	// A port taken between freePort and the engine's bind is the
+	// runner's race, not the engine's failure: start again on another
+	// port, up to three times. The start is timed from the first launch
+	// to health (or to the engine's failure to start: that start held
+	// the GPU as well).
+	launched := time.Now()
+	for attempt := 1; ; attempt++ {
+		fail := func(err error) (*kept, error) {
+			(*stopSampler)()
+			*stopSampler = func() {}
+			releaser(nil, src, r.NVML, box)()
+			return nil, err
+		}
+		if port, err = freePort(); err != nil {
+			return fail(err)
+		}
+		params.Port = port
+		argv, err := engine.Render(l.Command, params)
+		if err != nil {
+			return fail(err)
+		}
+		src = r.NVML
+		if src == nil {
+			// No GPU: simengine's simulated device (preflight refused
+			// every real engine).
+			if src, err = telemetry.SimulatedVia("http://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tr); err != nil {
+				return fail(fmt.Errorf("job: simulated telemetry: %w", err))
+			}
+		}
+		sampler.Source = src
+		runSampler()
+		e, err = engine.Start(jctx, engine.Options{Command: argv, Port: port, HealthPath: family.HealthPath,
+			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200, Env: env, EnvAllow: r.EnvAllow, Sandbox: box})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return fail(ctx.Err())
+		}
+		if cause := context.Cause(jctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return fail(cause) // over its cap while it started
+		}
+		if f := engine.AsFailure(err); f != nil && f.Reason == reason.EnginePortInUse && attempt < 3 {
+			if r.Log != nil {
+				r.Log.Warn("engine port taken; starting it on another", "run", l.Run, "port", port, "attempt", attempt)
+			}
+			(*stopSampler)()
+			*stopSampler = func() {}
+			if src != r.NVML {
+				src.Close()
+			}
+			src = nil
+			continue
+		}
+		out.Start = failedStart(l.Run, launched, err)
+		return fail(err)
+	}
+	st := StartOf(l.Run, time.Since(launched).Seconds(), startupLog(e))
+	out.Start = &st
+	k := &kept{key: launchKey(l, params), run: l.Run, e: e, port: port, src: src, tr: tr, family: family, baseline: baseline,
+		release: releaser(e, src, r.NVML, box)}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: tr}
+	out.StartupPeakGiB = formula.Round(float64(sampler.ResetPeak())/formula.GiB, 3)
+	out.BaselineGiB = formula.Round(float64(baseline)/formula.GiB, 3)
+	out.DeviceTotalGiB = formula.Round(float64(src.TotalBytes())/formula.GiB, 3)
+	// Start-up: the engine's own report where it serves one, else its
+	// whole start-up log.
+	if out.Startup, err = r.startup(ctx, hc, k.base(), startupLog(e)); err != nil {
+		(*stopSampler)()
+		*stopSampler = func() {}
+		k.release()
+		return nil, err
+	}
+	out.Startup.EngineInitSeconds = formula.Round(time.Since(t0).Seconds(), 2)
+	out.GPU, out.Simulated = src.GPU(), src.Simulated()
+	k.model = servedModel(ctx, hc, k.base(), l.Checkpoint)
+	k.started = Served{Startup: out.Startup, StartupPeakGiB: out.StartupPeakGiB, BaselineGiB: out.BaselineGiB,
+		DeviceTotalGiB: out.DeviceTotalGiB, GPU: out.GPU, Simulated: out.Simulated, Start: out.Start}
+	return k, nil
 }
 
 // failedStart is the start of an engine that failed to start (err, an
@@ -457,6 +534,11 @@ func (r *Runner) box(l Launch) (*engine.Box, []string, error) {
 		}
 		env = append(env, "PYTHONPATH="+pp)
 	}
+	cache, cacheEnv, err := r.engineCache(l)
+	if err != nil {
+		return nil, nil, err
+	}
+	env = append(env, cacheEnv...)
 	untrusted := l.EngineDir != ""
 	switch {
 	case r.Sandbox == SandboxOff && untrusted:
@@ -486,7 +568,59 @@ func (r *Runner) box(l Launch) (*engine.Box, []string, error) {
 		box.ReadOnly = append(box.ReadOnly, l.EngineDir)
 	}
 	box.Writable = []string{run}
+	if cache != "" {
+		box.Writable = append(box.Writable, cache)
+	}
 	return &box, env, nil
+}
+
+// engineCache is the folder l's engine keeps its caches in across starts
+// (CacheDir/<16 hex digits>, made here) and the environment that points
+// the engines there: XDG_CACHE_HOME (where vLLM's VLLM_CACHE_ROOT, with its
+// torch.compile cache, and FlashInfer's JIT cache default), TRITON_CACHE_DIR
+// and TORCHINDUCTOR_CACHE_DIR. One folder per engine program: the
+// campaign's command template, and the patched engine's folder when it
+// runs one, so every start of one engine (its budget replays, the next
+// job) finds what the last compiled, and a participant's patched engine,
+// untrusted, writes only into its own (bound writable into its sandbox),
+// never into the campaign engine's. Empty without CacheDir.
+func (r *Runner) engineCache(l Launch) (string, []string, error) {
+	if r.CacheDir == "" {
+		return "", nil, nil
+	}
+	sum := sha256.Sum256([]byte(l.Command + "\x00" + l.EngineDir + "\x00" + l.PythonPath))
+	dir := filepath.Join(r.CacheDir, hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, fmt.Errorf("job: engine cache folder: %w", err)
+	}
+	// Its time is its last start's; folders no engine started from for
+	// CacheMaxAge go (each patched engine has one: they would pile up).
+	now := time.Now()
+	_ = os.Chtimes(dir, now, now)
+	pruneCaches(r.CacheDir, now.Add(-CacheMaxAge), r.Log)
+	return dir, []string{"XDG_CACHE_HOME=" + dir, "TRITON_CACHE_DIR=" + filepath.Join(dir, "triton"),
+		"TORCHINDUCTOR_CACHE_DIR=" + filepath.Join(dir, "torchinductor")}, nil
+}
+
+// CacheMaxAge is how long an engine's cache folder is kept after the last
+// start that used it.
+const CacheMaxAge = 7 * 24 * time.Hour
+
+// pruneCaches removes the cache folders of dir last used before cutoff.
+func pruneCaches(dir string, cutoff time.Time, log *slog.Logger) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, en := range entries {
+		fi, err := en.Info()
+		if err != nil || !en.IsDir() || !fi.ModTime().Before(cutoff) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, en.Name())); err != nil && log != nil {
+			log.Warn("engine cache folder not removed", "folder", en.Name(), "err", err)
+		}
+	}
 }
 
 func (r *Runner) sandboxMode() string {
