@@ -262,6 +262,11 @@ type EfficiencyJobResult struct {
 // sandbox, never the GPU runner.
 const JobQuality = "quality"
 
+// QualityJobID is the id of a submission's quality job (its candidate's),
+// the one the quality stage requests: a runner that holds the candidate's
+// engine finds the job queued under it (JobSubject(JobQuality, id)).
+func QualityJobID(submission string) string { return "qual-" + DeriveID(submission, "quality")[:24] }
+
 // Quality roles: the BF16 reference's rows are computed once per campaign
 // and suite version; a candidate's are paired with them.
 const (

@@ -44,7 +44,10 @@ type PodJob struct {
 	SubmissionID string    `json:"submission_id,omitempty"`
 	RoundID      string    `json:"round_id,omitempty"`
 	Since        time.Time `json:"since"`
-	// Delivery is the job's delivery number (2 and up: redelivered).
+	// Delivery is the job's delivery number (2 and up: redelivered); 0
+	// for a quality job its runner answers on the engine of the
+	// submission's efficiency job, which holds the delivery (the job
+	// stays queued until that run ends).
 	Delivery uint64 `json:"delivery"`
 }
 

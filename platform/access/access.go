@@ -123,6 +123,10 @@ type User struct {
 	// ReadsEvents says it reads the ARENA stream by subject (score reads
 	// a submission's submission.received back, a runner a job's outcome).
 	ReadsEvents bool
+	// ReadsJobs says it reads the RUNNER_JOBS stream by subject (a runner
+	// looks up a submission's queued quality job to answer it on the
+	// engine the submission's efficiency job holds).
+	ReadsJobs bool
 	// Operates grants what an operator does beyond the grants above: read
 	// every stream, bucket and object store of the arena through
 	// consumers of its own (arena watch, show, the nats CLI), list,
@@ -256,6 +260,9 @@ var Users = []User{
 		// A job's stored outcome, read before it runs a redelivered job
 		// or gives one up (a job ends once).
 		ReadsEvents: true,
+		// A submission's quality job, looked up queued while its
+		// efficiency job holds the candidate's engine.
+		ReadsJobs: true,
 	},
 	{
 		Name: Operator, Role: "the CLI (`arena submit`, `watch`, `show`, ...) and `arena up` itself",

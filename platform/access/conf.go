@@ -92,6 +92,9 @@ func Markdown() string {
 		if u.ReadsEvents {
 			reqs = append(reqs, "reads ARENA messages by subject")
 		}
+		if u.ReadsJobs {
+			reqs = append(reqs, "reads RUNNER_JOBS messages by subject")
+		}
 		if u.Operates {
 			cons = append(cons, "reads every stream")
 			reqs = append(reqs, "asks every service; creates and updates the arena's streams")

@@ -56,6 +56,7 @@ const (
 //     and replies to what it receives;
 //   - a call: the request subject;
 //   - reading events: the ARENA stream's message get;
+//   - reading jobs: the RUNNER_JOBS stream's info and message get;
 //   - operating: reading every arena stream, bucket and object store,
 //     managing their consumers, the events as they flow, asking any
 //     service, any inbox, and creating and updating the arena's streams
@@ -121,6 +122,9 @@ func (u User) Permissions() Permissions {
 	pub(u.Calls...)
 	if u.ReadsEvents {
 		pub(jsAPI + "STREAM.MSG.GET." + events.StreamArena)
+	}
+	if u.ReadsJobs {
+		pub(jsAPI+"STREAM.INFO."+events.StreamRunnerJobs, jsAPI+"STREAM.MSG.GET."+events.StreamRunnerJobs)
 	}
 	if u.Operates {
 		for _, s := range Streams {

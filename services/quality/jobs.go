@@ -17,8 +17,9 @@ import (
 	"github.com/lowbarena/lowbarena/platform/stage"
 )
 
-// JobID is the quality job of a submission.
-func JobID(submission string) string { return "qual-" + events.DeriveID(submission, Name)[:24] }
+// JobID is the quality job of a submission (events.QualityJobID: the
+// runners look it up by it).
+func JobID(submission string) string { return events.QualityJobID(submission) }
 
 // ReferenceJobID is the BF16 reference's quality job of a campaign, suite
 // version and reference checkpoint: one, however many candidates ask.

@@ -101,6 +101,9 @@ type Service struct {
 	// builder builds candidates' patched engines into WORK/engines,
 	// shared by the pod's runners (see buildEngine).
 	builder enginebuild.Builder
+	// along answers a submission's quality job on its efficiency job's
+	// engine (see alongside).
+	along alongside
 }
 
 // New opens the stores the runner needs.
@@ -287,9 +290,15 @@ func (s *Service) Abandon(ctx context.Context, dl bus.DeadLetter) error {
 // one is a dead runner's, or a stale view not worth waiting on. This
 // runner's own entry is not asked: it runs no job while it gives one up.
 func (s *Service) heldElsewhere(ctx context.Context, job string) (string, error) {
+	k, _, err := s.heldBy(ctx, job)
+	return k, err
+}
+
+// heldBy is heldElsewhere with the holder's entry of the job.
+func (s *Service) heldBy(ctx context.Context, job string) (string, *events.PodJob, error) {
 	keys, err := s.pod.pods.ListKeys(ctx)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer func() { _ = keys.Stop() }()
 	fresh := 2 * s.opts.AckWait / 3
@@ -301,17 +310,17 @@ func (s *Service) heldElsewhere(ctx context.Context, job string) (string, error)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		} else if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		var entry events.PodEntry
 		if json.Unmarshal(e.Value(), &entry) != nil || entry.Job == nil || entry.Job.JobID != job {
 			continue
 		}
 		if time.Since(e.Created()) < fresh {
-			return k, nil
+			return k, entry.Job, nil
 		}
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 // PodConsumer is the durable of the jobs pinned to this runner's pod
@@ -407,26 +416,15 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return bus.Poison(reason.BadPayload, err)
 	}
 	src := events.Source(Name)
-	// A job whose outcome is stored already (an earlier delivery's runner
-	// published it, then died or lost its ack) is not run again. Not
-	// found, or not readable now (then it runs, as it would have: its
-	// outcome's id is the same, stored once), it runs.
-	// One given up already goes back to the dead letters (its
-	// job_abandoned is not published again).
-	switch t, why, err := s.ended(ctx, d.Event, d.Stored, req.Kind, req.JobID); {
-	case err != nil:
-		s.log.Warn("could not look for the job's outcome; running it", "job", req.JobID, "err", err)
-	case t == events.RunnerJobFailed && why == string(reason.JobAbandoned):
-		return bus.Poison(reason.JobAbandoned, fmt.Errorf("job %s was given up already (its %s is stored)", req.JobID, t))
-	case t != "":
-		s.log.Info("job ended already; not run again", "job", req.JobID, "kind", req.Kind, "outcome", string(t), "reason", why, "delivery", d.NumDelivered)
-		return bus.Ack()
+	if out, done := s.notHere(ctx, d, req); done {
+		return out
 	}
 	run := fmt.Sprintf("%s-%d", req.JobID, d.NumDelivered)
 	// The job's span (the bus's process span) says where it ran.
 	trace.SpanFromContext(ctx).SetAttributes(bus.AttrPod.String(s.opts.Pod), attribute.String("lowbarena.runner", s.opts.Runner))
-	s.pod.setJob(&events.PodJob{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
-		Since: time.Now().UTC(), Delivery: d.NumDelivered})
+	running := &events.PodJob{JobID: req.JobID, Kind: req.Kind, SubmissionID: req.SubmissionID, RoundID: req.RoundID,
+		Since: time.Now().UTC(), Delivery: d.NumDelivered}
+	s.pod.setJob(running)
 	defer s.pod.setJob(nil)
 	gpu, gpuIndex := s.gpu(), s.opts.GPU
 	var releases []func()
@@ -534,6 +532,9 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return nil
 	}
 	jr.Progress = func(phase string, done, total int) { progress(phase, done, total, "") }
+	if req.Kind == events.JobEfficiency && jr.Keep != nil {
+		jr.AfterCandidate = s.qualityAlongside(req, running)
+	}
 	env.Job = &jr
 	res, err := work.run(ctx, env)
 	s.addGPUSeconds(rows, req, d.NumDelivered, res.GPU, err, simulated)
@@ -579,6 +580,37 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 	}
 	s.log.Info("job completed", append([]any{"job", req.JobID, "kind", req.Kind, "submission", req.SubmissionID, "gpu_hours", done.GPUHours}, res.Attrs...)...)
 	return bus.Ack()
+}
+
+// notHere says whether the job of delivery d (its request req) is not to
+// run here, and its outcome then.
+//
+// A job whose outcome is stored already (an earlier delivery's runner
+// published it, then died or lost its ack) is not run again. Not found,
+// or not readable now (then it runs, as it would have: its outcome's id
+// is the same, stored once), it runs. One given up already goes back to
+// the dead letters (its job_abandoned is not published again).
+//
+// A job another live runner runs now as a quality job answered alongside
+// its efficiency job (see alongside) is handed back: it ends there, and
+// this delivery then finds its outcome. Only such a run (its delivery 0)
+// is waited on: a runner that died holding an earlier delivery may still
+// look alive for a moment, and its job must run here.
+func (s *Service) notHere(ctx context.Context, d *bus.Delivery, req events.RunnerJobRequestedData) (bus.Outcome, bool) {
+	switch t, why, err := s.ended(ctx, d.Event, d.Stored, req.Kind, req.JobID); {
+	case err != nil:
+		s.log.Warn("could not look for the job's outcome; running it", "job", req.JobID, "err", err)
+	case t == events.RunnerJobFailed && why == string(reason.JobAbandoned):
+		return bus.Poison(reason.JobAbandoned, fmt.Errorf("job %s was given up already (its %s is stored)", req.JobID, t)), true
+	case t != "":
+		s.log.Info("job ended already; not run again", "job", req.JobID, "kind", req.Kind, "outcome", string(t), "reason", why, "delivery", d.NumDelivered)
+		return bus.Ack(), true
+	}
+	if holder, held, err := s.heldBy(ctx, req.JobID); err == nil && holder != "" && held.Delivery == 0 {
+		s.log.Info("job runs on another runner now; handed back", "job", req.JobID, "runner", holder, "delivery", d.NumDelivered)
+		return bus.Retry(s.opts.AckWait, fmt.Errorf("job %s runs on %s now", req.JobID, holder)), true
+	}
+	return bus.Outcome{}, false
 }
 
 // refusalTries is how many deliveries a job refused by its runner (see

@@ -70,18 +70,20 @@ type ReferenceCache interface {
 //
 // The result's JobGPUTime holds every engine start the job made, in
 // order (the reused reference's first, Cached), the time the job held
-// the GPU (HeldSeconds: this call, start to end) and the time its
+// the GPU (HeldSeconds: this call, start to end, less the time
+// AfterCandidate took) and the time its
 // engines served the workloads (ServingSeconds), on a failed job as on
 // one that completed.
 func (r *Runner) Efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache, audit *AuditPlan) (Efficiency, error) {
 	t0 := time.Now()
-	out, err := r.efficiency(ctx, p, candidate, reference, cache, audit)
-	out.HeldSeconds = formula.Round(time.Since(t0).Seconds(), 3)
+	var aside time.Duration
+	out, err := r.efficiency(ctx, p, candidate, reference, cache, audit, &aside)
+	out.HeldSeconds = formula.Round((time.Since(t0) - aside).Seconds(), 3)
 	out.ServingSeconds = formula.Round(out.ServingSeconds, 3)
 	return out, err
 }
 
-func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache, audit *AuditPlan) (Efficiency, error) { //nolint:gocyclo // the job's runs in order: reference, candidate, unpatched, each workload's replays
+func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, reference string, cache ReferenceCache, audit *AuditPlan, aside *time.Duration) (Efficiency, error) { //nolint:gocyclo // the job's runs in order: reference, candidate, unpatched, each workload's replays
 	out := Efficiency{KVCacheDType: p.KVCacheDType}
 	base := Workloads(p.Workload)
 	var pool []suite.Item
@@ -126,6 +128,17 @@ func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 	out.Add(cand, false)
 	if err != nil {
 		return out, err
+	}
+	// The candidate's engine is kept (Keep): what else it serves now (the
+	// submission's quality job) pays no start, and its time is not this
+	// job's.
+	if r.AfterCandidate != nil && r.Keep.Kept() != "" {
+		t := time.Now()
+		r.AfterCandidate(ctx)
+		*aside += time.Since(t)
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
 	}
 	// A patched engine is compared with the campaign's unpatched one on
 	// the same checkpoint: the probes and a sample of the load answered

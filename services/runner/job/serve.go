@@ -88,6 +88,12 @@ type Runner struct {
 	// across starts, a folder per engine (see engineCache); "" leaves
 	// them where the engine's environment puts them.
 	CacheDir string
+	// AfterCandidate, when set, is called by an efficiency job right after
+	// the candidate's measured run, its engine kept (see Keep), before the
+	// job's next engine: the runner service answers the submission's
+	// quality job there, on that engine. Its time is not the efficiency
+	// job's: it is left out of the job's held time.
+	AfterCandidate func(ctx context.Context)
 	// Keep, when set, keeps an unconstrained engine running after its
 	// run for the next run with the same settings (see Keeper); shared
 	// by the copies of a Runner made per job. nil keeps none.
