@@ -13,7 +13,6 @@ import (
 
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/store"
@@ -39,13 +38,8 @@ func TestQualityJobAnsweredOnTheEfficiencyJobsEngine(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	cand := putCheckpoint(t, ctx, b, "U8", 1<<20)
 	ref := putCheckpoint(t, ctx, b, "BF16", 4<<20)
-	dir := t.TempDir()
 	s := suite.Generate("t", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 6, "commonsense": 4})
-	require.NoError(t, suite.Write(dir, s))
-	arts, err := artifact.NewJetStream(ctx, b.JetStream(), bus.ObjectArtifacts)
-	require.NoError(t, err)
-	suiteRef, err := artifact.PutDir(ctx, arts, dir)
-	require.NoError(t, err)
+	suiteRef := putSuite(t, ctx, b, s)
 
 	const sub = "sub-along"
 	effID, qualID := "eff-along", events.QualityJobID(sub)

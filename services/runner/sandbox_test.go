@@ -14,7 +14,6 @@ import (
 	"github.com/lowbarena/lowbarena/domain/grade"
 	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
-	"github.com/lowbarena/lowbarena/platform/artifact"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
 	"github.com/lowbarena/lowbarena/platform/store"
@@ -37,13 +36,8 @@ func TestQualityJobWithoutSandbox(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	cand := putCheckpoint(t, ctx, b, "U8", 1<<20)
-	dir := t.TempDir()
 	s := suite.Generate("t", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 3, "code": 2})
-	require.NoError(t, suite.Write(dir, s))
-	arts, err := artifact.NewJetStream(ctx, b.JetStream(), bus.ObjectArtifacts)
-	require.NoError(t, err)
-	ref, err := artifact.PutDir(ctx, arts, dir)
-	require.NoError(t, err)
+	ref := putSuite(t, ctx, b, s)
 	params, err := json.Marshal(events.QualityJobParams{Campaign: "tiny", Role: events.RoleCandidate, Suite: ref, SuiteKey: "t@1/dev",
 		Engine: events.EngineSpec{MaxNumSeqs: 16}, Sampling: events.Sampling{Samples: 2, MaxTokens: 64, Concurrency: 2}})
 	require.NoError(t, err)

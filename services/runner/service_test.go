@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lowbarena/lowbarena/domain/record"
+	"github.com/lowbarena/lowbarena/domain/suite"
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/events/reason"
 	"github.com/lowbarena/lowbarena/platform/artifact"
@@ -83,6 +84,19 @@ func putCheckpoint(t *testing.T, ctx context.Context, b *bus.Bus, dtype string, 
 		files = append(files, f)
 	}
 	ref, err := arts.PutManifest(ctx, artifact.NewManifest(files))
+	require.NoError(t, err)
+	return ref
+}
+
+// putSuite stores suite s in the artifact store, as the quality stage
+// does, and returns its reference.
+func putSuite(t *testing.T, ctx context.Context, b *bus.Bus, s *suite.Suite) events.BundleRef {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, suite.Write(dir, s))
+	arts, err := artifact.NewJetStream(ctx, b.JetStream(), bus.ObjectArtifacts)
+	require.NoError(t, err)
+	ref, err := artifact.PutDir(ctx, arts, dir)
 	require.NoError(t, err)
 	return ref
 }

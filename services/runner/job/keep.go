@@ -108,20 +108,30 @@ func (kp *Keeper) take(ctx context.Context, key string) *kept {
 	if kp == nil {
 		return nil
 	}
-	kp.mu.Lock()
-	k := kp.kept
-	kp.kept = nil
-	if kp.timer != nil {
-		kp.timer.Stop()
-		kp.timer = nil
-	}
-	kp.mu.Unlock()
+	k := kp.detach(false)
 	switch {
 	case k == nil:
 		return nil
 	case k.key != key || !k.healthy(ctx):
 		k.release()
 		return nil
+	}
+	return k
+}
+
+// detach takes the kept engine (nil if none) out of kp and stops its
+// timer; close also keeps none from then on. The engine is the caller's.
+func (kp *Keeper) detach(close bool) *kept {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	if close {
+		kp.closed = true
+	}
+	k := kp.kept
+	kp.kept = nil
+	if kp.timer != nil {
+		kp.timer.Stop()
+		kp.timer = nil
 	}
 	return k
 }
@@ -182,16 +192,7 @@ func (kp *Keeper) Close() {
 	if kp == nil {
 		return
 	}
-	kp.mu.Lock()
-	kp.closed = true
-	k := kp.kept
-	kp.kept = nil
-	if kp.timer != nil {
-		kp.timer.Stop()
-		kp.timer = nil
-	}
-	kp.mu.Unlock()
-	if k != nil {
+	if k := kp.detach(true); k != nil {
 		k.release()
 	}
 }
