@@ -97,7 +97,7 @@ func Component() app.Component {
 				"the executable a sandboxed engine's sandbox starts first (it must call engine.RunHelper first in main): the runner's own by default; "+
 					"a binary that links chDB (arena-up) cannot be it and names the light arena binary instead (env "+EnvEngineHelper+")")
 			keepEngine = fs.Duration("keep-engine", 2*time.Minute,
-				"how long an engine is kept running after a run without a memory budget, for the next run on this GPU with the same settings (a submission's quality and efficiency jobs, a round's entry step after step): "+
+				"how long an engine is kept running after a run without a memory budget, for the next run on this GPU with the same settings (a submission's quality and efficiency jobs; never an SLA job's): "+
 					"that run pays no start; 0 stops every engine after its run")
 			engineCache = fs.String("engine-cache", os.Getenv("LOWBARENA_ENGINE_CACHE"),
 				"folder of the engines' compile and kernel caches (torch.compile, Triton, inductor, FlashInfer), kept across starts, a folder per engine program (a patched engine's its own, bound writable into its sandbox); "+

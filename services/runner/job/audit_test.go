@@ -92,7 +92,7 @@ func (g *auditRig) judge(ctx context.Context, t *testing.T, r *job.Runner, engin
 	require.NotNil(t, plan.Tokenizer, plan.TokenizerWhy)
 	wls := job.Mix(job.Workloads(job.WorkloadSpec{RequestsPerSlot: 1, MaxTokens: 48, PromptWords: 64, LongPromptWords: 256}),
 		plan.Pool, plan.Seed, plan.Share, plan.MinItems)
-	served, err := r.Serve(ctx, job.Launch{Run: "candidate", Command: engine.Command, Checkpoint: g.ckpt, KVCacheDType: "fp8",
+	served, err := r.Serve(ctx, job.Launch{Run: "candidate", Keep: true, Command: engine.Command, Checkpoint: g.ckpt, KVCacheDType: "fp8",
 		MaxNumSeqs: 256, Audit: plan}, wls)
 	require.NoError(t, err)
 	ev := served.Audit

@@ -106,7 +106,7 @@ func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 		out.Reference, out.Cached = *ref, true
 		out.Add(*ref, true)
 	} else {
-		s, err := r.Serve(ctx, Launch{Run: "reference", Command: p.Engine.Command, Checkpoint: reference,
+		s, err := r.Serve(ctx, Launch{Run: "reference", Keep: true, Command: p.Engine.Command, Checkpoint: reference,
 			KVCacheDType: "auto", MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}, mix(1000))
 		out.Seconds += s.Seconds
 		out.Add(s, false)
@@ -122,7 +122,7 @@ func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 	if kv == "" {
 		kv = "auto"
 	}
-	cand, err := r.Serve(ctx, r.Candidate(Launch{Run: "candidate", Command: p.Engine.Command, Checkpoint: candidate,
+	cand, err := r.Serve(ctx, r.Candidate(Launch{Run: "candidate", Keep: true, Command: p.Engine.Command, Checkpoint: candidate,
 		KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen, Audit: audit}), wls)
 	out.Seconds += cand.Seconds
 	out.Add(cand, false)

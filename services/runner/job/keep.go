@@ -19,20 +19,24 @@ import (
 // settings is served by it instead of paying a start of its own: the
 // quality job and the efficiency job of one submission (the candidate's
 // checkpoint, engine, patch and KV dtype), a BF16 reference answered and
-// then measured, a round's entry served step after step. On a real GPU a
-// start is minutes of weights, compilation and CUDA graphs.
+// then measured. On a real GPU a start is minutes of weights, compilation
+// and CUDA graphs.
 //
 // One Keeper per GPU (per runner): the Runner copies made per job share
 // it through Runner.Keep.
 //
 // Invariants:
-//   - Only unconstrained runs are kept (no memory budget, hard cap or KV
-//     pool of their own, see keepable): a budget replay's engine is sized
-//     for its one workload and serves nothing else.
-//   - A run is served by a kept engine only when every setting of its
-//     start is equal (launchKey: the rendered command but its port, the
-//     checkpoint's folder, the patched engine's folder and its Python
-//     path), and only after the kept engine answers its health probe.
+//   - Only the runs that ask (Launch.Keep: a quality job's, an
+//     efficiency job's candidate and reference runs) and are unconstrained
+//     (no memory budget, hard cap or KV pool of their own, see keepable)
+//     are kept: a budget replay's engine is sized for its one workload,
+//     and an SLA job always starts its own (a round compares its entries
+//     each on a fresh start: an engine warm from the same prompts would
+//     serve them faster).
+//   - A run is served by a kept engine only when it asks (Launch.Keep),
+//     every setting of its start is equal (launchKey: the rendered command
+//     but its port, the checkpoint's folder, the patched engine's folder
+//     and its Python path), and the kept engine answers its health probe.
 //   - A kept engine is stopped before any other engine starts on the GPU
 //     (take, called first by every run, before the wait for the device's
 //     idle baseline), when For has passed since it was kept, when it dies,

@@ -113,7 +113,8 @@ func TestKeptEngineServesTheNextJob(t *testing.T) {
 
 // TestKeeperStopsItsEngine: a kept engine is stopped when its time is up,
 // before an engine of other settings starts, when it died it is not used
-// (the run starts its own), and Close stops it.
+// (the run starts its own), and Close stops it; a run that does not ask
+// for it (an SLA job's) neither uses nor leaves one.
 func TestKeeperStopsItsEngine(t *testing.T) {
 	ck := writeCheckpoint(t, "BF16", 1<<20)
 	st := suite.Generate("t", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 2})
@@ -146,6 +147,17 @@ func TestKeeperStopsItsEngine(t *testing.T) {
 	q = answer(r, 32)
 	require.Equal(t, events.RoleBF16, q.Starts[0].KeptFrom)
 	require.Equal(t, second, job.KeptPID(r.Keep))
+
+	// A run that does not ask (an SLA job's) is served by no kept engine,
+	// whatever its settings, and its engine is not kept.
+	sla, err := r.Serve(ctx, job.Launch{Run: "sla", Command: qualityParams("").Engine.Command, Checkpoint: ck, KVCacheDType: "auto", MaxNumSeqs: 32},
+		job.Workloads(small())[:1])
+	require.NoError(t, err)
+	require.Empty(t, sla.Start.KeptFrom, "an SLA job starts its own engine")
+	require.False(t, alive(second), "the kept engine stopped before it")
+	require.Empty(t, r.Keep.Kept(), "and its engine is not kept")
+	answer(r, 32)
+	second = job.KeptPID(r.Keep)
 
 	// A kept engine that died is not used.
 	require.NoError(t, syscall.Kill(second, syscall.SIGKILL))

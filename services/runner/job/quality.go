@@ -104,7 +104,7 @@ func (r *Runner) Quality(ctx context.Context, p events.QualityJobParams, checkpo
 		graders[t.it.ID] = g
 	}
 
-	l := Launch{Run: p.Role, Command: p.Engine.Command, Checkpoint: checkpoint, KVCacheDType: kv,
+	l := Launch{Run: p.Role, Keep: true, Command: p.Engine.Command, Checkpoint: checkpoint, KVCacheDType: kv,
 		MaxNumSeqs: p.Engine.MaxNumSeqs, MaxModelLen: p.Engine.MaxModelLen}
 	if p.Role != events.RoleBF16 {
 		// A candidate answers on its patched engine, when it has one.

@@ -155,6 +155,12 @@ type Launch struct {
 	// PYTHONPATH (a Python overlay). A Launch with EngineDir set is
 	// untrusted and runs sandboxed unless the runner's mode is off.
 	EnginePath, EngineDir, PythonPath string
+	// Keep offers the engine to the runner's Keeper after the run (see
+	// Keeper): set for the runs whose engine a later run may share (a
+	// quality job's, an efficiency job's candidate and reference runs),
+	// never for an SLA job's (a round compares its entries each on a
+	// fresh start) or a budget replay's.
+	Keep bool
 	// Audit, when set, gathers the audits' evidence on this run: the
 	// probe set first, the items mixed into the workloads (see Mix), the
 	// tokens counted, and the cache-defeating run last.
@@ -286,7 +292,11 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	// The engine a run with these settings kept, if any (see Keeper);
 	// any other kept engine is stopped here, before the wait for the
 	// device's baseline.
-	k := r.Keep.take(ctx, launchKey(l, params))
+	key := launchKey(l, params)
+	if !l.Keep {
+		key = "" // served by no kept engine: any is stopped
+	}
+	k := r.Keep.take(ctx, key)
 	// The job's context ends when the engine dies or goes over its cap,
 	// so a start-up or a workload in flight stops at once.
 	jctx, cancel := context.WithCancelCause(ctx)
@@ -355,7 +365,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 			healthy = false
 		default:
 		}
-		if healthy && keepable(l) && r.Keep != nil {
+		if healthy && l.Keep && keepable(l) && r.Keep != nil {
 			r.Keep.put(k)
 			return
 		}
