@@ -44,6 +44,11 @@ type PodJob struct {
 	SubmissionID string    `json:"submission_id,omitempty"`
 	RoundID      string    `json:"round_id,omitempty"`
 	Since        time.Time `json:"since"`
+	// QualityAlongside says the job is an efficiency job whose runner
+	// will answer the submission's quality job on the candidate's engine
+	// once the candidate's measured run ends (it keeps its engines): a
+	// runner handed that quality job meanwhile hands it back.
+	QualityAlongside bool `json:"quality_alongside,omitempty"`
 	// Delivery is the job's delivery number (2 and up: redelivered); 0
 	// for a quality job its runner answers on the engine of the
 	// submission's efficiency job, which holds the delivery (the job

@@ -31,6 +31,12 @@ import (
 // heldElsewhere check); this runner killed while it runs here leaves it
 // queued for any runner, as before. The efficiency job's message is kept
 // in progress meanwhile by the consume loop's heartbeats.
+//
+// Until the candidate's measured run ends, the efficiency job's entry in
+// the pods registry says it will answer the quality job
+// (PodJob.QualityAlongside): another runner handed the quality job then
+// hands it back once (Options.QualityWait), so the job prefers the pod
+// that holds its engine.
 type alongside struct {
 	once sync.Once
 	// jobs is the RUNNER_JOBS stream, nil when it could not be opened
@@ -42,6 +48,9 @@ type alongside struct {
 // qualityAlongside is the efficiency job eff's hook (see alongside).
 func (s *Service) qualityAlongside(eff events.RunnerJobRequestedData, running *events.PodJob) func(ctx context.Context) {
 	return func(ctx context.Context) {
+		// Whatever is found, the efficiency job answers no quality job
+		// after this (its entry no longer says so).
+		defer s.pod.setJob(running)
 		if eff.SubmissionID == "" {
 			return
 		}
@@ -79,7 +88,6 @@ func (s *Service) qualityAlongside(eff events.RunnerJobRequestedData, running *e
 		if !out.IsAck() {
 			s.log.Info("the quality job answered alongside did not end here; it stays queued", "job", id, "outcome", out.String(), "err", out.Err())
 		}
-		s.pod.setJob(running)
 	}
 }
 

@@ -36,37 +36,16 @@ func TestQualityJobAnsweredOnTheEfficiencyJobsEngine(t *testing.T) {
 	st, err := store.Open(ctx, "chdb://"+t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	cand := putCheckpoint(t, ctx, b, "U8", 1<<20)
-	ref := putCheckpoint(t, ctx, b, "BF16", 4<<20)
-	s := suite.Generate("t", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 6, "commonsense": 4})
-	suiteRef := putSuite(t, ctx, b, s)
-
 	const sub = "sub-along"
-	effID, qualID := "eff-along", events.QualityJobID(sub)
-	spec := events.EngineSpec{MaxNumSeqs: 256}
-	ep, err := json.Marshal(events.EfficiencyJobParams{Campaign: "tiny", Engine: spec, Workload: small(), KVCacheDType: "fp8", Reference: ref, BudgetFactor: 1.02})
-	require.NoError(t, err)
-	qp, err := json.Marshal(events.QualityJobParams{Campaign: "tiny", Role: events.RoleCandidate, Suite: suiteRef, SuiteKey: s.Key(), Engine: spec,
-		KVCacheDType: "fp8", Sampling: events.Sampling{Samples: 1, MaxTokens: 32, Concurrency: 4}})
-	require.NoError(t, err)
-	for _, req := range []events.RunnerJobRequestedData{
-		{JobID: effID, Kind: events.JobEfficiency, SubmissionID: sub, Engine: command(""), Checkpoint: cand, Params: ep},
-		{JobID: qualID, Kind: events.JobQuality, SubmissionID: sub, Engine: command(""), Checkpoint: cand, Params: qp},
-	} {
-		_, err = bus.Emit(ctx, b, events.Source("test"), events.Job.Requested, req.JobID, req, bus.WithID("job-"+req.JobID))
-		require.NoError(t, err)
+	reqs, s := submissionJobs(t, ctx, b, sub)
+	effID, qualID := reqs[0].JobID, reqs[1].JobID
+	for _, req := range reqs {
+		emit(t, ctx, b, req)
 	}
 
 	// One runner that keeps its engines, started once both are queued.
 	began := time.Now()
-	svc, err := runner.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), runner.Options{Pod: "pod-k", WorkDir: t.TempDir(), AckWait: 3 * time.Second, Store: st,
-		Job: job.Runner{SampleInterval: 20 * time.Millisecond, HealthTimeout: 20 * time.Second, IdleTimeout: 5 * time.Second, StopGrace: 2 * time.Second,
-			Keep: job.NewKeeper(time.Minute)}})
-	require.NoError(t, err)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Actors()[0].Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	keepingRunner(t, ctx, b, st, "pod-k", 0)
 
 	_, eff := completed(t, b, effID)
 	qe := bustest.Await(t, b, outcomes(events.JobQuality, qualID), events.RunnerJobCompleted, events.RunnerJobFailed)
@@ -123,4 +102,91 @@ func extraPairs(out events.EfficiencyJobResult) int {
 		n += 2 * max(b.Attempts-1, 0)
 	}
 	return n
+}
+
+// submissionJobs stores a submission's checkpoint, the campaign's
+// reference and a suite, and returns the submission's efficiency job and
+// quality job (its id the quality stage's, events.QualityJobID) on one
+// engine spec, as the stages ask them, and the suite.
+func submissionJobs(t *testing.T, ctx context.Context, b *bus.Bus, sub string) ([2]events.RunnerJobRequestedData, *suite.Suite) {
+	t.Helper()
+	cand := putCheckpoint(t, ctx, b, "U8", 1<<20)
+	ref := putCheckpoint(t, ctx, b, "BF16", 4<<20)
+	s := suite.Generate("t", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 6, "commonsense": 4})
+	suiteRef := putSuite(t, ctx, b, s)
+	spec := events.EngineSpec{MaxNumSeqs: 256}
+	ep, err := json.Marshal(events.EfficiencyJobParams{Campaign: "tiny", Engine: spec, Workload: small(), KVCacheDType: "fp8", Reference: ref, BudgetFactor: 1.02})
+	require.NoError(t, err)
+	qp, err := json.Marshal(events.QualityJobParams{Campaign: "tiny", Role: events.RoleCandidate, Suite: suiteRef, SuiteKey: s.Key(), Engine: spec,
+		KVCacheDType: "fp8", Sampling: events.Sampling{Samples: 1, MaxTokens: 32, Concurrency: 4}})
+	require.NoError(t, err)
+	return [2]events.RunnerJobRequestedData{
+		{JobID: "eff-" + sub, Kind: events.JobEfficiency, SubmissionID: sub, Engine: command(""), Checkpoint: cand, Params: ep},
+		{JobID: events.QualityJobID(sub), Kind: events.JobQuality, SubmissionID: sub, Engine: command(""), Checkpoint: cand, Params: qp},
+	}, s
+}
+
+// emit queues a job request as a stage does.
+func emit(t *testing.T, ctx context.Context, b *bus.Bus, req events.RunnerJobRequestedData) {
+	t.Helper()
+	_, err := bus.Emit(ctx, b, events.Source("test"), events.Job.Requested, req.JobID, req, bus.WithID("job-"+req.JobID))
+	require.NoError(t, err)
+}
+
+// keepingRunner starts a runner of pod that keeps its engines, named by
+// its pod; qualityWait as Options.QualityWait.
+func keepingRunner(t *testing.T, ctx context.Context, b *bus.Bus, st store.Store, pod string, qualityWait time.Duration) {
+	t.Helper()
+	svc, err := runner.New(ctx, b, slog.New(slog.NewTextHandler(io.Discard, nil)), runner.Options{Pod: pod, Runner: pod, WorkDir: t.TempDir(), AckWait: 3 * time.Second, Store: st,
+		QualityWait: qualityWait,
+		Job: job.Runner{SampleInterval: 20 * time.Millisecond, HealthTimeout: 20 * time.Second, IdleTimeout: 5 * time.Second, StopGrace: 2 * time.Second,
+			Keep: job.NewKeeper(time.Minute)}})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Actors()[0].Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+}
+
+// TestQualityJobPrefersThePodThatHoldsItsEngine: with two pods, one
+// running a submission's efficiency job (its candidate's measured run not
+// over yet), the other idle, the idle pod's runner hands the submission's
+// quality job back once, and the first answers it on the candidate's
+// engine: no start of its own, completed by the first runner.
+func TestQualityJobPrefersThePodThatHoldsItsEngine(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	st, err := store.Open(ctx, "chdb://"+t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	reqs, _ := submissionJobs(t, ctx, b, "sub-pref")
+	eff, qual := reqs[0], reqs[1]
+
+	// Pod a takes the efficiency job; once its entry says it will answer
+	// the quality job, the quality job is asked and pod b is idle.
+	keepingRunner(t, ctx, b, st, "pod-a", 0)
+	emit(t, ctx, b, eff)
+	pods, err := b.JetStream().KeyValue(ctx, bus.BucketPods)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, err := pods.Get(ctx, runner.PodKey("pod-a", "pod-a"))
+		if err != nil {
+			return false
+		}
+		var entry events.PodEntry
+		return json.Unmarshal(e.Value(), &entry) == nil && entry.Job != nil && entry.Job.JobID == eff.JobID && entry.Job.QualityAlongside
+	}, time.Minute, 20*time.Millisecond, "pod a's entry says it answers the quality job")
+	keepingRunner(t, ctx, b, st, "pod-b", 30*time.Second)
+	emit(t, ctx, b, qual)
+
+	qe := bustest.Await(t, b, outcomes(events.JobQuality, qual.JobID), events.RunnerJobCompleted, events.RunnerJobFailed)
+	require.Equal(t, string(events.RunnerJobCompleted), qe.Type(), "%s", qe.Data())
+	qd, err := events.Job.Completed.Decode(qe)
+	require.NoError(t, err)
+	require.Equal(t, "pod-a", qd.Runner, "answered on the pod that holds the candidate's engine")
+	q, err := events.QualityJob.Result(qd)
+	require.NoError(t, err)
+	require.Equal(t, "candidate", q.Starts[0].KeptFrom)
+	completed(t, b, eff.JobID)
 }

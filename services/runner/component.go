@@ -66,6 +66,7 @@ func Component() app.Component {
 		ackWait, health, idle, interval, stopGrace *time.Duration
 		keepEngine                                 *time.Duration
 		engineCache                                *string
+		qualityWait                                *time.Duration
 		cacheBytes                                 *int64
 		engineEnv, engineSandbox, sandboxBind      *string
 		engineHelper                               *string
@@ -102,6 +103,8 @@ func Component() app.Component {
 			engineCache = fs.String("engine-cache", os.Getenv("LOWBARENA_ENGINE_CACHE"),
 				"folder of the engines' compile and kernel caches (torch.compile, Triton, inductor, FlashInfer), kept across starts, a folder per engine program (a patched engine's its own, bound writable into its sandbox); "+
 					"default WORK/engine-cache under --work; none leaves the caches where the engine's environment puts them (env LOWBARENA_ENGINE_CACHE)")
+			qualityWait = fs.Duration("quality-wait", 5*time.Minute,
+				"how long a quality job is handed back, once, when another runner runs the submission's efficiency job and will answer it on the candidate's engine (it ends there at once when answered; this long only when it is not); 0 never hands it back")
 			hubOptions = app.HubFlags(fs)
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {
@@ -142,7 +145,7 @@ func Component() app.Component {
 				return nil, err
 			}
 			s, err := New(ctx, rt.Bus, rt.Log, Options{Pod: *pod, Runner: *name, GPU: *gpu, WorkDir: *work, AckWait: *ackWait, Job: jr, Store: rt.Store,
-				Hub: ho, CacheBytes: *cacheBytes})
+				Hub: ho, CacheBytes: *cacheBytes, QualityWait: orNever(*qualityWait)})
 			if err != nil {
 				return nil, err
 			}
@@ -161,4 +164,13 @@ func engineCacheDir(flag, work string) string {
 		return filepath.Join(work, "engine-cache")
 	}
 	return flag
+}
+
+// orNever is a --quality-wait as Options.QualityWait reads it: 0 (never)
+// as a negative duration, since Options' zero is the default.
+func orNever(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -75,6 +75,13 @@ type Options struct {
 	// RefusalDelay is the pause before a job this runner refused (see
 	// job.Refusal) is delivered again; default 20 s.
 	RefusalDelay time.Duration
+	// QualityWait is how long a quality job is handed back, on its first
+	// delivery, when another runner runs the submission's efficiency job
+	// and will answer it on the candidate's engine (alongside); default 5
+	// min, negative never. It delays the quality job only when that runner
+	// does not answer it (its job failed, it died): answered, the job
+	// ends there at once.
+	QualityWait time.Duration
 	// CacheBytes caps the pod's cache of checkpoints by reference in
 	// WorkDir/cache (default DefaultCacheBytes), shared by every runner
 	// whose WorkDir is the same folder.
@@ -144,6 +151,9 @@ func New(ctx context.Context, b *bus.Bus, log *slog.Logger, o Options) (*Service
 	}
 	if o.RefusalDelay <= 0 {
 		o.RefusalDelay = 20 * time.Second
+	}
+	if o.QualityWait == 0 {
+		o.QualityWait = 5 * time.Minute
 	}
 	if o.RowsWait <= 0 {
 		o.RowsWait = 10 * time.Minute
@@ -296,6 +306,13 @@ func (s *Service) heldElsewhere(ctx context.Context, job string) (string, error)
 
 // heldBy is heldElsewhere with the holder's entry of the job.
 func (s *Service) heldBy(ctx context.Context, job string) (string, *events.PodJob, error) {
+	return s.liveJob(ctx, func(j *events.PodJob) bool { return j.JobID == job })
+}
+
+// liveJob finds a live runner other than this one (its entry written less
+// than two thirds of the ack deadline ago) whose job matches, and returns
+// its key and job ("" and nil when none does).
+func (s *Service) liveJob(ctx context.Context, match func(*events.PodJob) bool) (string, *events.PodJob, error) {
 	keys, err := s.pod.pods.ListKeys(ctx)
 	if err != nil {
 		return "", nil, err
@@ -313,7 +330,7 @@ func (s *Service) heldBy(ctx context.Context, job string) (string, *events.PodJo
 			return "", nil, err
 		}
 		var entry events.PodEntry
-		if json.Unmarshal(e.Value(), &entry) != nil || entry.Job == nil || entry.Job.JobID != job {
+		if json.Unmarshal(e.Value(), &entry) != nil || entry.Job == nil || !match(entry.Job) {
 			continue
 		}
 		if time.Since(e.Created()) < fresh {
@@ -532,7 +549,10 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 		return nil
 	}
 	jr.Progress = func(phase string, done, total int) { progress(phase, done, total, "") }
-	if req.Kind == events.JobEfficiency && jr.Keep != nil {
+	if req.Kind == events.JobEfficiency && jr.Keep != nil && jr.Keep.For > 0 {
+		alongside := *running
+		alongside.QualityAlongside = true
+		s.pod.setJob(&alongside)
 		jr.AfterCandidate = s.qualityAlongside(req, running)
 	}
 	env.Job = &jr
@@ -609,6 +629,18 @@ func (s *Service) notHere(ctx context.Context, d *bus.Delivery, req events.Runne
 	if holder, held, err := s.heldBy(ctx, req.JobID); err == nil && holder != "" && held.Delivery == 0 {
 		s.log.Info("job runs on another runner now; handed back", "job", req.JobID, "runner", holder, "delivery", d.NumDelivered)
 		return bus.Retry(s.opts.AckWait, fmt.Errorf("job %s runs on %s now", req.JobID, holder)), true
+	}
+	// A quality job whose submission's efficiency job runs on another
+	// runner that will answer it on the candidate's engine prefers that
+	// runner: handed back on its first delivery only (a later one runs
+	// here whatever happens, so this costs it one delivery at most).
+	if req.Kind == events.JobQuality && req.SubmissionID != "" && d.NumDelivered == 1 && s.opts.QualityWait > 0 {
+		holder, _, err := s.liveJob(ctx, func(j *events.PodJob) bool { return j.SubmissionID == req.SubmissionID && j.QualityAlongside })
+		if err == nil && holder != "" {
+			s.log.Info("the submission's efficiency job runs on another runner, which answers this quality job on the candidate's engine; handed back",
+				"job", req.JobID, "runner", holder, "wait", s.opts.QualityWait)
+			return bus.Retry(s.opts.QualityWait, fmt.Errorf("job %s is answered on %s's engine", req.JobID, holder)), true
+		}
 	}
 	return bus.Outcome{}, false
 }
