@@ -35,8 +35,8 @@ import (
 // Until the candidate's measured run ends, the efficiency job's entry in
 // the pods registry says it will answer the quality job
 // (PodJob.QualityAlongside): another runner handed the quality job then
-// hands it back once (Options.QualityWait), so the job prefers the pod
-// that holds its engine.
+// holds it until it no longer says so (Service.notHere), so the job
+// prefers the pod that holds its engine.
 type alongside struct {
 	once sync.Once
 	// jobs is the RUNNER_JOBS stream, nil when it could not be opened

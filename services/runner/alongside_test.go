@@ -150,9 +150,10 @@ func keepingRunner(t *testing.T, ctx context.Context, b *bus.Bus, st store.Store
 
 // TestQualityJobPrefersThePodThatHoldsItsEngine: with two pods, one
 // running a submission's efficiency job (its candidate's measured run not
-// over yet), the other idle, the idle pod's runner hands the submission's
-// quality job back once, and the first answers it on the candidate's
-// engine: no start of its own, completed by the first runner.
+// over yet), the other idle, the idle pod's runner holds the submission's
+// quality job while the first says it will answer it, and the first
+// answers it on the candidate's engine: no start of its own, completed by
+// the first runner, and the holder acks it unrun.
 func TestQualityJobPrefersThePodThatHoldsItsEngine(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -104,7 +104,7 @@ func Component() app.Component {
 				"folder of the engines' compile and kernel caches (torch.compile, Triton, inductor, FlashInfer), kept across starts, a folder per engine program (a patched engine's its own, bound writable into its sandbox); "+
 					"default WORK/engine-cache under --work; none leaves the caches where the engine's environment puts them (env LOWBARENA_ENGINE_CACHE)")
 			qualityWait = fs.Duration("quality-wait", 5*time.Minute,
-				"how long a quality job is handed back, once, when another runner runs the submission's efficiency job and will answer it on the candidate's engine (it ends there at once when answered; this long only when it is not); 0 never hands it back")
+				"longest a runner holds a quality job while another runner runs the submission's efficiency job and says it will answer it on the candidate's engine (the wait ends when it no longer says so); 0 never waits")
 			hubOptions = app.HubFlags(fs)
 		},
 		Build: func(ctx context.Context, rt *app.Runtime) ([]app.Actor, error) {

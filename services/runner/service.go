@@ -75,12 +75,10 @@ type Options struct {
 	// RefusalDelay is the pause before a job this runner refused (see
 	// job.Refusal) is delivered again; default 20 s.
 	RefusalDelay time.Duration
-	// QualityWait is how long a quality job is handed back, on its first
-	// delivery, when another runner runs the submission's efficiency job
-	// and will answer it on the candidate's engine (alongside); default 5
-	// min, negative never. It delays the quality job only when that runner
-	// does not answer it (its job failed, it died): answered, the job
-	// ends there at once.
+	// QualityWait is how long a runner holds a quality job while another
+	// runner runs the submission's efficiency job and says it will answer
+	// it on the candidate's engine (see notHere); default 5 min, negative
+	// never. The wait ends as soon as that runner no longer says so.
 	QualityWait time.Duration
 	// CacheBytes caps the pod's cache of checkpoints by reference in
 	// WorkDir/cache (default DefaultCacheBytes), shared by every runner
@@ -611,12 +609,40 @@ func (s *Service) Handle(ctx context.Context, d *bus.Delivery) bus.Outcome {
 // is the same, stored once), it runs. One given up already goes back to
 // the dead letters (its job_abandoned is not published again).
 //
+// A quality job whose submission's efficiency job runs on another live
+// runner that will answer it on the candidate's engine
+// (PodJob.QualityAlongside) waits here, its delivery held, until that
+// runner no longer says so (it answered it, or its candidate's run
+// failed, or it died and its entry went stale) or Options.QualityWait
+// has passed: so it prefers the pod that holds its engine. Answered
+// there, it ends here unrun.
+//
 // A job another live runner runs now as a quality job answered alongside
 // its efficiency job (see alongside) is handed back: it ends there, and
 // this delivery then finds its outcome. Only such a run (its delivery 0)
 // is waited on: a runner that died holding an earlier delivery may still
 // look alive for a moment, and its job must run here.
 func (s *Service) notHere(ctx context.Context, d *bus.Delivery, req events.RunnerJobRequestedData) (bus.Outcome, bool) {
+	if out, done := s.endedAlready(ctx, d, req); done {
+		return out, true
+	}
+	if s.waitAlongside(ctx, req) {
+		if ctx.Err() != nil {
+			return bus.Retry(0, ctx.Err()), true
+		}
+		if out, done := s.endedAlready(ctx, d, req); done {
+			return out, true
+		}
+	}
+	if holder, held, err := s.heldBy(ctx, req.JobID); err == nil && holder != "" && held.Delivery == 0 {
+		s.log.Info("job runs on another runner now; handed back", "job", req.JobID, "runner", holder, "delivery", d.NumDelivered)
+		return bus.Retry(s.opts.AckWait, fmt.Errorf("job %s runs on %s now", req.JobID, holder)), true
+	}
+	return bus.Outcome{}, false
+}
+
+// endedAlready is notHere's check of the job's stored outcome.
+func (s *Service) endedAlready(ctx context.Context, d *bus.Delivery, req events.RunnerJobRequestedData) (bus.Outcome, bool) {
 	switch t, why, err := s.ended(ctx, d.Event, d.Stored, req.Kind, req.JobID); {
 	case err != nil:
 		s.log.Warn("could not look for the job's outcome; running it", "job", req.JobID, "err", err)
@@ -626,24 +652,38 @@ func (s *Service) notHere(ctx context.Context, d *bus.Delivery, req events.Runne
 		s.log.Info("job ended already; not run again", "job", req.JobID, "kind", req.Kind, "outcome", string(t), "reason", why, "delivery", d.NumDelivered)
 		return bus.Ack(), true
 	}
-	if holder, held, err := s.heldBy(ctx, req.JobID); err == nil && holder != "" && held.Delivery == 0 {
-		s.log.Info("job runs on another runner now; handed back", "job", req.JobID, "runner", holder, "delivery", d.NumDelivered)
-		return bus.Retry(s.opts.AckWait, fmt.Errorf("job %s runs on %s now", req.JobID, holder)), true
-	}
-	// A quality job whose submission's efficiency job runs on another
-	// runner that will answer it on the candidate's engine prefers that
-	// runner: handed back on its first delivery only (a later one runs
-	// here whatever happens, so this costs it one delivery at most).
-	if req.Kind == events.JobQuality && req.SubmissionID != "" && d.NumDelivered == 1 && s.opts.QualityWait > 0 {
-		holder, _, err := s.liveJob(ctx, func(j *events.PodJob) bool { return j.SubmissionID == req.SubmissionID && j.QualityAlongside })
-		if err == nil && holder != "" {
-			s.log.Info("the submission's efficiency job runs on another runner, which answers this quality job on the candidate's engine; handed back",
-				"job", req.JobID, "runner", holder, "wait", s.opts.QualityWait)
-			return bus.Retry(s.opts.QualityWait, fmt.Errorf("job %s is answered on %s's engine", req.JobID, holder)), true
-		}
-	}
 	return bus.Outcome{}, false
 }
+
+// waitAlongside holds a quality job while another live runner says it
+// will answer it alongside the submission's efficiency job (see notHere),
+// up to Options.QualityWait; it reports whether it waited at all.
+func (s *Service) waitAlongside(ctx context.Context, req events.RunnerJobRequestedData) bool {
+	if req.Kind != events.JobQuality || req.SubmissionID == "" || s.opts.QualityWait <= 0 {
+		return false
+	}
+	waited := false
+	deadline := time.Now().Add(s.opts.QualityWait)
+	for {
+		holder, _, err := s.liveJob(ctx, func(j *events.PodJob) bool { return j.SubmissionID == req.SubmissionID && j.QualityAlongside })
+		if err != nil || holder == "" || time.Now().After(deadline) {
+			return waited
+		}
+		if !waited {
+			s.log.Info("the submission's efficiency job runs on another runner, which answers this quality job on the candidate's engine; waiting",
+				"job", req.JobID, "runner", holder, "at_most", s.opts.QualityWait)
+		}
+		waited = true
+		select {
+		case <-ctx.Done():
+			return true
+		case <-time.After(alongsidePoll):
+		}
+	}
+}
+
+// alongsidePoll is how often a held quality job asks the pods registry.
+const alongsidePoll = 250 * time.Millisecond
 
 // refusalTries is how many deliveries a job refused by its runner (see
 // job.Refusal) gets before it fails with the refusal's reason.
