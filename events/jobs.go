@@ -179,6 +179,16 @@ func (t JobGPUTime) Phases() record.GPUPhases {
 	return p.Rounded()
 }
 
+// Timed is t's phases (Phases), or nil for a job that did not time its
+// GPU (a runner before it did: no held time).
+func (t JobGPUTime) Timed() *record.GPUPhases {
+	if t.HeldSeconds <= 0 {
+		return nil
+	}
+	p := t.Phases()
+	return &p
+}
+
 // Add appends run's start (when it has one) and its serving time to t; a
 // cached run adds its start as Cached and nothing else.
 func (t *JobGPUTime) Add(run EngineRun, cached bool) {

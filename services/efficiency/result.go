@@ -48,10 +48,7 @@ func Block(c events.RunnerJobCompletedData, res events.EfficiencyJobResult) (eve
 	out := events.EfficiencyCompletedData{SubmissionID: c.SubmissionID, GPU: res.GPU, Simulated: res.Simulated, Pod: c.Pod, BundleDigest: c.CheckpointDigest,
 		GPUHours: c.GPUHours, Efficiency: map[string]float64{}, AnchorEfficiency: map[string]float64{},
 		PeakMemory: map[string]record.PeakMemory{}, AnchorPeakMemory: map[string]record.PeakMemory{}}
-	if res.HeldSeconds > 0 {
-		p := res.Phases()
-		out.GPUSeconds = &p
-	}
+	out.GPUSeconds = res.Timed()
 	for _, w := range formula.Workloads {
 		cw, ok1 := res.Candidate.Workloads[w.Name]
 		rw, ok2 := res.Reference.Workloads[w.Name]

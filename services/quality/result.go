@@ -128,10 +128,7 @@ func Pair(task string, st *suite.Suite, c events.RunnerJobCompletedData, res, re
 		TierReason: stats.Reason(block.Tier), MeanDrop: md, BundleDigest: c.CheckpointDigest}
 	// The candidate's own job's GPU time; the reference's is the
 	// campaign's, shared by every candidate of the suite.
-	if res.HeldSeconds > 0 {
-		p := res.Phases()
-		out.GPUSeconds = &p
-	}
+	out.GPUSeconds = res.Timed()
 	return out, nil
 }
 
