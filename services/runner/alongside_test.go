@@ -33,9 +33,7 @@ func TestQualityJobAnsweredOnTheEfficiencyJobsEngine(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	st, err := store.Open(ctx, "chdb://"+t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
+	st := chdbStore(t, ctx)
 	const sub = "sub-along"
 	reqs, s := submissionJobs(t, ctx, b, sub)
 	effID, qualID := reqs[0].JobID, reqs[1].JobID
@@ -158,9 +156,7 @@ func TestQualityJobPrefersThePodThatHoldsItsEngine(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	st, err := store.Open(ctx, "chdb://"+t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
+	st := chdbStore(t, ctx)
 	reqs, _ := submissionJobs(t, ctx, b, "sub-pref")
 	eff, qual := reqs[0], reqs[1]
 

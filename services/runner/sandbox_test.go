@@ -16,7 +16,6 @@ import (
 	"github.com/lowbarena/lowbarena/events"
 	"github.com/lowbarena/lowbarena/platform/bus"
 	"github.com/lowbarena/lowbarena/platform/bus/bustest"
-	"github.com/lowbarena/lowbarena/platform/store"
 )
 
 // TestQualityJobWithoutSandbox: on a machine whose bubblewrap cannot
@@ -32,9 +31,7 @@ func TestQualityJobWithoutSandbox(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st, err := store.Open(ctx, "chdb://"+t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
+	st := chdbStore(t, ctx)
 	cand := putCheckpoint(t, ctx, b, "U8", 1<<20)
 	s := suite.Generate("t", "1", suite.SplitDev, suite.SeedDev, suite.Sizes{"math": 3, "code": 2})
 	ref := putSuite(t, ctx, b, s)

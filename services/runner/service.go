@@ -634,6 +634,9 @@ func (s *Service) notHere(ctx context.Context, d *bus.Delivery, req events.Runne
 			return out, true
 		}
 	}
+	if req.Kind != events.JobQuality {
+		return bus.Outcome{}, false // only a quality job is run alongside (delivery 0)
+	}
 	if holder, held, err := s.heldBy(ctx, req.JobID); err == nil && holder != "" && held.Delivery == 0 {
 		s.log.Info("job runs on another runner now; handed back", "job", req.JobID, "runner", holder, "delivery", d.NumDelivered)
 		return bus.Retry(s.opts.AckWait, fmt.Errorf("job %s runs on %s now", req.JobID, holder)), true

@@ -88,6 +88,16 @@ func putCheckpoint(t *testing.T, ctx context.Context, b *bus.Bus, dtype string, 
 	return ref
 }
 
+// chdbStore opens a chDB store in a temporary folder, closed after the
+// test.
+func chdbStore(t *testing.T, ctx context.Context) store.Store {
+	t.Helper()
+	st, err := store.Open(ctx, "chdb://"+t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
 // putSuite stores suite s in the artifact store, as the quality stage
 // does, and returns its reference.
 func putSuite(t *testing.T, ctx context.Context, b *bus.Bus, s *suite.Suite) events.BundleRef {

@@ -161,13 +161,7 @@ func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 	// Each replay serves the workload exactly as the candidate's run did
 	// (its load and items in the same places, on a restarted engine), so
 	// its rate compares with that run's.
-	type plan struct {
-		w     loadgen.Workload
-		b     formula.Budget
-		terms formula.ReplayTerms
-		key   string
-	}
-	plans := make([]plan, 0, len(wls))
+	plans := make([]replayLaunch, 0, len(wls))
 	for _, w := range wls {
 		wr := cand.Workloads[w.Name]
 		b := formula.BudgetFor(wr.Peak.PeakGiB, p.BudgetFactor)
@@ -176,21 +170,15 @@ func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 			r.Log.Info("budget replay", "workload", w.Name, "budget_gib", b.BudgetGiB, "cap_gib", b.CapGiB, "max_model_len", terms.MaxModelLen,
 				"kv_cache_bytes", terms.KVCacheBytes, "mem_fraction_static", terms.MemFractionStatic, "pool_raised_to_one_request", terms.Floored)
 		}
-		plans = append(plans, plan{w: w, b: b, terms: terms, key: fmt.Sprintf("%s@%g", w.Name, p.BudgetFactor)})
-	}
-	launch := func(run string, pl plan) Launch {
-		return r.Candidate(Launch{Run: run, Command: p.Engine.Command, Checkpoint: candidate,
-			KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: pl.b.BudgetGiB, CapGiB: pl.b.CapGiB,
-			MaxModelLen: pl.terms.MaxModelLen, KVCacheBytes: pl.terms.KVCacheBytes, MemFractionStatic: pl.terms.MemFractionStatic})
+		key := fmt.Sprintf("%s@%g", w.Name, p.BudgetFactor)
+		plans = append(plans, replayLaunch{key: key, w: w, b: b, l: r.Candidate(Launch{Run: key, Command: p.Engine.Command, Checkpoint: candidate,
+			KVCacheDType: kv, MaxNumSeqs: p.Engine.MaxNumSeqs, GPUMemoryGiB: b.BudgetGiB, CapGiB: b.CapGiB,
+			MaxModelLen: terms.MaxModelLen, KVCacheBytes: terms.KVCacheBytes, MemFractionStatic: terms.MemFractionStatic})})
 	}
 	// Workloads whose budgets come to the same engine setting share one
 	// restart for their first replays (sharedReplays); a workload the
 	// shared engine did not serve whole is replayed on its own.
-	rls := make([]replayLaunch, 0, len(plans))
-	for _, pl := range plans {
-		rls = append(rls, replayLaunch{key: pl.key, l: launch(pl.key, pl), w: pl.w})
-	}
-	shared, err := r.sharedReplays(ctx, rls, &out)
+	shared, err := r.sharedReplays(ctx, plans, &out)
 	if err != nil {
 		return out, err
 	}
@@ -223,7 +211,7 @@ func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 				sharedRun = false
 				return verdict(first, nil)
 			}
-			rs, err := r.Serve(ctx, launch(key, pl), []loadgen.Workload{w})
+			rs, err := r.Serve(ctx, pl.l, []loadgen.Workload{w})
 			out.Seconds += rs.Seconds
 			out.Add(rs, false)
 			return verdict(rs, err)
@@ -256,11 +244,12 @@ func (r *Runner) efficiency(ctx context.Context, p EfficiencyParams, candidate, 
 }
 
 // replayLaunch is one workload's budget replay: its key (the budget's
-// name in the record), its engine's launch and the workload.
+// name in the record), the workload, its budget and its engine's launch.
 type replayLaunch struct {
 	key string
-	l   Launch
 	w   loadgen.Workload
+	b   formula.Budget
+	l   Launch
 }
 
 // sharedReplays serves together, on one engine start, the first replays
@@ -277,11 +266,7 @@ func (r *Runner) sharedReplays(ctx context.Context, replays []replayLaunch, out 
 	groups := map[string][]replayLaunch{}
 	var order []string
 	for _, rp := range replays {
-		l := rp.l
-		l.Run = ""
-		k := launchKey(l, engine.Params{Checkpoint: l.Checkpoint, KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs,
-			GPUMemoryGiB: l.GPUMemoryGiB, MaxModelLen: l.MaxModelLen, KVCacheBytes: l.KVCacheBytes, MemFractionStatic: l.MemFractionStatic,
-			Engine: l.EnginePath}) + fmt.Sprintf("\x00%g", l.CapGiB)
+		k := launchKey(rp.l, r.params(rp.l))
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}

@@ -207,12 +207,13 @@ func keepable(l Launch) bool {
 	return l.GPUMemoryGiB == 0 && l.CapGiB == 0 && l.KVCacheBytes == 0 && l.MemFractionStatic == 0
 }
 
-// launchKey is what makes two starts the same engine: the command as
-// rendered for them (every setting but the port, which each start draws),
-// the patched engine's folder and Python path.
+// launchKey is what makes two starts the same engine run: the command as
+// rendered for them (p: every setting but the port, which each start
+// draws), the patched engine's folder and Python path, and the hard cap
+// the runner holds it to.
 func launchKey(l Launch, p engine.Params) string {
 	p.Port = 0
-	return fmt.Sprintf("%q\x00%+v\x00%s\x00%s", l.Command, p, l.EngineDir, l.PythonPath)
+	return fmt.Sprintf("%q\x00%+v\x00%s\x00%s\x00%g", l.Command, p, l.EngineDir, l.PythonPath, l.CapGiB)
 }
 
 // releaser is how a started engine's resources are freed.

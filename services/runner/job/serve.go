@@ -277,9 +277,7 @@ func (r *Runner) Serve(ctx context.Context, l Launch, workloads []loadgen.Worklo
 // it on every path. steps is the count of body's phases, for progress.
 func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss *session, out *Served) error) (out Served, err error) {
 	t0 := time.Now()
-	params := engine.Params{Checkpoint: l.Checkpoint, KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs,
-		GPUMemoryGiB: l.GPUMemoryGiB, GPUTotalGiB: r.gpuTotalGiB(), MaxModelLen: l.MaxModelLen,
-		KVCacheBytes: l.KVCacheBytes, MemFractionStatic: l.MemFractionStatic, Engine: l.EnginePath}
+	params := r.params(l)
 	argv, err := engine.Render(l.Command, params)
 	if err != nil {
 		return out, err
@@ -293,10 +291,11 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	// any other kept engine is stopped here, before the wait for the
 	// device's baseline.
 	key := launchKey(l, params)
+	want := key
 	if !l.Keep {
-		key = "" // served by no kept engine: any is stopped
+		want = "" // served by no kept engine: any is stopped
 	}
-	k := r.Keep.take(ctx, key)
+	k := r.Keep.take(ctx, want)
 	// The job's context ends when the engine dies or goes over its cap,
 	// so a start-up or a workload in flight stops at once.
 	jctx, cancel := context.WithCancelCause(ctx)
@@ -317,24 +316,11 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 				float64(s.EngineMem)/formula.GiB, float64(sampler.Baseline)/formula.GiB, l.CapGiB, flat(tailOf(), 600))})
 		}
 	}
-	var wg sync.WaitGroup
-	stopSampler := func() {}
-	runSampler := func() {
-		sctx, stop := context.WithCancel(context.Background())
-		wg.Go(func() {
-			if err := sampler.Run(sctx); err != nil && r.Log != nil {
-				r.Log.Warn("telemetry rows not written", "run", l.Run, "err", err)
-			}
-		})
-		stopSampler = func() {
-			stop()
-			wg.Wait()
-		}
-	}
-	defer func() { stopSampler() }()
+	sg := &sampling{Sampler: sampler, run: l.Run, log: r.Log}
+	defer sg.stop()
 	if k == nil {
 		r.progress("starting_engine "+l.Run, 0, steps)
-		if k, err = r.start(ctx, jctx, cancel, l, params, family, sampler, runSampler, &stopSampler, &out); err != nil {
+		if k, err = r.start(ctx, jctx, l, key, params, family, sg, &out); err != nil {
 			return out, err
 		}
 	} else {
@@ -342,9 +328,8 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 		// start paid, the start's figures reported as they were.
 		r.progress("engine_kept "+l.Run, 0, steps)
 		sampler.Source, sampler.Baseline = k.src, k.baseline
-		runSampler()
-		st := events.EngineStart{Run: l.Run, KeptFrom: k.run, LoadLogged: k.started.Start != nil && k.started.Start.LoadLogged,
-			GraphLogged: k.started.Start != nil && k.started.Start.GraphLogged}
+		sg.start()
+		st := events.EngineStart{Run: l.Run, KeptFrom: k.run, LoadLogged: k.started.Start.LoadLogged, GraphLogged: k.started.Start.GraphLogged}
 		out.Start = &st
 		out.Startup, out.StartupPeakGiB, out.BaselineGiB, out.DeviceTotalGiB = k.started.Startup, k.started.StartupPeakGiB, k.started.BaselineGiB, k.started.DeviceTotalGiB
 		out.GPU, out.Simulated = k.started.GPU, k.started.Simulated
@@ -358,7 +343,7 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	// one served its body whole, the engine alive and within its cap;
 	// stopped on every other path.
 	defer func() {
-		stopSampler()
+		sg.stop()
 		healthy := err == nil && ctx.Err() == nil && context.Cause(jctx) == nil
 		select {
 		case <-e.Exited():
@@ -391,14 +376,15 @@ func (r *Runner) session(ctx context.Context, l Launch, steps int, body func(ss 
 	return out, nil
 }
 
-// start starts l's engine with telemetry (and its hard cap) from its
-// launch: the device's baseline first, then the engine on a free port
-// (again on another, up to three times, when the port was taken between),
-// then its start-up report. It returns the running engine, whose release
-// the caller owns; on an error nothing of it is left running. out gets
-// the start's figures.
-func (r *Runner) start(ctx, jctx context.Context, cancel context.CancelCauseFunc, l Launch, params engine.Params, family engine.Family,
-	sampler *telemetry.Sampler, runSampler func(), stopSampler *func(), out *Served) (*kept, error) {
+// start starts l's engine (its settings key) with telemetry (and its
+// hard cap) from its launch: the device's baseline first, then the engine
+// on a free port (again on another, up to three times, when the port was
+// taken between), then its start-up report. It returns the running
+// engine, whose release the caller owns; on an error nothing of it is
+// left running, its sampling stopped. out gets the start's figures.
+func (r *Runner) start(ctx, jctx context.Context, l Launch, key string, params engine.Params, family engine.Family,
+	sg *sampling, out *Served) (*kept, error) {
+	sampler := sg.Sampler
 	t0 := time.Now()
 	// The device's memory before the engine: the last engine's must
 	// have gone (a bounded wait), and what is left is this one's
@@ -436,8 +422,7 @@ func (r *Runner) start(ctx, jctx context.Context, cancel context.CancelCauseFunc
 	launched := time.Now()
 	for attempt := 1; ; attempt++ {
 		fail := func(err error) (*kept, error) {
-			(*stopSampler)()
-			*stopSampler = func() {}
+			sg.stop()
 			releaser(nil, src, r.NVML, box)()
 			return nil, err
 		}
@@ -458,7 +443,7 @@ func (r *Runner) start(ctx, jctx context.Context, cancel context.CancelCauseFunc
 			}
 		}
 		sampler.Source = src
-		runSampler()
+		sg.start()
 		e, err = engine.Start(jctx, engine.Options{Command: argv, Port: port, HealthPath: family.HealthPath,
 			HealthTimeout: r.HealthTimeout, StopGrace: r.StopGrace, TailLines: 200, Env: env, EnvAllow: r.EnvAllow, Sandbox: box})
 		if err == nil {
@@ -474,11 +459,8 @@ func (r *Runner) start(ctx, jctx context.Context, cancel context.CancelCauseFunc
 			if r.Log != nil {
 				r.Log.Warn("engine port taken; starting it on another", "run", l.Run, "port", port, "attempt", attempt)
 			}
-			(*stopSampler)()
-			*stopSampler = func() {}
-			if src != r.NVML {
-				src.Close()
-			}
+			sg.stop()
+			releaser(nil, src, r.NVML, nil)()
 			src = nil
 			continue
 		}
@@ -487,7 +469,7 @@ func (r *Runner) start(ctx, jctx context.Context, cancel context.CancelCauseFunc
 	}
 	st := StartOf(l.Run, time.Since(launched).Seconds(), startupLog(e))
 	out.Start = &st
-	k := &kept{key: launchKey(l, params), run: l.Run, e: e, port: port, src: src, tr: tr, family: family, baseline: baseline,
+	k := &kept{key: key, run: l.Run, e: e, port: port, src: src, tr: tr, family: family, baseline: baseline,
 		release: releaser(e, src, r.NVML, box)}
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: tr}
 	out.StartupPeakGiB = formula.Round(float64(sampler.ResetPeak())/formula.GiB, 3)
@@ -496,8 +478,7 @@ func (r *Runner) start(ctx, jctx context.Context, cancel context.CancelCauseFunc
 	// Start-up: the engine's own report where it serves one, else its
 	// whole start-up log.
 	if out.Startup, err = r.startup(ctx, hc, k.base(), startupLog(e)); err != nil {
-		(*stopSampler)()
-		*stopSampler = func() {}
+		sg.stop()
 		k.release()
 		return nil, err
 	}
@@ -507,6 +488,46 @@ func (r *Runner) start(ctx, jctx context.Context, cancel context.CancelCauseFunc
 	k.started = Served{Startup: out.Startup, StartupPeakGiB: out.StartupPeakGiB, BaselineGiB: out.BaselineGiB,
 		DeviceTotalGiB: out.DeviceTotalGiB, GPU: out.GPU, Simulated: out.Simulated, Start: out.Start}
 	return k, nil
+}
+
+// params are l's settings as its command template reads them (its port
+// drawn at each start).
+func (r *Runner) params(l Launch) engine.Params {
+	return engine.Params{Checkpoint: l.Checkpoint, KVCacheDType: l.KVCacheDType, MaxNumSeqs: l.MaxNumSeqs,
+		GPUMemoryGiB: l.GPUMemoryGiB, GPUTotalGiB: r.gpuTotalGiB(), MaxModelLen: l.MaxModelLen,
+		KVCacheBytes: l.KVCacheBytes, MemFractionStatic: l.MemFractionStatic, Engine: l.EnginePath}
+}
+
+// sampling runs a session's telemetry sampler in the background: started
+// at each engine launch (or on a kept engine), stopped at the session's
+// end or a failed launch, before the sampler's source is closed.
+type sampling struct {
+	*telemetry.Sampler
+	run  string
+	log  *slog.Logger
+	wg   sync.WaitGroup
+	halt context.CancelFunc
+}
+
+// start runs the sampler until stop.
+func (sg *sampling) start() {
+	ctx, halt := context.WithCancel(context.Background())
+	sg.halt = halt
+	sg.wg.Go(func() {
+		if err := sg.Run(ctx); err != nil && sg.log != nil {
+			sg.log.Warn("telemetry rows not written", "run", sg.run, "err", err)
+		}
+	})
+}
+
+// stop ends the sampler and waits for it; a no-op when it is not running.
+func (sg *sampling) stop() {
+	if sg.halt == nil {
+		return
+	}
+	sg.halt()
+	sg.halt = nil
+	sg.wg.Wait()
 }
 
 // failedStart is the start of an engine that failed to start (err, an
