@@ -29,6 +29,7 @@ func TestEngineCacheFolders(t *testing.T) {
 	require.DirExists(t, dir)
 	require.Equal(t, r.CacheDir, filepath.Dir(dir))
 	require.Contains(t, env, "XDG_CACHE_HOME="+dir)
+	require.Contains(t, env, "FLASHINFER_WORKSPACE_BASE="+dir, "FlashInfer's cache is under its own base, not XDG_CACHE_HOME")
 	require.Contains(t, env, "TRITON_CACHE_DIR="+filepath.Join(dir, "triton"))
 	require.Contains(t, env, "TORCHINDUCTOR_CACHE_DIR="+filepath.Join(dir, "torchinductor"))
 

@@ -613,9 +613,19 @@ func (r *Runner) box(l Launch) (*engine.Box, []string, error) {
 
 // engineCache is the folder l's engine keeps its caches in across starts
 // (CacheDir/<16 hex digits>, made here) and the environment that points
-// the engines there: XDG_CACHE_HOME (where vLLM's VLLM_CACHE_ROOT, with its
-// torch.compile cache, and FlashInfer's JIT cache default), TRITON_CACHE_DIR
-// and TORCHINDUCTOR_CACHE_DIR. One folder per engine program: the
+// the engines there, each name its project's own:
+//   - XDG_CACHE_HOME: vLLM's VLLM_CACHE_ROOT, whose torch_compile_cache
+//     holds its compiled graphs, defaults to XDG_CACHE_HOME/vllm
+//     (vllm/envs.py, get_default_cache_root);
+//   - FLASHINFER_WORKSPACE_BASE: FlashInfer's JIT kernels go to
+//     <base>/.cache/flashinfer, the base $HOME by default
+//     (flashinfer/jit/env.py), not XDG_CACHE_HOME;
+//   - TRITON_CACHE_DIR: Triton's kernels (triton/runtime/cache.py,
+//     default ~/.triton/cache);
+//   - TORCHINDUCTOR_CACHE_DIR: PyTorch inductor's (torch/_inductor/runtime/
+//     cache_dir_utils.py, default /tmp/torchinductor_<user>).
+//
+// One folder per engine program: the
 // campaign's command template, and the patched engine's folder when it
 // runs one, so every start of one engine (its budget replays, the next
 // job) finds what the last compiled, and a participant's patched engine,
@@ -635,7 +645,7 @@ func (r *Runner) engineCache(l Launch) (string, []string, error) {
 	now := time.Now()
 	_ = os.Chtimes(dir, now, now)
 	pruneCaches(r.CacheDir, now.Add(-CacheMaxAge), r.Log)
-	return dir, []string{"XDG_CACHE_HOME=" + dir, "TRITON_CACHE_DIR=" + filepath.Join(dir, "triton"),
+	return dir, []string{"XDG_CACHE_HOME=" + dir, "FLASHINFER_WORKSPACE_BASE=" + dir, "TRITON_CACHE_DIR=" + filepath.Join(dir, "triton"),
 		"TORCHINDUCTOR_CACHE_DIR=" + filepath.Join(dir, "torchinductor")}, nil
 }
 
